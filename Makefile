@@ -1,0 +1,30 @@
+# Two commands do all set-up on a fresh machine:
+#   make bench   builds everything and runs the benchmark comparison (makes its own data)
+#   make test    builds everything and runs the test suite (what .ci/run calls)
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+
+.PHONY: test bench install clean
+
+$(VENV)/.base: requirements.txt requirements-dev.txt setup.py
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q -r requirements-dev.txt
+	$(PIP) install -q --no-build-isolation --no-deps -e .
+	touch $@
+
+$(VENV)/.bench: $(VENV)/.base requirements-bench.txt
+	$(PIP) install -q -r requirements-bench.txt
+	touch $@
+
+install: $(VENV)/.base
+
+test: $(VENV)/.base
+	$(PY) -m pytest -q tests
+
+bench: $(VENV)/.bench
+	$(PY) -m benchmarks
+
+clean:
+	rm -rf $(VENV) build *.egg-info pimloader/*.so

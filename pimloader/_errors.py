@@ -1,0 +1,51 @@
+"""Errors that cross process boundaries as data, and the exceptions pimloader raises.
+
+A failure in a worker is captured as a `WorkerError` (its type, traceback text and where it
+happened), sent to the main process like any result, and re-raised there with the original
+type, so that `except ValueError:` around a loop works as it does under torch.
+"""
+from __future__ import annotations
+
+import sys
+import traceback
+
+
+class _KeyErrorMessage(str):
+    """KeyError repr()s its argument; this keeps a multi-line message readable."""
+
+    def __repr__(self) -> str:
+        return self
+
+
+class WorkerError:
+    """An exception caught in a worker, carried to the main process as picklable data."""
+
+    def __init__(self, where: str, exc_info=None) -> None:
+        exc_type, exc_value, exc_tb = exc_info or sys.exc_info()
+        self.exc_type = exc_type
+        self.where = where
+        self.traceback_text = "".join(traceback.format_exception(exc_type, exc_value, exc_tb))
+
+    def message(self) -> str:
+        return f"Caught {self.exc_type.__name__} {self.where}.\nOriginal {self.traceback_text}"
+
+    def reraise(self):
+        message = self.message()
+        if self.exc_type is KeyError:
+            message = _KeyErrorMessage(message)
+        elif getattr(self.exc_type, "message", None):
+            raise self.exc_type(message=message)
+        try:
+            exception = self.exc_type(message)
+        except Exception:
+            # The original type cannot be built from one string: keep the text at least.
+            raise RuntimeError(message) from None
+        raise exception
+
+
+class WorkerDiedError(RuntimeError):
+    """A worker process ended while the loader still needed it."""
+
+
+class LoaderTimeoutError(RuntimeError):
+    """No batch arrived within the loader's `timeout`."""

@@ -1,0 +1,67 @@
+"""Fetching samples from a dataset, one batch at a time, remembering what was being fetched.
+
+Fetchers return the samples *uncollated* so that the producer can decide between writing
+them into a slot and the ordinary `collate_fn` path. Their semantics follow torch's
+`_MapDatasetFetcher` and `_IterableDatasetFetcher` exactly (including `__getitems__`).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+
+class MapFetcher:
+    def __init__(self, dataset, auto_collation: bool) -> None:
+        self.dataset = dataset
+        self.auto_collation = auto_collation
+        self.current = ""
+
+    def fetch(self, index) -> Any:
+        if not self.auto_collation:
+            self.current = f"sample {index!r}"
+            return self.dataset[index]
+        if getattr(self.dataset, "__getitems__", None):
+            self.current = f"samples {list(index)!r} (through __getitems__)"
+            return self.dataset.__getitems__(index)
+        samples = []
+        for sample_index in index:
+            self.current = f"sample {sample_index!r}"
+            samples.append(self.dataset[sample_index])
+        return samples
+
+
+class IterableFetcher:
+    def __init__(self, dataset, auto_collation: bool, drop_last: bool) -> None:
+        self.auto_collation = auto_collation
+        self.drop_last = drop_last
+        self.current = "the dataset's iterator (iter(dataset))"
+        self.iterator = iter(dataset)
+        self.ended = False
+        self.fetched = 0
+
+    def fetch(self, index) -> Any:
+        if self.ended:
+            raise StopIteration
+        if not self.auto_collation:
+            return self._next()
+        samples = []
+        for _ in index:
+            try:
+                samples.append(self._next())
+            except StopIteration:
+                self.ended = True
+                break
+        if not samples or (self.drop_last and len(samples) < len(index)):
+            raise StopIteration
+        return samples
+
+    def _next(self):
+        self.current = f"sample {self.fetched} of this iterator (IterableDataset)"
+        sample = next(self.iterator)
+        self.fetched += 1
+        return sample
+
+
+def create_fetcher(is_iterable: bool, dataset, auto_collation: bool, drop_last: bool):
+    if is_iterable:
+        return IterableFetcher(dataset, auto_collation, drop_last)
+    return MapFetcher(dataset, auto_collation)

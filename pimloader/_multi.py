@@ -1,0 +1,276 @@
+"""num_workers>0: worker processes fill shared slots; the main process lends them out.
+
+The bookkeeping (which batch goes to which worker, the order batches are returned in,
+how IterableDataset workers end, how persistent workers start a new epoch) is that of
+torch's `_MultiProcessingDataLoaderIter`, so batches come in the same order. What differs
+is the data path (slots instead of per-batch shared tensors) and how failure is noticed:
+the main process waits on the result queue *and* on every worker's process sentinel, so a
+worker that dies is reported at once, by pid and signal, instead of after a poll interval.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+import signal
+import time
+from multiprocessing.connection import wait
+
+import torch
+from torch.utils.data import IterDataPipe, MapDataPipe
+from torch.utils.data import _utils as torch_utils
+from torch.utils.data.dataloader import (
+    _BaseDataLoaderIter, _DatasetKind, _sharding_worker_init_fn)
+
+from ._errors import LoaderTimeoutError, WorkerDiedError, WorkerError
+from ._pin import pin_collated
+from ._produce import Produced
+from ._slots import SlotBatch
+from ._worker import IterableEnd, ResumeIteration, WorkerConfig, worker_loop
+
+JOIN_TIMEOUT_S = 5.0
+
+
+class MultiProcessIter(_BaseDataLoaderIter):
+    def __init__(self, loader, state) -> None:
+        super().__init__(loader)
+        self._prefetch_factor = loader.prefetch_factor
+        self._in_order = loader.in_order
+        if self._num_workers <= 0:
+            raise AssertionError("num_workers must be greater than 0 for MultiProcessIter")
+        if self._prefetch_factor <= 0:
+            raise AssertionError("prefetch_factor must be greater than 0")
+        self._state = state
+        self._workers, self._index_queues = [], []
+        context = loader.multiprocessing_context or torch.multiprocessing
+        self._result_queue = context.Queue()
+        self._done_event = context.Event()
+        self._pool = state.take_shared_pool(self._num_workers, self._pin_memory)
+        self._shutdown = False
+        try:
+            self._start_workers(context, loader)
+        except BaseException:
+            self._shutdown_workers()
+            raise
+        self._reset(loader, first_iter=True)
+
+    def _start_workers(self, context, loader) -> None:
+        init_fn = loader.worker_init_fn
+        if isinstance(self._dataset, (IterDataPipe, MapDataPipe)):
+            init_fn = functools.partial(
+                _sharding_worker_init_fn, init_fn, self._world_size, self._rank)
+        for worker_id in range(self._num_workers):
+            config = WorkerConfig(
+                is_iterable=self._dataset_kind == _DatasetKind.Iterable,
+                auto_collation=self._auto_collation, collate_fn=self._collate_fn,
+                drop_last=self._drop_last, base_seed=self._base_seed, init_fn=init_fn,
+                worker_id=worker_id, num_workers=self._num_workers,
+                shared_seed=self._shared_seed)
+            index_queue = context.Queue()
+            index_queue.cancel_join_thread()
+            process = context.Process(
+                target=worker_loop, daemon=True,
+                args=(config, [self._dataset], index_queue, self._result_queue,
+                      self._done_event, self._pool.flags, self._pool.inherited(worker_id)))
+            process.start()
+            self._index_queues.append(index_queue)
+            self._workers.append(process)
+
+    # -- epoch bookkeeping (torch's semantics) ------------------------------------------
+
+    def _reset(self, loader, first_iter=False) -> None:
+        super()._reset(loader, first_iter)
+        self._stats = self._state.begin_epoch()
+        self._send_idx = 0
+        self._rcvd_idx = 0
+        self._task_info: dict[int, tuple] = {}
+        self._tasks_outstanding = 0
+        self._workers_status = [True] * self._num_workers
+        self._workers_num_tasks = [0] * self._num_workers
+        self._worker_queue_idx_cycle = itertools.cycle(range(self._num_workers))
+        if not first_iter:
+            self._resume_workers()
+        for _ in range(self._prefetch_factor * self._num_workers):
+            self._try_put_index()
+
+    def _resume_workers(self) -> None:
+        for index_queue in self._index_queues:
+            index_queue.put(ResumeIteration(self._shared_seed))
+        acknowledged = 0
+        while acknowledged < self._num_workers:
+            key, data = self._get_data()
+            if isinstance(key, ResumeIteration):
+                acknowledged += 1
+            else:
+                self._discard(data)
+
+    def _next_data(self):
+        start = time.perf_counter()
+        try:
+            return self._next_in_order()
+        finally:
+            self._stats.wait_s += time.perf_counter() - start
+
+    def _next_in_order(self):
+        while True:
+            while self._rcvd_idx < self._send_idx:
+                info = self._task_info.get(self._rcvd_idx)
+                if info:
+                    worker_id = info[0]
+                    if len(info) == 2 or self._workers_status[worker_id]:
+                        break
+                    del self._task_info[self._rcvd_idx]
+                self._rcvd_idx += 1
+            else:
+                if not self._persistent_workers:
+                    self._shutdown_workers()
+                raise StopIteration
+
+            if len(self._task_info[self._rcvd_idx]) == 2:
+                worker_id, data = self._task_info.pop(self._rcvd_idx)
+                self._rcvd_idx += 1
+                return self._process_data(data, worker_id)
+
+            idx, data = self._get_data()
+            self._tasks_outstanding -= 1
+            if isinstance(data, IterableEnd):
+                if self._persistent_workers:
+                    self._workers_status[data.worker_id] = False
+                else:
+                    self._mark_worker_as_unavailable(data.worker_id)
+                self._try_put_index()
+                continue
+            if idx != self._rcvd_idx:
+                if not self._in_order:
+                    worker_id = self._task_info.pop(idx)[0]
+                    return self._process_data(data, worker_id)
+                self._task_info[idx] += (data,)
+            else:
+                worker_id = self._task_info.pop(idx)[0]
+                self._rcvd_idx += 1
+                return self._process_data(data, worker_id)
+
+    def _try_put_index(self) -> None:
+        max_tasks = self._prefetch_factor * self._num_workers
+        try:
+            index = self._next_index()
+        except StopIteration:
+            return
+        for _ in range(self._num_workers):
+            worker_id = next(self._worker_queue_idx_cycle)
+            if self._workers_status[worker_id]:
+                if self._in_order:
+                    break
+                if self._workers_num_tasks[worker_id] < max_tasks // sum(self._workers_status):
+                    break
+        else:
+            return
+        self._index_queues[worker_id].put((self._send_idx, index))
+        self._task_info[self._send_idx] = (worker_id,)
+        self._workers_num_tasks[worker_id] += 1
+        self._tasks_outstanding += 1
+        self._send_idx += 1
+
+    def _process_data(self, data, worker_id: int):
+        self._workers_num_tasks[worker_id] -= 1
+        self._try_put_index()
+        if isinstance(data, WorkerError):
+            data.reraise()
+        return self._deliver(data)
+
+    def _deliver(self, produced: Produced):
+        shared = isinstance(produced.data, SlotBatch)
+        self._stats.add_batch(produced.count, shared, produced.fetch_s, produced.write_s)
+        if shared:
+            return self._pool.lend(produced.data)
+        if self._pin_memory:
+            return pin_collated(produced.data, self._pin_memory_device)
+        return produced.data
+
+    def _discard(self, data) -> None:
+        if isinstance(data, Produced) and isinstance(data.data, SlotBatch):
+            self._pool.discard(data.data)
+
+    def _mark_worker_as_unavailable(self, worker_id: int) -> None:
+        self._index_queues[worker_id].put(None)
+        self._workers_status[worker_id] = False
+
+    # -- waiting, with failure detection ------------------------------------------------
+
+    def _get_data(self):
+        if self._timeout > 0:
+            received = self._wait_for_result(self._timeout)
+            if received is None:
+                raise LoaderTimeoutError(
+                    f"PIMDataLoader timed out after {self._timeout} seconds waiting for "
+                    f"batch {self._rcvd_idx} from its workers")
+            return received
+        while True:
+            received = self._wait_for_result(None)
+            if received is not None:
+                return received
+
+    def _wait_for_result(self, timeout):
+        reader = self._result_queue._reader
+        sentinels = {self._workers[w].sentinel: w for w in range(self._num_workers)
+                     if self._workers_status[w]}
+        ready = wait([reader, *sentinels], timeout)
+        if reader in ready:
+            return self._result_queue.get()
+        dead = [sentinels[s] for s in ready if s in sentinels]
+        if dead:
+            self._raise_worker_died(dead)
+        return None
+
+    def _raise_worker_died(self, worker_ids: list[int]) -> None:
+        reports = [self._death_report(w) for w in worker_ids]
+        for worker_id in worker_ids:
+            self._workers_status[worker_id] = False
+        self._shutdown_workers()
+        raise WorkerDiedError(
+            "PIMDataLoader " + "; ".join(reports) + ". The batches it was making are lost; "
+            "the loader has shut its workers down.")
+
+    def _death_report(self, worker_id: int) -> str:
+        process = self._workers[worker_id]
+        process.join(timeout=0.1)
+        code = process.exitcode
+        where = f"worker {worker_id} (pid {process.pid})"
+        if code is not None and code < 0:
+            name = signal.Signals(-code).name
+            hint = {
+                "SIGKILL": " (often the kernel's out-of-memory killer)",
+                "SIGBUS": " (often /dev/shm is too small for the batch slots)",
+            }.get(name, "")
+            return f"{where} was killed by signal {name}{hint}"
+        return f"{where} exited unexpectedly with exit code {code}"
+
+    # -- shutdown -----------------------------------------------------------------------
+
+    def _shutdown_workers(self) -> None:
+        if self._shutdown or torch_utils.python_exit_status in (True, None):
+            return
+        self._shutdown = True
+        try:
+            self._done_event.set()
+            for index_queue in self._index_queues:
+                index_queue.put(None)
+            deadline = time.monotonic() + JOIN_TIMEOUT_S
+            for process in self._workers:
+                process.join(timeout=max(0.0, deadline - time.monotonic()))
+        finally:
+            for process in self._workers:
+                if process.is_alive():
+                    process.terminate()
+                    process.join(timeout=JOIN_TIMEOUT_S)
+                if process.is_alive():
+                    process.kill()
+                    process.join()
+            for index_queue in self._index_queues:
+                index_queue.close()
+            self._result_queue.cancel_join_thread()
+            self._result_queue.close()
+            self._state.return_shared_pool(self._pool)
+
+    def __del__(self) -> None:
+        if hasattr(self, "_shutdown"):
+            self._shutdown_workers()

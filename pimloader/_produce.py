@@ -1,0 +1,54 @@
+"""Turning a batch of indices into what a consumer receives: a slot batch or a collated one."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from torch.utils.data import default_collate
+
+from ._slots import SlotBatch, SlotWriter
+
+
+@dataclass
+class Produced:
+    """One batch as it leaves its producer, with the time spent making it."""
+
+    data: Any            # a SlotBatch, or the output of collate_fn
+    count: int           # samples in the batch
+    fetch_s: float
+    write_s: float
+
+
+class BatchProducer:
+    def __init__(self, fetcher, collate_fn, auto_collation: bool,
+                 writer: SlotWriter | None) -> None:
+        self.fetcher = fetcher
+        self.collate_fn = collate_fn
+        uses_default_collate = auto_collation and collate_fn is default_collate
+        self.writer = writer if uses_default_collate else None
+
+    @property
+    def current(self) -> str:
+        return self.fetcher.current
+
+    def produce(self, index) -> Produced:
+        start = time.perf_counter()
+        samples = self.fetcher.fetch(index)
+        fetched = time.perf_counter()
+        data = self.writer.write(samples) if self.writer is not None else None
+        if data is None:
+            self.fetcher.current = f"the batch of {_describe(index, samples)} (collate_fn)"
+            data = self.collate_fn(samples)
+        count = len(samples) if self.fetcher.auto_collation else 1
+        return Produced(data, count, fetched - start, time.perf_counter() - fetched)
+
+
+def _describe(index, samples) -> str:
+    if isinstance(index, (list, tuple)) and index and index[0] is not None:
+        return f"samples {list(index)!r}"
+    return f"{len(samples) if isinstance(samples, list) else 1} sample(s)"
+
+
+def is_slot_batch(data: Any) -> bool:
+    return isinstance(data, SlotBatch)

@@ -1,0 +1,185 @@
+"""Batch slots: preallocated buffers that producers fill and the main process lends out.
+
+Each producer (a worker process, or the main process when num_workers=0) owns a growing
+list of slots and one row of a `flags` array (shared memory when producers are
+processes), one byte per slot: 1 while the slot holds a batch that is in flight or still
+referenced by the user, 0 when it may be refilled. Producers set flags to 1; the main
+process sets them back to 0.
+
+A delivered batch is a set of tensor views over a fresh numpy view of its slot; the slot is
+released when that numpy view dies, which is when the last tensor the user derived from the
+batch is freed. A user who keeps every batch therefore keeps every slot, and the list grows
+(up to `MAX_SLOTS_PER_PRODUCER`, after which batches take the ordinary collate path).
+
+A `SlotPool` keeps the flags and every slot the main process has seen, so that the next
+epoch's workers inherit the slots of the last (no new shared memory, no page faults). A
+slot id always names the same buffer: a worker whose layout differs from the inherited
+one leaves the inherited ids unused and numbers its new slots after them.
+"""
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from ._layout import (
+    Layout, NotSlottable, collate_skeletons, compile_splitter, split_sample)
+
+MAX_SLOTS_PER_PRODUCER = 1024
+
+Allocator = Callable[[int], torch.Tensor]
+InheritedSlots = list  # list[tuple[torch.Tensor, Layout] | None], indexed by slot id
+
+
+@dataclass
+class SlotBatch:
+    """A batch written into slot `slot_id` of producer `producer_id`, as sent to the consumer.
+
+    `new_slot` carries the slot's buffer and layout the first time the slot is used.
+    """
+
+    producer_id: int
+    slot_id: int
+    count: int
+    skeletons: list
+    new_slot: tuple[torch.Tensor, Layout] | None = None
+
+
+class SlotWriter:
+    """The producer side: lays out the first batch, then writes samples into free slots."""
+
+    def __init__(self, producer_id: int, flags: torch.Tensor, allocate: Allocator,
+                 inherited: InheritedSlots = ()) -> None:
+        self.producer_id = producer_id
+        self._flags = flags.numpy()[producer_id]
+        self._allocate = allocate
+        self._inherited = list(inherited)
+        self._layout: Layout | None = None
+        self._splitter = None
+        self._columns: list[list] = []
+        self._slots: list[torch.Tensor | None] = []
+
+    def write(self, samples: list) -> SlotBatch | None:
+        """Write `samples` into a free slot, or return None if they need the ordinary path."""
+        if not isinstance(samples, list) or not samples:
+            return None
+        if self._layout is None and not self._lay_out(samples):
+            return None
+        if len(samples) > self._layout.capacity:
+            return None
+        for column in self._columns:
+            column.clear()
+        try:
+            skeletons = [self._splitter(sample) for sample in samples]
+        except NotSlottable:
+            return None
+        slot_id, new_slot = self._acquire()
+        if slot_id is None:
+            return None
+        self._fill(self._slots[slot_id], len(samples))
+        return SlotBatch(self.producer_id, slot_id, len(samples), skeletons, new_slot)
+
+    def _lay_out(self, samples: list) -> bool:
+        """Fix the layout from the first sample; False if it has nothing to put in a slot."""
+        leaves: list = []
+        try:
+            skeleton = split_sample(samples[0], leaves)
+        except NotSlottable:
+            return False
+        if not leaves:
+            return False
+        self._layout = Layout.for_leaves(leaves, capacity=len(samples))
+        self._columns = [[] for _ in leaves]
+        self._splitter = compile_splitter(skeleton, self._layout, self._columns)
+        self._slots = [slot[0] if slot is not None and slot[1] == self._layout else None
+                       for slot in self._inherited]
+        return True
+
+    def _acquire(self):
+        known = len(self._slots)
+        usable = np.fromiter((slot is not None for slot in self._slots), bool, known)
+        free = np.flatnonzero(usable & (self._flags[:known] == 0))
+        new_slot = None
+        if free.size:
+            slot_id = int(free[0])
+        elif known < MAX_SLOTS_PER_PRODUCER:
+            slot_id = known
+            self._slots.append(self._allocate(self._layout.nbytes))
+            new_slot = (self._slots[slot_id], self._layout)
+        else:
+            return None, None
+        self._flags[slot_id] = 1
+        return slot_id, new_slot
+
+    def _fill(self, slot: torch.Tensor, count: int) -> None:
+        """Stack each field's column straight into the slot (as default_collate's `out=`)."""
+        views = self._layout.field_views(slot, count)
+        for column, view in zip(self._columns, views):
+            if all(type(leaf) is torch.Tensor for leaf in column):
+                torch.stack(column, out=view)
+            else:
+                np.stack([_as_numpy(leaf) for leaf in column], out=view.numpy())
+            column.clear()
+
+
+def _as_numpy(leaf) -> np.ndarray:
+    return leaf if isinstance(leaf, np.ndarray) else leaf.resolve_conj().resolve_neg().numpy()
+
+
+class SlotPool:
+    """The main process's side: every known slot, the flags, and lending slots out."""
+
+    def __init__(self, num_producers: int, shared: bool,
+                 register: Callable[[torch.Tensor], None] | None = None) -> None:
+        flags = torch.zeros(num_producers, MAX_SLOTS_PER_PRODUCER, dtype=torch.uint8)
+        self.flags = flags.share_memory_() if shared else flags
+        self.num_producers = num_producers
+        self.pinned = register is not None
+        self._flag_bytes = self.flags.numpy()
+        self._register = register
+        self._slots: dict[tuple[int, int], tuple[torch.Tensor, Layout]] = {}
+        self._lent: set[tuple[int, int]] = set()
+
+    def lend(self, batch: SlotBatch) -> Any:
+        """The user's batch: the skeletons collated over views of the batch's slot."""
+        key = self._remember(batch)
+        buffer, layout = self._slots[key]
+        lent = buffer.numpy()[:]
+        self._lent.add(key)
+        weakref.finalize(lent, _release, self._flag_bytes, self._lent, key)
+        views = layout.field_views(torch.from_numpy(lent), batch.count)
+        return collate_skeletons(batch.skeletons, views)
+
+    def discard(self, batch: SlotBatch) -> None:
+        """Free the slot of a batch that will never be handed to the user."""
+        self._flag_bytes[self._remember(batch)] = 0
+
+    def release_unlent(self) -> None:
+        """After the producers have stopped: free every slot the user does not hold."""
+        for key in self._slots:
+            if key not in self._lent:
+                self._flag_bytes[key] = 0
+
+    def inherited(self, producer_id: int) -> InheritedSlots:
+        ids = [slot_id for (producer, slot_id) in self._slots if producer == producer_id]
+        slots: InheritedSlots = [None] * (max(ids) + 1 if ids else 0)
+        for slot_id in ids:
+            slots[slot_id] = self._slots[(producer_id, slot_id)]
+        return slots
+
+    def _remember(self, batch: SlotBatch) -> tuple[int, int]:
+        key = (batch.producer_id, batch.slot_id)
+        if batch.new_slot is not None:
+            buffer, layout = batch.new_slot
+            if self._register is not None:
+                self._register(buffer)
+            self._slots[key] = (buffer, layout)
+        return key
+
+
+def _release(flags: np.ndarray, lent: set, key: tuple[int, int]) -> None:
+    lent.discard(key)
+    flags[key] = 0

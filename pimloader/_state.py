@@ -1,0 +1,52 @@
+"""What a loader keeps across its iterators: epoch statistics and its slot pools.
+
+Iterators hold this object rather than the loader, so that a loader and its persistent
+iterator do not form a reference cycle (their workers then stop as soon as the loader is
+dropped, not at the next garbage collection).
+"""
+from __future__ import annotations
+
+import torch
+
+from ._pin import register_slot
+from ._slots import SlotPool, SlotWriter
+from ._stats import EpochStats
+
+
+class LoaderState:
+    def __init__(self) -> None:
+        self.history: list[EpochStats] = []
+        self._shared_pool: SlotPool | None = None
+        self._local: tuple[bool, SlotPool, SlotWriter] | None = None
+
+    def begin_epoch(self) -> EpochStats:
+        self.history.append(EpochStats(epoch=len(self.history)))
+        return self.history[-1]
+
+    def take_shared_pool(self, num_workers: int, pinned: bool) -> SlotPool:
+        """The pool for one multi-process iterator; an iterator running beside it gets its own."""
+        pool, self._shared_pool = self._shared_pool, None
+        if pool is None or pool.num_producers != num_workers or pool.pinned != pinned:
+            pool = SlotPool(num_workers, shared=True,
+                            register=register_slot if pinned else None)
+        return pool
+
+    def return_shared_pool(self, pool: SlotPool) -> None:
+        pool.release_unlent()
+        self._shared_pool = pool
+
+    def local_slots(self, pinned: bool) -> tuple[SlotPool, SlotWriter]:
+        """The main process's own slots (num_workers=0), kept across epochs."""
+        if self._local is None or self._local[0] != pinned:
+            pool = SlotPool(1, shared=False)
+            allocate = _allocate_pinned if pinned else _allocate_plain
+            self._local = (pinned, pool, SlotWriter(0, pool.flags, allocate))
+        return self._local[1], self._local[2]
+
+
+def _allocate_plain(nbytes: int) -> torch.Tensor:
+    return torch.empty(nbytes, dtype=torch.uint8)
+
+
+def _allocate_pinned(nbytes: int) -> torch.Tensor:
+    return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)

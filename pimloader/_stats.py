@@ -1,0 +1,37 @@
+"""Per-epoch accounting of where a loader's time goes."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass
+class EpochStats:
+    """What one epoch of a PIMDataLoader cost.
+
+    wait_s:  time the main process spent inside `next()` waiting for (or, with
+             num_workers=0, making) batches.
+    fetch_s: time producers spent getting samples from the dataset, summed over workers.
+    write_s: time producers spent writing samples into slots or running collate_fn,
+             summed over workers.
+    shared_batches:   batches delivered as views over shared slots.
+    collated_batches: batches delivered through the ordinary collate_fn path.
+    """
+
+    epoch: int
+    batches: int = 0
+    samples: int = 0
+    wait_s: float = 0.0
+    fetch_s: float = 0.0
+    write_s: float = 0.0
+    shared_batches: int = 0
+    collated_batches: int = 0
+
+    def add_batch(self, samples: int, shared: bool, fetch_s: float, write_s: float) -> None:
+        self.batches += 1
+        self.samples += samples
+        self.fetch_s += fetch_s
+        self.write_s += write_s
+        if shared:
+            self.shared_batches += 1
+        else:
+            self.collated_batches += 1

@@ -1,0 +1,165 @@
+"""The worker process: fetch the batches it is sent, write them into its slots, report back.
+
+Protocol (one index queue per worker, one result queue shared by all):
+  main -> worker   (send_idx, index)          produce this batch
+                   ResumeIteration(seed)       a new epoch of persistent workers
+                   None                        exit (after done_event, skip all else)
+  worker -> main   (send_idx, Produced)        a batch (a SlotBatch or collated data)
+                   (send_idx, WorkerError)     the batch failed; re-raised in the main process
+                   (send_idx, IterableEnd)     this worker's IterableDataset is exhausted
+                   (ResumeIteration, None)     acknowledges a ResumeIteration
+Seeding, `get_worker_info()` and the handling of `worker_init_fn` follow torch's worker loop
+so that a dataset sees exactly what it would see under torch's DataLoader.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import random
+from dataclasses import dataclass
+
+import torch
+from torch.utils.data import IterDataPipe
+from torch.utils.data._utils import worker as torch_worker
+from torch.utils.data.graph_settings import apply_random_seed
+
+from ._errors import WorkerError
+from ._fetch import create_fetcher
+from ._produce import BatchProducer
+from ._slots import SlotWriter
+
+STATUS_CHECK_INTERVAL = 1.0
+
+
+@dataclass(frozen=True)
+class ResumeIteration:
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class IterableEnd:
+    worker_id: int
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """Everything a worker needs, fixed for the worker's lifetime (picklable for spawn)."""
+
+    is_iterable: bool
+    auto_collation: bool
+    collate_fn: object
+    drop_last: bool
+    base_seed: int
+    init_fn: object
+    worker_id: int
+    num_workers: int
+    shared_seed: int | None
+
+
+def _seed_like_torch(base_seed: int, worker_id: int) -> int:
+    seed = base_seed + worker_id
+    random.seed(seed)
+    torch.manual_seed(seed)
+    import numpy as np
+    np.random.seed(torch_worker._generate_state(base_seed, worker_id))
+    return seed
+
+
+def _where(config: WorkerConfig, doing: str) -> str:
+    return f"in PIMDataLoader worker {config.worker_id} (pid {os.getpid()}) {doing}"
+
+
+class _Worker:
+    def __init__(self, config: WorkerConfig, dataset, flags: torch.Tensor,
+                 inherited_slots: list) -> None:
+        self.config = config
+        self.dataset = dataset
+        self.shared_rng = torch.Generator()
+        self.writer = SlotWriter(config.worker_id, flags, _allocate_shared, inherited_slots)
+        self.producer = None
+        self.pending_error: WorkerError | None = None
+        self.iteration_end = False
+
+    def start(self) -> None:
+        config = self.config
+        seed = _seed_like_torch(config.base_seed, config.worker_id)
+        self._reseed_datapipe(config.shared_seed)
+        torch_worker._worker_info = torch_worker.WorkerInfo(
+            id=config.worker_id, num_workers=config.num_workers, seed=seed,
+            dataset=self.dataset)
+        try:
+            if config.init_fn is not None:
+                config.init_fn(config.worker_id)
+            self._new_producer()
+        except Exception:
+            self.pending_error = WorkerError(_where(config, "while starting (worker_init_fn)"))
+
+    def _reseed_datapipe(self, shared_seed) -> None:
+        if isinstance(self.dataset, IterDataPipe):
+            self.shared_rng.manual_seed(shared_seed)
+            self.dataset = apply_random_seed(self.dataset, self.shared_rng)
+
+    def _new_producer(self) -> None:
+        config = self.config
+        fetcher = create_fetcher(config.is_iterable, self.dataset, config.auto_collation,
+                                 config.drop_last)
+        self.producer = BatchProducer(fetcher, config.collate_fn, config.auto_collation,
+                                      self.writer)
+
+    def resume(self, seed) -> None:
+        self.iteration_end = False
+        self._reseed_datapipe(seed)
+        try:
+            self._new_producer()
+        except Exception:
+            self.pending_error = WorkerError(_where(self.config, "while restarting iteration"))
+
+    def handle(self, index):
+        if self.pending_error is not None:
+            error, self.pending_error = self.pending_error, None
+            return error
+        try:
+            return self.producer.produce(index)
+        except StopIteration:
+            if self.config.is_iterable:
+                self.iteration_end = True
+                return IterableEnd(self.config.worker_id)
+            return WorkerError(_where(self.config, f"while fetching {self.producer.current}"))
+        except Exception:
+            return WorkerError(_where(self.config, f"while fetching {self.producer.current}"))
+
+
+def _allocate_shared(nbytes: int) -> torch.Tensor:
+    return torch.empty(nbytes, dtype=torch.uint8).share_memory_()
+
+
+def worker_loop(config: WorkerConfig, dataset_holder: list, index_queue, result_queue,
+                done_event, flags: torch.Tensor, inherited_slots: list) -> None:
+    parent = os.getppid()
+    try:
+        torch._C._set_worker_signal_handlers()
+        torch.set_num_threads(1)
+        worker = _Worker(config, dataset_holder.pop(), flags, inherited_slots)
+        worker.start()
+        while os.getppid() == parent:
+            try:
+                message = index_queue.get(timeout=STATUS_CHECK_INTERVAL)
+            except queue.Empty:
+                continue
+            if message is None:
+                break
+            if isinstance(message, ResumeIteration):
+                worker.resume(message.seed)
+                result_queue.put((message, None))
+                continue
+            if worker.iteration_end or done_event.is_set():
+                continue
+            send_idx, index = message
+            result_queue.put((send_idx, worker.handle(index)))
+            del message, index
+    except KeyboardInterrupt:
+        pass
+    finally:
+        torch_worker._worker_info = None
+        result_queue.cancel_join_thread()
+        result_queue.close()
