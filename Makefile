@@ -8,10 +8,13 @@ PIP    := $(PY) -m pip
 
 .PHONY: test bench install clean
 
-$(VENV)/.base: requirements.txt requirements-dev.txt setup.py
+NATIVE := $(wildcard csrc/*.c csrc/*.h csrc/*/*.h csrc/build_*.py dpu_src/*.c dpu_src/*.h)
+
+$(VENV)/.base: requirements.txt requirements-dev.txt setup.py $(NATIVE)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q -r requirements-dev.txt
 	$(PIP) install -q --no-build-isolation --no-deps -e .
+	$(PY) setup.py -q build_ext --inplace
 	touch $@
 
 $(VENV)/.bench: $(VENV)/.base requirements-bench.txt
