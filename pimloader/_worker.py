@@ -111,13 +111,13 @@ class _Worker:
         self._reseed_datapipe(seed)
         try:
             self._new_producer()
+            self.pending_error = None
         except Exception:
             self.pending_error = WorkerError(_where(self.config, "while restarting iteration"))
 
     def handle(self, index):
         if self.pending_error is not None:
-            error, self.pending_error = self.pending_error, None
-            return error
+            return self.pending_error  # every batch fails until a restart succeeds
         try:
             return self.producer.produce(index)
         except StopIteration:
