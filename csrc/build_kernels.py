@@ -1,0 +1,52 @@
+"""cffi build (API mode) of `pimloader._kernels`: the fused CPU kernels of csrc/cpu_kernels.c.
+
+setup.py picks this file up through its `csrc/build_*.py:ffibuilder` glob. The cdef is cut
+from the `cffi-cdef-begin` / `cffi-cdef-end` blocks of the headers, so the struct layouts and
+prototypes are written once, in C. In API mode every call into the module releases the GIL.
+"""
+import os
+import re
+
+from cffi import FFI
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+INCLUDE = os.path.join(HERE, "include")
+HEADERS = ("pim_params.h", "pim_cpu.h")  # order matters: pim_cpu.h uses pim_params.h's types
+
+_BLOCK = re.compile(r"/\* cffi-cdef-begin.*?\*/(.*?)/\* cffi-cdef-end \*/", re.S)
+
+
+def cdef_text() -> str:
+    """The declarations of every header's cffi block, comments stripped."""
+    parts = []
+    for name in HEADERS:
+        with open(os.path.join(INCLUDE, name), encoding="utf-8") as f:
+            blocks = _BLOCK.findall(f.read())
+        if not blocks:
+            raise RuntimeError(f"csrc/include/{name} has no cffi-cdef-begin/end block")
+        parts.extend(blocks)
+    text = "\n".join(parts)
+    return re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+
+
+def _rel(path: str) -> str:
+    # setuptools wants sources relative to the directory setup.py runs in
+    try:
+        return os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return path
+
+
+ffibuilder = FFI()
+ffibuilder.cdef(cdef_text())
+ffibuilder.set_source(
+    "pimloader._kernels",
+    '#include "pim_params.h"\n#include "pim_cpu.h"\n',
+    sources=[_rel(os.path.join(HERE, "cpu_kernels.c"))],
+    include_dirs=[INCLUDE],
+    depends=[os.path.join(INCLUDE, h) for h in ("pim_params.h", "pim_resample.h", "pim_cpu.h")],
+    extra_compile_args=["-std=gnu11", "-O3", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

@@ -1,0 +1,611 @@
+/* cpu_kernels.c: the fused crop + resize + flip + convert step on the CPU.
+ *
+ * How rows move on the host; the arithmetic itself is pim_resample.h's, shared with the DPU
+ * kernels. Per sample: horizontally resample the crop's source rows as the vertical pass
+ * needs them (into a ring of `taps` rows, since the vertical windows only move down), run
+ * the vertical pass into an int32 accumulator row, round, then flip/convert/lay out the row
+ * straight into the output slot. One thread; parallelism is across worker processes.
+ *
+ * The row loops come in three versions computing the same integer sums: the portable code of
+ * pim_resample.h (what the DPU kernels run), and SSSE3 / AVX2 versions picked at run time
+ * (pim_cpu_simd). The tests check all of them against torchvision and each other.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pim_cpu.h"
+#include "pim_resample.h"
+
+static void set_err(char *err, uint32_t err_len, const char *fmt, ...)
+{
+    if (err == NULL || err_len == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_len, fmt, ap);
+    va_end(ap);
+}
+
+/* Checks one axis table (at `offset` in `tables`) against the extents it must map. */
+static int check_axis(const uint8_t *tables, uint64_t tables_bytes, uint32_t offset,
+                      uint32_t n_in, uint32_t n_out, const char *name, char *err,
+                      uint32_t err_len)
+{
+    if (offset % 8 != 0 || (uint64_t)offset + sizeof(pim_axis_t) > tables_bytes) {
+        set_err(err, err_len, "%s table offset %u is misaligned or outside the %llu-byte tables",
+                name, offset, (unsigned long long)tables_bytes);
+        return 0;
+    }
+    const pim_axis_t *axis = (const pim_axis_t *)(const void *)(tables + offset);
+    if (axis->n_in != n_in || axis->n_out != n_out) {
+        set_err(err, err_len, "%s table maps %u -> %u, the sample needs %u -> %u", name,
+                axis->n_in, axis->n_out, n_in, n_out);
+        return 0;
+    }
+    if (n_in == n_out)
+        return 1; /* not resampled: nothing else is read */
+    if (axis->taps == 0 || axis->taps % 4 != 0 || axis->precision < PIM_MIN_PRECISION ||
+        axis->precision > PIM_MAX_PRECISION) {
+        set_err(err, err_len, "%s table has taps %u (multiple of 4 expected) and precision %u "
+                "(1..22 expected)", name, axis->taps, axis->precision);
+        return 0;
+    }
+    if ((uint64_t)offset + PIM_AXIS_TABLE_BYTES(n_out, axis->taps) > tables_bytes) {
+        set_err(err, err_len, "%s table (%u outputs x %u taps) runs past the tables' end", name,
+                n_out, axis->taps);
+        return 0;
+    }
+    const pim_range_t *ranges = pim_axis_ranges(axis);
+    const int16_t *weights = pim_axis_weights(axis);
+    uint32_t prev_first = 0, prev_end = 0;
+    for (uint32_t j = 0; j < n_out; j++) {
+        const uint32_t first = ranges[j].first, count = ranges[j].count;
+        if (count > axis->taps || first > n_in || count > n_in - first) {
+            set_err(err, err_len, "%s table output %u reads taps %u..%u of %u (taps %u)", name,
+                    j, first, first + count, n_in, axis->taps);
+            return 0;
+        }
+        if (first < prev_first || first + count < prev_end) {
+            set_err(err, err_len, "%s table windows must move forward (output %u)", name, j);
+            return 0;
+        }
+        for (uint32_t t = count; t < axis->taps; t++) {
+            if (weights[(size_t)j * axis->taps + t] != 0) {
+                set_err(err, err_len, "%s table output %u has a nonzero weight past its %u taps",
+                        name, j, count);
+                return 0;
+            }
+        }
+        prev_first = first;
+        prev_end = first + count;
+        /* the int32 accumulator cannot overflow */
+        int64_t bound = (int64_t)1 << (axis->precision - 1);
+        for (uint32_t t = 0; t < count; t++) {
+            const int64_t w = weights[(size_t)j * axis->taps + t];
+            bound += 255 * (w < 0 ? -w : w);
+        }
+        if (bound > INT32_MAX) {
+            set_err(err, err_len, "%s table output %u could overflow the int32 accumulator", name,
+                    j);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int check_sample(const pim_sample_t *s, const uint8_t *src, const uint64_t *src_bytes,
+                        uint32_t i, const uint8_t *tables, uint64_t tables_bytes,
+                        const void *lut, uint64_t dst_bytes, char *err, uint32_t err_len)
+{
+    if (s->channels != 1 && s->channels != 3) {
+        set_err(err, err_len, "%u channels (1 or 3 supported)", s->channels);
+        return 0;
+    }
+    if (s->out_esize != 1 && s->out_esize != 2 && s->out_esize != 4) {
+        set_err(err, err_len, "output element size %u (1, 2 or 4 supported)", s->out_esize);
+        return 0;
+    }
+    if (s->out_esize > 1 && lut == NULL) {
+        set_err(err, err_len, "output element size %u needs a lookup table", s->out_esize);
+        return 0;
+    }
+    if (s->flags & ~(PIM_FLAG_HFLIP | PIM_FLAG_VFLIP | PIM_FLAG_NHWC)) {
+        set_err(err, err_len, "unknown flags 0x%x", s->flags);
+        return 0;
+    }
+    if (src == NULL) {
+        set_err(err, err_len, "no source image");
+        return 0;
+    }
+    if (s->crop_h == 0 || s->crop_w == 0 || s->out_h == 0 || s->out_w == 0) {
+        set_err(err, err_len, "empty crop %ux%u or output %ux%u", s->crop_h, s->crop_w,
+                s->out_h, s->out_w);
+        return 0;
+    }
+    if ((uint64_t)s->crop_top + s->crop_h > s->src_h ||
+        (uint64_t)s->crop_left + s->crop_w > s->src_w) {
+        set_err(err, err_len, "crop box top %u left %u height %u width %u is not inside the "
+                "%ux%u image (padding is not supported by this kernel)", s->crop_top,
+                s->crop_left, s->crop_h, s->crop_w, s->src_h, s->src_w);
+        return 0;
+    }
+    if ((uint64_t)s->src_stride < (uint64_t)s->src_w * s->channels) {
+        set_err(err, err_len, "row stride %u is shorter than a %u-pixel row", s->src_stride,
+                s->src_w);
+        return 0;
+    }
+    if (src_bytes != NULL) {
+        const uint64_t end = s->src_offset + (uint64_t)(s->src_h - 1) * s->src_stride +
+                             (uint64_t)s->src_w * s->channels;
+        if (end > src_bytes[i]) {
+            set_err(err, err_len, "image (%llu bytes from its base) does not fit its %llu-byte "
+                    "source", (unsigned long long)end, (unsigned long long)src_bytes[i]);
+            return 0;
+        }
+    }
+    const uint64_t out_bytes = (uint64_t)s->out_h * s->out_w * s->channels * s->out_esize;
+    if (s->dst_offset % s->out_esize != 0 || s->dst_offset > dst_bytes ||
+        out_bytes > dst_bytes - s->dst_offset) {
+        set_err(err, err_len, "output slot at %llu (%llu bytes) is misaligned or outside the "
+                "%llu-byte output", (unsigned long long)s->dst_offset,
+                (unsigned long long)out_bytes, (unsigned long long)dst_bytes);
+        return 0;
+    }
+    if (!check_axis(tables, tables_bytes, s->xtab_offset, s->crop_w, s->out_w, "horizontal",
+                    err, err_len))
+        return 0;
+    if (!check_axis(tables, tables_bytes, s->ytab_offset, s->crop_h, s->out_h, "vertical", err,
+                    err_len))
+        return 0;
+    return 1;
+}
+
+/* ---- row loops ----------------------------------------------------------------------
+ * The horizontal and vertical passes below compute exactly pim_resample.h's sums (int32
+ * integer arithmetic is exact, so the order of the additions does not matter), with SIMD
+ * where the CPU has it. The SIMD horizontal pass reads whole groups of 4 taps: the table's
+ * weights past `count` are zero (check_axis makes sure), and the source row must be
+ * readable for C * (n_in + taps) + 32 bytes from the crop's left edge. It writes one byte
+ * past the row's end (row buffers have slack). */
+
+#define ROW_SLACK 64u
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define PIM_HAVE_X86 1
+#include <immintrin.h>
+#endif
+
+static int g_simd = -1; /* -1 until first use */
+
+static int detect_simd(void)
+{
+#ifdef PIM_HAVE_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2"))
+        return 2;
+    if (__builtin_cpu_supports("ssse3"))
+        return 1;
+#endif
+    return 0;
+}
+
+int pim_cpu_simd(int request)
+{
+    const int best = detect_simd();
+    g_simd = (request < 0 || request > best) ? best : request;
+    return g_simd;
+}
+
+static inline uint32_t round4(uint32_t v)
+{
+    return (v + 3u) & ~3u;
+}
+
+#ifdef PIM_HAVE_X86
+__attribute__((target("ssse3"))) static void hpass_c3_ssse3(const uint8_t *src,
+                                                            const pim_axis_t *axis, uint8_t *dst,
+                                                            uint32_t j0)
+{
+    const pim_range_t *ranges = pim_axis_ranges(axis);
+    const int16_t *weights = pim_axis_weights(axis);
+    const uint32_t taps = axis->taps;
+    const __m128i init = _mm_set1_epi32(pim_acc_init(axis->precision));
+    const __m128i shift = _mm_cvtsi32_si128((int)axis->precision);
+    /* taps t, t+1 -> int16 lanes r r g g b b 0 0; and taps t+2, t+3 */
+    const __m128i lo = _mm_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
+    const __m128i hi = _mm_setr_epi8(6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1);
+    for (uint32_t j = j0; j < axis->n_out; j++) {
+        const uint8_t *s = src + 3u * ranges[j].first;
+        const int16_t *k = weights + (size_t)j * taps;
+        const uint32_t n = round4(ranges[j].count);
+        __m128i acc = init;
+        for (uint32_t t = 0; t < n; t += 4) {
+            const __m128i px = _mm_loadu_si128((const __m128i *)(const void *)(s + 3 * t));
+            const __m128i w = _mm_loadl_epi64((const __m128i *)(const void *)(k + t));
+            acc = _mm_add_epi32(acc, _mm_madd_epi16(_mm_shuffle_epi8(px, lo),
+                                                    _mm_shuffle_epi32(w, 0x00)));
+            acc = _mm_add_epi32(acc, _mm_madd_epi16(_mm_shuffle_epi8(px, hi),
+                                                    _mm_shuffle_epi32(w, 0x55)));
+        }
+        acc = _mm_sra_epi32(acc, shift);
+        acc = _mm_packus_epi16(_mm_packs_epi32(acc, acc), acc);
+        const uint32_t v = (uint32_t)_mm_cvtsi128_si32(acc);
+        memcpy(dst + 3 * j, &v, 4);
+    }
+}
+
+__attribute__((target("avx2"))) static void hpass_c3_avx2(const uint8_t *src,
+                                                          const pim_axis_t *axis, uint8_t *dst)
+{
+    const pim_range_t *ranges = pim_axis_ranges(axis);
+    const int16_t *weights = pim_axis_weights(axis);
+    const uint32_t taps = axis->taps;
+    const __m256i init = _mm256_set1_epi32(pim_acc_init(axis->precision));
+    const __m128i shift = _mm_cvtsi32_si128((int)axis->precision);
+    const __m256i lo = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,
+                                        0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
+    const __m256i hi = _mm256_setr_epi8(6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1,
+                                        -1, 6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1,
+                                        -1, -1);
+    uint32_t j = 0;
+    for (; j + 2 <= axis->n_out; j += 2) { /* output j in the low lane, j + 1 in the high */
+        const uint8_t *s0 = src + 3u * ranges[j].first;
+        const uint8_t *s1 = src + 3u * ranges[j + 1].first;
+        const int16_t *k0 = weights + (size_t)j * taps;
+        const int16_t *k1 = k0 + taps;
+        const uint32_t n0 = round4(ranges[j].count), n1 = round4(ranges[j + 1].count);
+        const uint32_t n = n0 > n1 ? n0 : n1;
+        __m256i acc = init;
+        for (uint32_t t = 0; t < n; t += 4) {
+            const __m256i px = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(s0 + 3 * t))),
+                _mm_loadu_si128((const __m128i *)(const void *)(s1 + 3 * t)), 1);
+            const __m256i w = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)(const void *)(k0 + t))),
+                _mm_loadl_epi64((const __m128i *)(const void *)(k1 + t)), 1);
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, lo),
+                                                          _mm256_shuffle_epi32(w, 0x00)));
+            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, hi),
+                                                          _mm256_shuffle_epi32(w, 0x55)));
+        }
+        acc = _mm256_sra_epi32(acc, shift);
+        acc = _mm256_packus_epi16(_mm256_packs_epi32(acc, acc), acc);
+        const uint32_t v0 = (uint32_t)_mm_cvtsi128_si32(_mm256_castsi256_si128(acc));
+        const uint32_t v1 = (uint32_t)_mm_cvtsi128_si32(_mm256_extracti128_si256(acc, 1));
+        memcpy(dst + 3 * j, &v0, 4);
+        memcpy(dst + 3 * j + 3, &v1, 4);
+    }
+    if (j < axis->n_out)
+        hpass_c3_ssse3(src, axis, dst, j);
+}
+
+__attribute__((target("ssse3"))) static void hpass_c1_ssse3(const uint8_t *src,
+                                                            const pim_axis_t *axis, uint8_t *dst)
+{
+    const pim_range_t *ranges = pim_axis_ranges(axis);
+    const int16_t *weights = pim_axis_weights(axis);
+    const uint32_t taps = axis->taps, precision = axis->precision;
+    const int32_t init = pim_acc_init(precision);
+    const __m128i zero = _mm_setzero_si128();
+    for (uint32_t j = 0; j < axis->n_out; j++) {
+        const uint8_t *s = src + ranges[j].first;
+        const int16_t *k = weights + (size_t)j * taps;
+        const uint32_t n = round4(ranges[j].count);
+        __m128i acc = zero;
+        uint32_t t = 0;
+        for (; t + 8 <= n; t += 8) {
+            const __m128i px = _mm_unpacklo_epi8(
+                _mm_loadl_epi64((const __m128i *)(const void *)(s + t)), zero);
+            acc = _mm_add_epi32(acc, _mm_madd_epi16(
+                px, _mm_loadu_si128((const __m128i *)(const void *)(k + t))));
+        }
+        if (t < n) {
+            uint32_t four;
+            memcpy(&four, s + t, 4);
+            const __m128i px = _mm_unpacklo_epi8(_mm_cvtsi32_si128((int)four), zero);
+            acc = _mm_add_epi32(acc, _mm_madd_epi16(
+                px, _mm_loadl_epi64((const __m128i *)(const void *)(k + t))));
+        }
+        acc = _mm_add_epi32(acc, _mm_shuffle_epi32(acc, 0x4e));
+        acc = _mm_add_epi32(acc, _mm_shuffle_epi32(acc, 0xb1));
+        dst[j] = pim_acc_to_u8(init + _mm_cvtsi128_si32(acc), precision);
+    }
+}
+#endif /* PIM_HAVE_X86 */
+
+/* src: crop's left edge in this row, readable as the SIMD loops need (see above) */
+static void hpass(const uint8_t *src, uint32_t channels, const pim_axis_t *axis, uint8_t *dst)
+{
+#ifdef PIM_HAVE_X86
+    if (g_simd >= 2 && channels == 3) {
+        hpass_c3_avx2(src, axis, dst);
+        return;
+    }
+    if (g_simd >= 1) {
+        if (channels == 3)
+            hpass_c3_ssse3(src, axis, dst, 0);
+        else
+            hpass_c1_ssse3(src, axis, dst);
+        return;
+    }
+#endif
+    pim_hpass_row(src, channels, axis, dst);
+}
+
+/* One output row of the vertical pass from its `count` source rows: pim_vpass_init/mac/
+ * finish, two taps per sweep over the accumulator. */
+static inline __attribute__((always_inline)) void vpass_body(const uint8_t **rows,
+                                                              const int16_t *w, uint32_t count,
+                                                              uint32_t precision, int32_t *acc,
+                                                              uint8_t *out, uint32_t len)
+{
+    uint32_t t = 0;
+    pim_vpass_init(acc, len, precision);
+    for (; t + 2 <= count; t += 2) {
+        const uint8_t *r0 = rows[t], *r1 = rows[t + 1];
+        const int16_t w0 = w[t], w1 = w[t + 1];
+        for (uint32_t i = 0; i < len; i++)
+            acc[i] += pim_mul_w_px(w0, r0[i]) + pim_mul_w_px(w1, r1[i]);
+    }
+    if (t < count)
+        pim_vpass_mac(acc, rows[t], w[t], len);
+    pim_vpass_finish(acc, precision, out, len);
+}
+
+static void vpass_portable(const uint8_t **rows, const int16_t *w, uint32_t count,
+                           uint32_t precision, int32_t *acc, uint8_t *out, uint32_t len)
+{
+    vpass_body(rows, w, count, precision, acc, out, len);
+}
+
+#ifdef PIM_HAVE_X86
+/* Rows i..i+15 of the result for every tap, accumulators in registers: tap pairs (t, t+1)
+ * are interleaved bytewise, widened to int16 and multiplied-added against (w_t, w_t+1). */
+__attribute__((target("avx2"))) static void vpass_avx2(const uint8_t **rows,
+                                                       const int16_t *w, uint32_t count,
+                                                       uint32_t precision, int32_t *acc,
+                                                       uint8_t *out, uint32_t len)
+{
+    const __m256i init = _mm256_set1_epi32(pim_acc_init(precision));
+    const __m128i shift = _mm_cvtsi32_si128((int)precision);
+    uint32_t i = 0;
+    for (; i + 16 <= len; i += 16) {
+        __m256i a0 = init, a1 = init;
+        for (uint32_t t = 0; t < count; t += 2) {
+            const int last = t + 1 == count;
+            const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)(rows[t] + i));
+            const __m128i y = last ? x : _mm_loadu_si128((const __m128i *)(const void *)(rows[t + 1] + i));
+            const uint32_t pair = (uint32_t)(uint16_t)w[t] |
+                                  (last ? 0u : (uint32_t)(uint16_t)w[t + 1] << 16);
+            const __m256i k = _mm256_set1_epi32((int)pair);
+            a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpacklo_epi8(x, y)), k));
+            a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(_mm256_cvtepu8_epi16(_mm_unpackhi_epi8(x, y)), k));
+        }
+        a0 = _mm256_sra_epi32(a0, shift);
+        a1 = _mm256_sra_epi32(a1, shift);
+        /* int16 order 0-3 8-11 | 4-7 12-15 -> 0..15, then to uint8 with saturation */
+        const __m256i p16 = _mm256_permute4x64_epi64(_mm256_packs_epi32(a0, a1), 0xd8);
+        const __m128i p8 = _mm_packus_epi16(_mm256_castsi256_si128(p16),
+                                            _mm256_extracti128_si256(p16, 1));
+        _mm_storeu_si128((__m128i *)(void *)(out + i), p8);
+    }
+    if (i < len) { /* the last few bytes: the shared code on the row tails */
+        for (uint32_t t = 0; t < count; t++)
+            rows[t] += i; /* the caller rebuilds its row list for every output row */
+        vpass_body(rows, w, count, precision, acc, out + i, len - i);
+    }
+}
+
+__attribute__((target("ssse3"))) static void vpass_ssse3(const uint8_t **rows,
+                                                         const int16_t *w, uint32_t count,
+                                                         uint32_t precision, int32_t *acc,
+                                                         uint8_t *out, uint32_t len)
+{
+    const __m128i init = _mm_set1_epi32(pim_acc_init(precision));
+    const __m128i shift = _mm_cvtsi32_si128((int)precision);
+    const __m128i zero = _mm_setzero_si128();
+    uint32_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        __m128i a0 = init, a1 = init;
+        for (uint32_t t = 0; t < count; t += 2) {
+            const int last = t + 1 == count;
+            const __m128i x = _mm_loadl_epi64((const __m128i *)(const void *)(rows[t] + i));
+            const __m128i y = last ? x : _mm_loadl_epi64((const __m128i *)(const void *)(rows[t + 1] + i));
+            const uint32_t pair = (uint32_t)(uint16_t)w[t] |
+                                  (last ? 0u : (uint32_t)(uint16_t)w[t + 1] << 16);
+            const __m128i k = _mm_set1_epi32((int)pair);
+            const __m128i xy = _mm_unpacklo_epi8(x, y);
+            a0 = _mm_add_epi32(a0, _mm_madd_epi16(_mm_unpacklo_epi8(xy, zero), k));
+            a1 = _mm_add_epi32(a1, _mm_madd_epi16(_mm_unpackhi_epi8(xy, zero), k));
+        }
+        a0 = _mm_sra_epi32(a0, shift);
+        a1 = _mm_sra_epi32(a1, shift);
+        const __m128i p8 = _mm_packus_epi16(_mm_packs_epi32(a0, a1), zero);
+        _mm_storel_epi64((__m128i *)(void *)(out + i), p8);
+    }
+    if (i < len) {
+        for (uint32_t t = 0; t < count; t++)
+            rows[t] += i; /* the caller rebuilds its row list for every output row */
+        vpass_body(rows, w, count, precision, acc, out + i, len - i);
+    }
+}
+#endif
+
+static void vpass(const uint8_t **rows, const int16_t *w, uint32_t count,
+                  uint32_t precision, int32_t *acc, uint8_t *out, uint32_t len)
+{
+#ifdef PIM_HAVE_X86
+    if (g_simd >= 2) {
+        vpass_avx2(rows, w, count, precision, acc, out, len);
+        return;
+    }
+    if (g_simd >= 1) {
+        vpass_ssse3(rows, w, count, precision, acc, out, len);
+        return;
+    }
+#endif
+    vpass_portable(rows, w, count, precision, acc, out, len);
+}
+
+/* One finished row into the output: pim_emit_row, with a plain copy where nothing moves. */
+static void emit(const uint8_t *row, uint32_t n, uint32_t channels, int hflip, int nhwc,
+                 uint32_t esize, const void *lut, uint8_t *dst, size_t plane_bytes)
+{
+    if (esize == 1 && !hflip && (nhwc || channels == 1))
+        memcpy(dst, row, (size_t)n * channels);
+    else
+        pim_emit_row(row, n, channels, hflip, nhwc, esize, lut, dst, plane_bytes);
+}
+
+typedef struct scratch {
+    uint8_t *ring;       /* ring_rows x pitch: horizontally resampled rows */
+    uint8_t *hrow;       /* pitch: one horizontally resampled row (no vertical pass) */
+    uint8_t *orow;       /* pitch: one finished output row */
+    uint8_t *srow;       /* padded copy of a source row, when the image itself is too short */
+    int32_t *acc;        /* vertical accumulator */
+    const uint8_t **rows;/* the source rows of one output row */
+    size_t pitch;
+} scratch_t;
+
+static void run_sample(const pim_sample_t *s, const uint8_t *src, const uint8_t *tables,
+                       const void *lut, uint8_t *dst, const scratch_t *sc)
+{
+    const uint32_t C = s->channels, oh = s->out_h, ow = s->out_w, es = s->out_esize;
+    const int hflip = (s->flags & PIM_FLAG_HFLIP) != 0;
+    const int vflip = (s->flags & PIM_FLAG_VFLIP) != 0;
+    const int nhwc = (s->flags & PIM_FLAG_NHWC) != 0;
+    const pim_axis_t *ax = (const pim_axis_t *)(const void *)(tables + s->xtab_offset);
+    const pim_axis_t *ay = (const pim_axis_t *)(const void *)(tables + s->ytab_offset);
+    const int need_h = s->crop_w != ow, need_v = s->crop_h != oh;
+    const uint8_t *image = src + s->src_offset;
+    const uint8_t *image_end = image + (size_t)(s->src_h - 1) * s->src_stride + (size_t)s->src_w * C;
+    const uint8_t *crop = image + (size_t)s->crop_top * s->src_stride + (size_t)s->crop_left * C;
+    const size_t stride = s->src_stride;
+    const uint32_t len = ow * C; /* bytes of one resampled row */
+    const size_t plane_bytes = (size_t)oh * ow * es;
+    const size_t out_row_bytes = nhwc ? (size_t)ow * C * es : (size_t)ow * es;
+    /* what the SIMD horizontal pass may read from a row's crop start */
+    const size_t reach = need_h ? (size_t)C * (s->crop_w + ax->taps) + 32 : 0;
+
+#define SOURCE_ROW(r) (crop + (size_t)(r) * stride)
+#define HPASS(r, out)                                                                \
+    do {                                                                             \
+        const uint8_t *row_ = SOURCE_ROW(r);                                         \
+        if ((size_t)(image_end - row_) < reach) {                                    \
+            memcpy(sc->srow, row_, (size_t)s->crop_w * C);                           \
+            row_ = sc->srow;                                                         \
+        }                                                                            \
+        hpass(row_, C, ax, (out));                                                   \
+    } while (0)
+
+    if (!need_v) {
+        for (uint32_t y = 0; y < oh; y++) {
+            const uint8_t *row = SOURCE_ROW(y);
+            if (need_h) {
+                HPASS(y, sc->hrow);
+                row = sc->hrow;
+            }
+            const uint32_t yy = vflip ? oh - 1 - y : y;
+            emit(row, ow, C, hflip, nhwc, es, lut, dst + yy * out_row_bytes, plane_bytes);
+        }
+        return;
+    }
+
+    const pim_range_t *ranges = pim_axis_ranges(ay);
+    const int16_t *weights = pim_axis_weights(ay);
+    const uint32_t ring_rows = ay->taps;
+    uint32_t next = 0; /* next crop row to resample horizontally into the ring */
+    for (uint32_t y = 0; y < oh; y++) {
+        const uint32_t first = ranges[y].first, count = ranges[y].count;
+        if (need_h) {
+            if (next < first)
+                next = first; /* rows no window uses are never resampled */
+            for (; next < first + count; next++)
+                HPASS(next, sc->ring + (size_t)(next % ring_rows) * sc->pitch);
+            for (uint32_t t = 0; t < count; t++)
+                sc->rows[t] = sc->ring + (size_t)((first + t) % ring_rows) * sc->pitch;
+        } else {
+            for (uint32_t t = 0; t < count; t++)
+                sc->rows[t] = SOURCE_ROW(first + t);
+        }
+        vpass(sc->rows, weights + (size_t)y * ay->taps, count, ay->precision, sc->acc,
+              sc->orow, len);
+        const uint32_t yy = vflip ? oh - 1 - y : y;
+        emit(sc->orow, ow, C, hflip, nhwc, es, lut, dst + yy * out_row_bytes, plane_bytes);
+    }
+#undef HPASS
+#undef SOURCE_ROW
+}
+
+int pim_cpu_crop_resize(const pim_sample_t *samples, uint32_t n_samples,
+                        const uint8_t *const *srcs, const uint64_t *src_bytes,
+                        const uint8_t *tables, uint64_t tables_bytes, const void *lut,
+                        uint8_t *dst, uint64_t dst_bytes, char *err, uint32_t err_len)
+{
+    if (err != NULL && err_len > 0)
+        err[0] = '\0';
+    if (n_samples == 0)
+        return 0;
+    if (samples == NULL || srcs == NULL || tables == NULL || dst == NULL) {
+        set_err(err, err_len, "null samples, sources, tables or output");
+        return 1;
+    }
+    if (g_simd < 0)
+        pim_cpu_simd(-1);
+    size_t max_row = 0, max_ring_rows = 0, max_src = 0;
+    for (uint32_t i = 0; i < n_samples; i++) {
+        const pim_sample_t *s = &samples[i];
+        char msg[256];
+        if (!check_sample(s, srcs[i], src_bytes, i, tables, tables_bytes, lut, dst_bytes, msg,
+                          sizeof msg)) {
+            set_err(err, err_len, "sample %u: %s", i, msg);
+            return (int)i + 1;
+        }
+        const size_t row = (size_t)s->out_w * s->channels;
+        if (row > max_row)
+            max_row = row;
+        if (s->crop_w != s->out_w) {
+            const pim_axis_t *ax = (const pim_axis_t *)(const void *)(tables + s->xtab_offset);
+            const size_t need = (size_t)s->channels * (s->crop_w + ax->taps) + 32;
+            if (need > max_src)
+                max_src = need;
+        }
+        if (s->crop_h != s->out_h) {
+            const pim_axis_t *ay = (const pim_axis_t *)(const void *)(tables + s->ytab_offset);
+            if (ay->taps > max_ring_rows)
+                max_ring_rows = ay->taps;
+        }
+    }
+    scratch_t sc;
+    sc.pitch = (max_row + ROW_SLACK + 63) & ~(size_t)63;
+    const size_t acc_bytes = sc.pitch * sizeof(int32_t);
+    const size_t rows_bytes = (max_ring_rows + 1) * sizeof(const uint8_t *);
+    const size_t total = acc_bytes + rows_bytes + (3 + max_ring_rows) * sc.pitch + max_src + 64;
+    uint8_t *mem = calloc(1, total); /* zeroed: SIMD loops may read (and zero-weight) padding */
+    if (mem == NULL) {
+        set_err(err, err_len, "out of memory for %zu bytes of scratch rows", total);
+        return -1;
+    }
+    sc.acc = (int32_t *)(void *)mem;
+    sc.rows = (const uint8_t **)(void *)(mem + acc_bytes);
+    sc.hrow = mem + acc_bytes + rows_bytes;
+    sc.orow = sc.hrow + sc.pitch;
+    sc.ring = sc.orow + sc.pitch;
+    sc.srow = sc.ring + max_ring_rows * sc.pitch;
+    for (uint32_t i = 0; i < n_samples; i++)
+        run_sample(&samples[i], srcs[i], tables, lut, dst + samples[i].dst_offset, &sc);
+    free(mem);
+    return 0;
+}
+
+uint32_t pim_check_mul_8x8(void)
+{
+    uint32_t bad = 0;
+    for (int32_t w = INT16_MIN; w <= INT16_MAX; w++)
+        for (uint32_t px = 0; px < 256; px++)
+            bad += pim_mul_w_px_native((int16_t)w, (uint8_t)px) !=
+                   pim_mul_w_px_8x8((int16_t)w, (uint8_t)px);
+    return bad;
+}

@@ -1,0 +1,42 @@
+/* pim_cpu.h: entry points of the fused CPU kernels (csrc/cpu_kernels.c), reached from Python
+ * through the cffi module pimloader._kernels (built by csrc/build_kernels.py). */
+#ifndef PIM_CPU_H
+#define PIM_CPU_H
+
+#include <stdint.h>
+
+#include "pim_params.h"
+
+/* cffi-cdef-begin */
+/* Crop + resize (+ flip, + lookup conversion) a batch of samples, one after the other, each
+ * straight into its slot of the output batch.
+ *
+ *   samples     n_samples descriptors
+ *   srcs        per sample, the base its src_offset is counted from
+ *   src_bytes   per sample, the bytes readable from srcs[i] (bounds check), or NULL
+ *   tables      base of the axis tables (xtab_offset / ytab_offset), tables_bytes long
+ *   lut         channels x 256 output bit patterns when any out_esize > 1, else may be NULL
+ *   dst         base of the output batch (dst_offset), dst_bytes long
+ *   err         receives a message on failure (err_len bytes, NUL-terminated)
+ *
+ * Every descriptor and table is checked before any pixel is touched. Returns 0 on success,
+ * i + 1 when sample i is invalid (nothing written), -1 when scratch memory is unavailable.
+ * Crop boxes must lie inside their image: padding (CenterCrop/RandomCrop beyond the border)
+ * is not done here. */
+int pim_cpu_crop_resize(const pim_sample_t *samples, uint32_t n_samples,
+                        const uint8_t *const *srcs, const uint64_t *src_bytes,
+                        const uint8_t *tables, uint64_t tables_bytes, const void *lut,
+                        uint8_t *dst, uint64_t dst_bytes, char *err, uint32_t err_len);
+
+/* Which implementation of the row loops pim_cpu_crop_resize uses: 0 = the portable code of
+ * pim_resample.h alone, 1 = SSSE3, 2 = AVX2 row loops (same integer sums, so the same
+ * bytes). request -1 picks the best the CPU supports, 0..2 asks for at most that level.
+ * Returns the level now in use. Process-wide. */
+int pim_cpu_simd(int request);
+
+/* Number of (w, px) pairs, over all int16 w and uint8 px, where the 8x8-bit product of
+ * pim_resample.h differs from the native one (0 expected). */
+uint32_t pim_check_mul_8x8(void);
+/* cffi-cdef-end */
+
+#endif /* PIM_CPU_H */
