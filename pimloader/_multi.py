@@ -64,7 +64,7 @@ class MultiProcessIter(_BaseDataLoaderIter):
                 auto_collation=self._auto_collation, collate_fn=self._collate_fn,
                 drop_last=self._drop_last, base_seed=self._base_seed, init_fn=init_fn,
                 worker_id=worker_id, num_workers=self._num_workers,
-                shared_seed=self._shared_seed)
+                shared_seed=self._shared_seed, image_pipeline=loader._image_pipeline)
             index_queue = context.Queue()
             index_queue.cancel_join_thread()
             process = context.Process(
@@ -179,7 +179,8 @@ class MultiProcessIter(_BaseDataLoaderIter):
 
     def _deliver(self, produced: Produced):
         shared = isinstance(produced.data, SlotBatch)
-        self._stats.add_batch(produced.count, shared, produced.fetch_s, produced.write_s)
+        self._stats.add_batch(produced.count, shared, produced.fetch_s, produced.write_s,
+                             produced.skipped)
         if shared:
             return self._pool.lend(produced.data)
         if self._pin_memory:

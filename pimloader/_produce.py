@@ -18,6 +18,7 @@ class Produced:
     count: int           # samples in the batch
     fetch_s: float
     write_s: float
+    skipped: int = 0     # samples dropped by on_error="skip"
 
 
 class BatchProducer:
@@ -41,7 +42,8 @@ class BatchProducer:
             self.fetcher.current = f"the batch of {_describe(index, samples)} (collate_fn)"
             data = self.collate_fn(samples)
         count = len(samples) if self.fetcher.auto_collation else 1
-        return Produced(data, count, fetched - start, time.perf_counter() - fetched)
+        skipped = self.fetcher.take_skipped() if hasattr(self.fetcher, "take_skipped") else 0
+        return Produced(data, count, fetched - start, time.perf_counter() - fetched, skipped)
 
 
 def _describe(index, samples) -> str:
@@ -52,3 +54,19 @@ def _describe(index, samples) -> str:
 
 def is_slot_batch(data: Any) -> bool:
     return isinstance(data, SlotBatch)
+
+
+def make_producer(dataset, is_iterable: bool, auto_collation: bool, collate_fn,
+                  drop_last: bool, writer, image_pipeline=None):
+    """The producer for one iterator or worker: the native image path when the loader
+    built one, else torch's fetch-then-collate semantics (with slots when possible)."""
+    from ._fetch import create_fetcher
+    if image_pipeline is None or is_iterable:
+        fetcher = create_fetcher(is_iterable, dataset, auto_collation, drop_last)
+        return BatchProducer(fetcher, collate_fn, auto_collation, writer)
+    from ._images import DirectImageProducer, ImageFetcher
+    fallback = BatchProducer(ImageFetcher(image_pipeline, auto_collation), collate_fn,
+                             auto_collation, writer)
+    if image_pipeline.direct and fallback.writer is not None:
+        return DirectImageProducer(image_pipeline, writer, fallback)
+    return fallback

@@ -7,9 +7,8 @@ import torch.utils.data.graph_settings
 from torch.utils.data import IterDataPipe, MapDataPipe
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _DatasetKind
 
-from ._fetch import create_fetcher
 from ._pin import pin_collated
-from ._produce import BatchProducer, Produced
+from ._produce import Produced, make_producer
 from ._slots import SlotBatch
 
 
@@ -21,10 +20,10 @@ class SingleProcessIter(_BaseDataLoaderIter):
         if isinstance(self._dataset, (IterDataPipe, MapDataPipe)):
             torch.utils.data.graph_settings.apply_sharding(
                 self._dataset, self._world_size, self._rank)
-        fetcher = create_fetcher(self._dataset_kind == _DatasetKind.Iterable, self._dataset,
-                                 self._auto_collation, self._drop_last)
         self._pool, writer = state.local_slots(self._pin_memory)
-        self._producer = BatchProducer(fetcher, self._collate_fn, self._auto_collation, writer)
+        self._producer = make_producer(
+            self._dataset, self._dataset_kind == _DatasetKind.Iterable, self._auto_collation,
+            self._collate_fn, self._drop_last, writer, loader._image_pipeline)
         self._stats = state.begin_epoch()
 
     def _next_data(self):
@@ -48,7 +47,8 @@ class SingleProcessIter(_BaseDataLoaderIter):
 
     def _deliver(self, produced: Produced):
         shared = isinstance(produced.data, SlotBatch)
-        self._stats.add_batch(produced.count, shared, produced.fetch_s, produced.write_s)
+        self._stats.add_batch(produced.count, shared, produced.fetch_s, produced.write_s,
+                             produced.skipped)
         if shared:
             return self._pool.lend(produced.data)
         if self._pin_memory:

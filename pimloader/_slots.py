@@ -61,6 +61,7 @@ class SlotWriter:
         self._splitter = None
         self._columns: list[list] = []
         self._slots: list[torch.Tensor | None] = []
+        self._announced: set[int] = set()
 
     def write(self, samples: list) -> SlotBatch | None:
         """Write `samples` into a free slot, or return None if they need the ordinary path."""
@@ -68,19 +69,48 @@ class SlotWriter:
             return None
         if self._layout is None and not self._lay_out(samples):
             return None
-        if len(samples) > self._layout.capacity:
-            return None
+        if self._splitter is None or len(samples) > self._layout.capacity:
+            return None  # laid out for direct writes (write_with), or too many samples
         for column in self._columns:
             column.clear()
         try:
             skeletons = [self._splitter(sample) for sample in samples]
         except NotSlottable:
             return None
-        slot_id, new_slot = self._acquire()
+        slot_id = self._acquire()
         if slot_id is None:
             return None
         self._fill(self._slots[slot_id], len(samples))
-        return SlotBatch(self.producer_id, slot_id, len(samples), skeletons, new_slot)
+        return self._sent(slot_id, len(samples), skeletons)
+
+    def write_with(self, layout: Layout, fill) -> SlotBatch | None:
+        """Let `fill(views)` write a batch of `layout` straight into a free slot.
+
+        `fill` gets one view per field, each with room for `layout.capacity` samples, and
+        returns the skeletons of the samples it wrote (in rows 0..n-1). Returns None, having
+        called nothing, when no slot of that layout is free.
+        """
+        if self._layout is None:
+            self._adopt(layout)
+        if self._layout != layout:
+            return None
+        slot_id = self._acquire()
+        if slot_id is None:
+            return None
+        try:
+            skeletons = fill(layout.field_views(self._slots[slot_id], layout.capacity))
+        except BaseException:
+            self._flags[slot_id] = 0
+            raise
+        return self._sent(slot_id, len(skeletons), skeletons)
+
+    def _sent(self, slot_id: int, count: int, skeletons: list) -> SlotBatch:
+        """The message for a filled slot, carrying the buffer the first time it is sent."""
+        new_slot = None
+        if slot_id not in self._announced:
+            new_slot = (self._slots[slot_id], self._layout)
+            self._announced.add(slot_id)
+        return SlotBatch(self.producer_id, slot_id, count, skeletons, new_slot)
 
     def _lay_out(self, samples: list) -> bool:
         """Fix the layout from the first sample; False if it has nothing to put in a slot."""
@@ -91,28 +121,31 @@ class SlotWriter:
             return False
         if not leaves:
             return False
-        self._layout = Layout.for_leaves(leaves, capacity=len(samples))
+        self._adopt(Layout.for_leaves(leaves, capacity=len(samples)))
         self._columns = [[] for _ in leaves]
         self._splitter = compile_splitter(skeleton, self._layout, self._columns)
-        self._slots = [slot[0] if slot is not None and slot[1] == self._layout else None
-                       for slot in self._inherited]
         return True
 
-    def _acquire(self):
+    def _adopt(self, layout: Layout) -> None:
+        """Fix the layout; inherited slots of the same layout are reused, the rest idle."""
+        self._layout = layout
+        self._slots = [slot[0] if slot is not None and slot[1] == layout else None
+                       for slot in self._inherited]
+        self._announced = {i for i, slot in enumerate(self._slots) if slot is not None}
+
+    def _acquire(self) -> int | None:
         known = len(self._slots)
         usable = np.fromiter((slot is not None for slot in self._slots), bool, known)
         free = np.flatnonzero(usable & (self._flags[:known] == 0))
-        new_slot = None
         if free.size:
             slot_id = int(free[0])
         elif known < MAX_SLOTS_PER_PRODUCER:
             slot_id = known
             self._slots.append(self._allocate(self._layout.nbytes))
-            new_slot = (self._slots[slot_id], self._layout)
         else:
-            return None, None
+            return None
         self._flags[slot_id] = 1
-        return slot_id, new_slot
+        return slot_id
 
     def _fill(self, slot: torch.Tensor, count: int) -> None:
         """Stack each field's column straight into the slot (as default_collate's `out=`)."""

@@ -15,6 +15,7 @@ class EpochStats:
              summed over workers.
     shared_batches:   batches delivered as views over shared slots.
     collated_batches: batches delivered through the ordinary collate_fn path.
+    skipped_samples:  samples dropped because they could not be decoded (on_error="skip").
     """
 
     epoch: int
@@ -25,10 +26,13 @@ class EpochStats:
     write_s: float = 0.0
     shared_batches: int = 0
     collated_batches: int = 0
+    skipped_samples: int = 0
 
-    def add_batch(self, samples: int, shared: bool, fetch_s: float, write_s: float) -> None:
+    def add_batch(self, samples: int, shared: bool, fetch_s: float, write_s: float,
+                  skipped: int = 0) -> None:
         self.batches += 1
         self.samples += samples
+        self.skipped_samples += skipped
         self.fetch_s += fetch_s
         self.write_s += write_s
         if shared:

@@ -24,8 +24,7 @@ from torch.utils.data._utils import worker as torch_worker
 from torch.utils.data.graph_settings import apply_random_seed
 
 from ._errors import WorkerError
-from ._fetch import create_fetcher
-from ._produce import BatchProducer
+from ._produce import make_producer
 from ._slots import SlotWriter
 
 STATUS_CHECK_INTERVAL = 1.0
@@ -54,6 +53,7 @@ class WorkerConfig:
     worker_id: int
     num_workers: int
     shared_seed: int | None
+    image_pipeline: object = None
 
 
 def _seed_like_torch(base_seed: int, worker_id: int) -> int:
@@ -101,10 +101,9 @@ class _Worker:
 
     def _new_producer(self) -> None:
         config = self.config
-        fetcher = create_fetcher(config.is_iterable, self.dataset, config.auto_collation,
-                                 config.drop_last)
-        self.producer = BatchProducer(fetcher, config.collate_fn, config.auto_collation,
-                                      self.writer)
+        self.producer = make_producer(
+            self.dataset, config.is_iterable, config.auto_collation, config.collate_fn,
+            config.drop_last, self.writer, config.image_pipeline)
 
     def resume(self, seed) -> None:
         self.iteration_end = False

@@ -1,8 +1,11 @@
 """PIMDataLoader: torch's DataLoader, with batches written in place into reusable slots."""
 from __future__ import annotations
 
+import inspect
+
 from torch.utils.data import DataLoader
 
+from ._images import build_image_pipeline
 from ._multi import MultiProcessIter
 from ._single import SingleProcessIter
 from ._state import LoaderState
@@ -19,9 +22,36 @@ class PIMDataLoader(DataLoader):
     memory when there are workers) and the batch is lent out as views over that slot, which
     is reused once the user drops every reference to the batch.
 
+    Extra keyword arguments:
+
+    transform: a torchvision (v2 or v1) transform or Compose applied to each image. When
+        the dataset's samples can be read as encoded bytes (torchvision's ImageFolder or
+        DatasetFolder, pimloader.datasets.ImageFolder, a list of (path, target) pairs), the
+        transform is lowered to native code: region-of-interest JPEG decoding and one fused
+        crop/resize/flip/convert/normalize kernel writing into the batch slot. A dataset's
+        own `transform` is taken over the same way. Parameters are drawn as torchvision
+        draws them, so a seed gives the same crops and flips.
+    backend: "auto" (native kernels when built, else torch's path), "cpu" (native kernels,
+        an error if they are not built), "emulator" or "upmem" (DPUs; not available yet).
+    on_error: "raise" (default) or "skip": skip samples that fail to decode, and count them.
+    reduced_dct: decode JPEGs at a reduced DCT scale where the crop is at least twice the
+        output size: "auto" (default: on for RandomResizedCrop pipelines, off otherwise),
+        True or False. It saves decoding work and changes pixels slightly.
+
     Extra methods: `stats()` (per-epoch timings), `close()` (ends persistent workers) and
     use as a context manager.
     """
+
+    def __init__(self, dataset, *args, transform=None, backend: str = "auto",
+                 on_error: str = "raise", reduced_dct="auto", **kwargs) -> None:
+        super().__init__(dataset, *args, **kwargs)
+        self._image_pipeline = build_image_pipeline(
+            dataset, transform, backend=backend, on_error=on_error, reduced_dct=reduced_dct)
+        if self._image_pipeline is None and transform is not None:
+            raise ValueError(
+                "PIMDataLoader(transform=...) needs a dataset it can read as encoded images "
+                "(an ImageFolder/DatasetFolder or a list of (path, target) pairs) and the "
+                "native extensions; otherwise give the transform to the dataset")
 
     def _get_iterator(self):
         if self.num_workers == 0:
@@ -52,3 +82,17 @@ class PIMDataLoader(DataLoader):
 
     def __exit__(self, *exc_info) -> None:
         self.close()
+
+
+def _signature_with_extras() -> inspect.Signature:
+    """torch's DataLoader signature followed by pimloader's keyword-only extras, so that
+    tools reading the signature see exactly torch's parameters, kinds and defaults."""
+    torch_signature = inspect.signature(DataLoader.__init__)
+    extras = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
+              for name, default in (("transform", None), ("backend", "auto"),
+                                    ("on_error", "raise"), ("reduced_dct", "auto"))]
+    return torch_signature.replace(
+        parameters=[*torch_signature.parameters.values(), *extras])
+
+
+PIMDataLoader.__init__.__signature__ = _signature_with_extras()

@@ -1,0 +1,257 @@
+"""The native image path: encoded bytes -> (ROI) decode -> fused kernel -> batch slot.
+
+For datasets whose samples pimloader can read as encoded bytes (see datasets.py) and a
+lowerable transform, a producer no longer calls the dataset's `__getitem__`. For each
+sample it reads the bytes and target, reads the image size from the header, draws the
+sample's parameters with the plan (torchvision's draws, in sample order, as the dataset's
+transform would), decodes only the crop box, and runs the fused crop/resize/flip/convert
+kernel straight into the sample's row of the output slot.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import decode
+from ._layout import Layout, SlotField
+from ._produce import Produced
+from .transforms._plan import Geometry, Plan, SampleParams
+
+
+@dataclass
+class ImagePipeline:
+    """Picklable description of the native path, built once in the main process."""
+
+    reader: Any                    # index -> datasets.EncodedSample
+    plan: Plan
+    lut: np.ndarray | None         # per-channel table of the plan's elementwise steps
+    reduced_dct: bool              # decode at a reduced DCT scale where the crop allows
+    skip_errors: bool              # on_error="skip": drop undecodable samples, count them
+    channels: int = 3
+
+    @property
+    def direct(self) -> bool:
+        """Whether batches can be written straight into slots (fixed output, no tail)."""
+        return not self.plan.tail and self.plan.output_size is not None
+
+    def slot_layout(self, capacity: int) -> Layout:
+        height, width = self.plan.output_size
+        image = torch.empty((), dtype=self.plan.output_dtype).expand(
+            self.channels, height, width)
+        return Layout.for_leaves([image], capacity)
+
+    # -- one sample ---------------------------------------------------------------------
+
+    def load(self, index: int):
+        """(encoded sample, drawn parameters) for dataset index `index`."""
+        sample = self.reader(index)
+        height, width = decode.image_size(sample.data, name=sample.name)
+        return sample, self.plan.draw(height, width)
+
+    def render(self, sample, params: SampleParams, out: torch.Tensor) -> None:
+        """Write the transformed image of `sample` into `out` (C, H, W), via the kernel."""
+        geometry = params.geometry
+        if geometry is None:
+            out.copy_(self._replayed(sample, params))
+            return
+        source, box = self._decoded_box(sample, geometry)
+        if geometry.window == (0, 0, *geometry.resized):
+            self._resample(source, box, geometry.resized, out[None], geometry)
+            return
+        resized = torch.empty((1, self.channels, *geometry.resized), dtype=out.dtype)
+        self._resample(source, box, geometry.resized, resized, _unflipped(geometry))
+        top, left, height, width = geometry.window
+        window = resized[0, :, top:top + height, left:left + width]
+        dims = [d for d, flip in ((-1, geometry.hflip), (-2, geometry.vflip)) if flip]
+        out.copy_(window.flip(dims) if dims else window)
+
+    def transformed(self, index: int) -> tuple[torch.Tensor, Any]:
+        """One (image, target) sample, for the collate path (variable sizes, Python tail)."""
+        sample, params = self.load(index)
+        geometry = params.geometry
+        if geometry is None:
+            image = self._replayed(sample, params)
+        else:
+            image = torch.empty((self.channels, *geometry.size), dtype=self.plan.output_dtype)
+            self.render(sample, params, image)
+        for transform in self.plan.tail:
+            image = transform(image)
+        return image, sample.target
+
+    # -- pieces -------------------------------------------------------------------------
+
+    def _decoded_box(self, sample, geometry: Geometry):
+        """The decoded pixels the geometry needs, and its box within them."""
+        if self.reduced_dct and geometry.resamples:
+            scaled = decode.decode_image_scaled(sample.data, geometry.box,
+                                                size=geometry.resized, name=sample.name)
+            if scaled.scale < 8:
+                return scaled.image, scaled.int_box()
+        pixels = decode.decode_image(sample.data, geometry.box, channels=self.channels,
+                                     name=sample.name)
+        return pixels, (0, 0, *pixels.shape[:2])
+
+    def _resample(self, source, box, size, out, geometry: Geometry) -> None:
+        from ._kernels_api import resized_crop_batch
+        resized_crop_batch([source], [box], size, out, hflip=[geometry.hflip],
+                           vflip=[geometry.vflip], interpolation=geometry.interpolation.value,
+                           lut=self.lut)
+
+    def _replayed(self, sample, params: SampleParams) -> torch.Tensor:
+        """torchvision's own ops on the fully decoded image (padding crops and the like)."""
+        pixels = decode.decode_image(sample.data, channels=self.channels, name=sample.name)
+        image = params.replay(torch.from_numpy(pixels).permute(2, 0, 1))
+        for transform in self.plan.elementwise:
+            image = transform(image)
+        return image
+
+
+def _unflipped(geometry: Geometry) -> Geometry:
+    from dataclasses import replace
+    return replace(geometry, hflip=False, vflip=False)
+
+
+class ImageFetcher:
+    """A fetcher (see _fetch.py) whose samples come from the native image path."""
+
+    def __init__(self, pipeline: ImagePipeline, auto_collation: bool) -> None:
+        self.pipeline = pipeline
+        self.auto_collation = auto_collation
+        self.current = ""
+        self.skipped = 0
+
+    def take_skipped(self) -> int:
+        skipped, self.skipped = self.skipped, 0
+        return skipped
+
+    def fetch(self, index):
+        if not self.auto_collation:
+            self.current = f"sample {index!r}"
+            return self.pipeline.transformed(index)
+        samples = []
+        for sample_index in index:
+            self.current = f"sample {sample_index!r}"
+            try:
+                samples.append(self.pipeline.transformed(sample_index))
+            except decode.DecodeError:
+                if not self.pipeline.skip_errors:
+                    raise
+                self.skipped += 1
+        return samples
+
+
+class DirectImageProducer:
+    """Produces whole batches by rendering each sample into its row of a slot."""
+
+    def __init__(self, pipeline: ImagePipeline, writer, fallback) -> None:
+        self.pipeline = pipeline
+        self.writer = writer
+        self.fallback = fallback  # a BatchProducer over an ImageFetcher, when no slot is free
+        self.current = ""
+        self.skipped = 0
+        self.layout: Layout | None = None  # sized by the first batch
+
+    def produce(self, index) -> Produced:
+        start = time.perf_counter()
+        timing = {"fetch": 0.0}
+        if self.layout is None:
+            self.layout = self.pipeline.slot_layout(capacity=len(index))
+        batch = None
+        if len(index) <= self.layout.capacity:
+            batch = self.writer.write_with(
+                self.layout, lambda views: self._fill(index, views[0], timing))
+        if batch is None:
+            return self.fallback.produce(index)
+        total = time.perf_counter() - start
+        skipped, self.skipped = self.skipped, 0
+        return Produced(batch, batch.count, timing["fetch"], total - timing["fetch"], skipped)
+
+    def _fill(self, index, out: torch.Tensor, timing: dict) -> list:
+        skeletons = []
+        for sample_index in index:
+            self.current = f"sample {sample_index!r}"
+            started = time.perf_counter()
+            try:
+                sample, params = self.pipeline.load(sample_index)
+                timing["fetch"] += time.perf_counter() - started
+                self.pipeline.render(sample, params, out[len(skeletons)])
+            except decode.DecodeError:
+                if not self.pipeline.skip_errors:
+                    raise
+                self.skipped += 1
+                continue
+            skeletons.append((SlotField(0), sample.target))
+        if not skeletons:
+            raise decode.DecodeError(
+                f"every sample of the batch {list(index)!r} failed to decode (on_error='skip')")
+        return skeletons
+
+
+BACKENDS = ("auto", "cpu", "emulator", "upmem")
+
+
+def build_image_pipeline(dataset, transform, *, backend: str, on_error: str,
+                         reduced_dct) -> ImagePipeline | None:
+    """The native image path for this dataset and transform, or None for torch's path."""
+    from .datasets import EncodedSource
+    from .transforms import lower
+    _check_options(backend, on_error, reduced_dct)
+    source = EncodedSource.detect(dataset)
+    if source is not None and source.transform is not None and transform is not None:
+        raise ValueError("the transform is given twice, to the dataset and to PIMDataLoader; "
+                         "give it to one of them")
+    from_dataset = transform is None
+    transform = transform if transform is not None else getattr(source, "transform", None)
+    if source is None or transform is None or not _native_available(backend):
+        return None
+    plan = lower(transform)
+    if from_dataset and not plan.geometric and not plan.elementwise:
+        return None  # nothing to gain: keep the dataset's own (PIL) path
+    lut = _lookup_table(plan)
+    if plan.elementwise and lut is None:
+        return None
+    if reduced_dct == "auto":
+        from torchvision.transforms.v2 import RandomResizedCrop
+        reduced_dct = any(isinstance(step, RandomResizedCrop) for step in plan.geometric)
+    return ImagePipeline(source.read, plan, lut, bool(reduced_dct), on_error == "skip")
+
+
+def _check_options(backend: str, on_error: str, reduced_dct) -> None:
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    if backend in ("emulator", "upmem"):
+        raise NotImplementedError(
+            f"backend={backend!r}: the DPU backends are not built yet; use 'cpu' or 'auto'")
+    if on_error not in ("raise", "skip"):
+        raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+    if reduced_dct not in ("auto", True, False):
+        raise ValueError(f"reduced_dct must be 'auto', True or False, got {reduced_dct!r}")
+
+
+def _native_available(backend: str) -> bool:
+    try:
+        from . import _jpeg, _kernels  # noqa: F401  (built by setup.py)
+    except ImportError as error:
+        if backend == "cpu":
+            raise ImportError(f"backend='cpu' needs pimloader's native extensions, which "
+                              f"are not built ({error}); run `make install`") from error
+        import warnings
+        warnings.warn(f"pimloader: native extensions not built ({error}); transforms run "
+                      f"as Python under torch's semantics", stacklevel=3)
+        return False
+    return True
+
+
+def _lookup_table(plan: Plan) -> np.ndarray | None:
+    """The plan's elementwise table as the kernel's bit patterns (None: not a kernel dtype)."""
+    from ._kernels_api import OUT_DTYPES
+    element_size, bits = OUT_DTYPES.get(plan.output_dtype, (None, None))
+    if bits is None:
+        return None
+    table = plan.lookup_table(3)
+    as_ints = table.view(torch.int16 if element_size == 2 else torch.int32)
+    return np.ascontiguousarray(as_ints.numpy().view(bits))

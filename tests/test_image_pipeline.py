@@ -1,0 +1,160 @@
+"""The native image path against torchvision, on real photographs.
+
+Oracle: torch's DataLoader over torchvision's ImageFolder whose loader decodes with
+`torchvision.io.decode_image` (RGB) and whose transform is the same v2 pipeline: the tensor
+path torchvision takes. Same sampler seed and same global seed, so the same crops and flips.
+"""
+import shutil
+
+import pytest
+import torch
+import torchvision
+import torchvision.transforms.v2 as v2
+from torchvision.io import ImageReadMode, decode_image
+
+from benchmarks.make_dataset import make_imagenet_like
+from pimloader import PIMDataLoader
+from pimloader.datasets import ImageFolder
+from pimloader.decode import DecodeError
+
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+
+
+def train_pipeline(dtype=torch.float32):
+    return v2.Compose([v2.RandomResizedCrop(224), v2.RandomHorizontalFlip(),
+                       v2.ToDtype(dtype, scale=True), v2.Normalize(MEAN, STD)])
+
+
+def val_pipeline(dtype=torch.float32):
+    return v2.Compose([v2.Resize(256), v2.CenterCrop(224),
+                       v2.ToDtype(dtype, scale=True), v2.Normalize(MEAN, STD)])
+
+
+PIPELINES = {
+    "train_f32": train_pipeline(),
+    "train_f16": train_pipeline(torch.float16),
+    "val_f32": val_pipeline(),
+    "uint8_bicubic_vflip": v2.Compose([
+        v2.RandomResizedCrop(96, interpolation=v2.InterpolationMode.BICUBIC),
+        v2.RandomVerticalFlip()]),
+}
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    """A small ImageNet-like folder: JPEGs of real photographs, greyscale ones, a
+    progressive JPEG and a PNG."""
+    return make_imagenet_like(tmp_path_factory.mktemp("photos") / "set", count=24, classes=3)
+
+
+def tensor_loader(path):
+    with open(path, "rb") as file:
+        data = torch.frombuffer(bytearray(file.read()), dtype=torch.uint8)
+    return decode_image(data, mode=ImageReadMode.RGB)
+
+
+def torchvision_batches(root, transform, num_workers, seed=0, batch_size=8):
+    dataset = torchvision.datasets.ImageFolder(root, transform=transform, loader=tensor_loader)
+    torch.manual_seed(seed + 100)
+    loader = torch.utils.data.DataLoader(
+        dataset, batch_size=batch_size, shuffle=True, num_workers=num_workers,
+        generator=torch.Generator().manual_seed(seed))
+    return list(loader)
+
+
+def pimloader_batches(root, transform, num_workers, seed=0, batch_size=8, **options):
+    torch.manual_seed(seed + 100)
+    loader = PIMDataLoader(ImageFolder(root), batch_size=batch_size, shuffle=True,
+                           num_workers=num_workers, transform=transform,
+                           generator=torch.Generator().manual_seed(seed), **options)
+    return list(loader), loader
+
+
+def level_differences(expected, actual, normalized: bool):
+    """|expected - actual| in uint8 levels (undoing the normalisation of float outputs)."""
+    difference = (expected.double() - actual.double()).abs()
+    if normalized:
+        difference = difference * torch.tensor(STD, dtype=torch.float64).view(1, 3, 1, 1) * 255
+    return difference.flatten()
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("name", sorted(PIPELINES))
+def test_exact_decoding_path_matches_torchvision(photos, name, num_workers):
+    transform = PIPELINES[name]
+    expected = torchvision_batches(photos, transform, num_workers)
+    actual, loader = pimloader_batches(photos, transform, num_workers, reduced_dct=False)
+    assert len(actual) == len(expected)
+    differences = []
+    for (expected_images, expected_labels), (images, labels) in zip(expected, actual):
+        assert torch.equal(labels, expected_labels)
+        assert images.dtype == expected_images.dtype and images.shape == expected_images.shape
+        differences.append(level_differences(expected_images, images,
+                                             normalized=images.is_floating_point()))
+    differences = torch.cat(differences)
+    tolerance = 1.01 if name.endswith("f16") else 1e-6  # half precision rounds on its own
+    assert (differences <= 1 + tolerance).double().mean() >= 0.99
+    assert differences.max() <= 4, differences.max()
+    assert loader.stats()[-1].shared_batches == len(actual)
+
+
+def test_reduced_dct_decoding_stays_close(photos):
+    transform = PIPELINES["train_f32"]
+    exact, _ = pimloader_batches(photos, transform, 0, reduced_dct=False)
+    reduced, _ = pimloader_batches(photos, transform, 0, reduced_dct=True)
+    differences = torch.cat([level_differences(a, b, normalized=True)
+                             for (a, _), (b, _) in zip(exact, reduced)])
+    assert differences.mean() < 6, differences.mean()  # a few levels on average
+
+
+def test_dataset_transform_is_taken_over(photos):
+    """A torchvision ImageFolder's own transform runs natively, with the same draws."""
+    transform = PIPELINES["val_f32"]
+    expected = torchvision_batches(photos, transform, 0)
+    dataset = torchvision.datasets.ImageFolder(photos, transform=transform)
+    loader = PIMDataLoader(dataset, batch_size=8, shuffle=True,
+                           generator=torch.Generator().manual_seed(0))
+    actual = list(loader)
+    assert loader.stats()[-1].shared_batches == len(actual)
+    for (expected_images, _), (images, _) in zip(expected, actual):
+        assert torch.allclose(images, expected_images)
+
+
+def test_transform_given_twice_is_refused(photos):
+    dataset = torchvision.datasets.ImageFolder(photos, transform=PIPELINES["val_f32"])
+    with pytest.raises(ValueError, match="transform is given twice"):
+        PIMDataLoader(dataset, transform=PIPELINES["val_f32"])
+
+
+def test_unknown_backend_and_options_are_refused(photos):
+    with pytest.raises(ValueError, match="backend must be one of"):
+        PIMDataLoader(ImageFolder(photos), transform=PIPELINES["val_f32"], backend="gpu")
+    with pytest.raises(ValueError, match="on_error"):
+        PIMDataLoader(ImageFolder(photos), transform=PIPELINES["val_f32"], on_error="ignore")
+
+
+@pytest.fixture
+def photos_with_a_truncated_file(photos, tmp_path):
+    root = tmp_path / "broken"
+    shutil.copytree(photos, root)
+    victim = sorted(root.glob("class000/*.JPEG"))[0]
+    victim.write_bytes(victim.read_bytes()[:600])
+    return root, victim
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_truncated_file_raises_naming_it(photos_with_a_truncated_file, num_workers):
+    root, victim = photos_with_a_truncated_file
+    loader = PIMDataLoader(ImageFolder(root), batch_size=8, num_workers=num_workers,
+                           transform=PIPELINES["train_f32"])
+    with pytest.raises(DecodeError, match=victim.name):
+        list(loader)
+
+
+def test_on_error_skip_drops_and_counts_the_file(photos_with_a_truncated_file):
+    root, _ = photos_with_a_truncated_file
+    loader = PIMDataLoader(ImageFolder(root), batch_size=8, num_workers=2,
+                           transform=PIPELINES["train_f32"], on_error="skip")
+    batches = list(loader)
+    assert sum(len(labels) for _, labels in batches) == len(loader.dataset) - 1
+    assert loader.stats()[-1].skipped_samples == 1
