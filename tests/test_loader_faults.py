@@ -1,0 +1,252 @@
+"""Faults: dataset exceptions, failing worker_init_fn, killed workers, timeouts; no hangs."""
+import re
+import signal
+import time
+import traceback
+
+import pytest
+
+from _helpers import (
+    FailDS,
+    KillDS,
+    PIMDataLoader,
+    Snapshot,
+    SlowAtDS,
+    TensorDS,
+    TorchDataLoader,
+    TwoArgError,
+    assert_same,
+    failing_init,
+    outcomes,
+)
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Err:
+    """What a test needs of an exception, without its traceback.  The traceback's frames
+    keep the loader's iterator (and its workers) alive, and torch's re-raise (like the
+    loader's) leaves a frame<->exception reference cycle, so the iterator would only be shut
+    down by a later gc pass, in whichever test happens to run it, where both torch and
+    pimloader stall ~5 s per loader (the queues are finalised before the iterator).  The
+    cleanup tests exercise that gc path on purpose; here we clear the frames."""
+
+    def __init__(self, e):
+        self.type, self.msg = type(e), str(e)
+        self.notes = list(getattr(e, "__notes__", []))
+        self.args2 = (getattr(e, "a", None), getattr(e, "b", None))
+        x = e
+        while x is not None:
+            traceback.clear_frames(x.__traceback__)
+            x = x.__cause__ or x.__context__
+
+    def __repr__(self):
+        return f"{self.type.__name__}({self.msg!r})"
+
+
+def _first_error(cls, ds, **kw):
+    loader = cls(ds, **kw)
+    err = None
+    try:
+        for _ in loader:
+            pass
+    except Exception as e:  # noqa: BLE001
+        err = Err(e)
+    del loader
+    return err
+
+
+EXC = {"value": ValueError, "key": KeyError, "twoarg": TwoArgError}
+
+
+@pytest.mark.parametrize("exc", sorted(EXC))
+def test_dataset_exception_in_worker(exc):
+    ds = FailDS(12, fail_at=5, exc=exc)
+    want = _first_error(TorchDataLoader, ds, batch_size=2, num_workers=2)
+    got = _first_error(PIMDataLoader, ds, batch_size=2, num_workers=2)
+    assert want is not None and got is not None
+    # torch re-raises the original type, or RuntimeError when it cannot rebuild it (TwoArgError)
+    assert got.type is want.type, f"{got} (torch: {want.type.__name__})"
+    wid = int(re.search(r"worker process (\d+)", want.msg).group(1))
+    msg = got.msg
+    assert re.search(rf"\bworker {wid}\b", msg), f"message does not name worker {wid}: {msg!r}"
+    assert re.search(r"\bsample 5\b", msg), f"message does not name sample 5: {msg!r}"
+    original = {"value": "bad sample value 5", "key": "missing key 5", "twoarg": "two-arg error first 5"}[exc]
+    assert original in msg, f"original message lost: {msg!r}"
+
+
+@pytest.mark.parametrize("exc", sorted(EXC))
+def test_dataset_exception_without_workers(exc):
+    ds = FailDS(12, fail_at=5, exc=exc)
+    want = _first_error(TorchDataLoader, ds, batch_size=2)
+    got = _first_error(PIMDataLoader, ds, batch_size=2)
+    assert want.type is EXC[exc]  # torch propagates the original exception
+    assert got.type is want.type, f"{got}"
+    if exc == "twoarg":
+        assert got.args2 == ("first", 5)  # the original object, not a rebuilt one
+    notes = got.notes
+    assert any(re.search(r"\bsample 5\b", n) for n in notes), f"notes {notes!r} do not name sample 5"
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_iterator_after_error_as_torch(num_workers):
+    # torch's iterator keeps going after a dataset error: the failed batch is skipped
+    ds = FailDS(12, fail_at=5, exc="value")
+
+    def run(cls):
+        loader = cls(ds, batch_size=2, num_workers=num_workers)
+        return outcomes(iter(loader))
+
+    want, got = run(TorchDataLoader), run(PIMDataLoader)
+    assert [k for k, _ in want] == ["ok", "ok", "err", "ok", "ok", "ok"]  # the oracle
+    assert [k for k, _ in got] == [k for k, _ in want], got
+    for i, ((kg, g), (kw, w)) in enumerate(zip(got, want)):
+        if kw == "ok":
+            assert_same(g, w, f"outcome[{i}]")
+        else:
+            assert g is w, f"outcome[{i}]: {g} != torch's {w}"
+
+
+def test_exception_in_iterable_dataset_worker():
+    ds = IterFail()
+    want = _first_error(TorchDataLoader, ds, batch_size=2, num_workers=2)
+    got = _first_error(PIMDataLoader, ds, batch_size=2, num_workers=2)
+    assert want.type is ValueError
+    assert got.type is ValueError, repr(got)
+    assert re.search(r"\bworker [01]\b", got.msg), got.msg
+    assert "iter failure" in got.msg
+
+
+def test_exception_in_custom_collate_in_worker():
+    want = _first_error(TorchDataLoader, TensorDS(6), batch_size=2, num_workers=2, collate_fn=bad_collate)
+    got = _first_error(PIMDataLoader, TensorDS(6), batch_size=2, num_workers=2, collate_fn=bad_collate)
+    assert want.type is ZeroDivisionError
+    assert got.type is ZeroDivisionError, repr(got)
+    assert re.search(r"\bworker 0\b", got.msg), got.msg
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_sampler_exception_propagates(num_workers):
+    def run(cls):
+        return _first_error(cls, TensorDS(6), sampler=BadSampler(), batch_size=2, num_workers=num_workers)
+
+    snap = Snapshot()
+    want, got = run(TorchDataLoader), run(PIMDataLoader)
+    assert want.type is LookupError
+    assert got.type is LookupError, repr(got)
+    snap.assert_clean(what="a sampler error")
+
+
+def test_worker_init_fn_raising(leak_check):
+    want = _first_error(TorchDataLoader, TensorDS(8), batch_size=2, num_workers=2, worker_init_fn=failing_init)
+    got = _first_error(PIMDataLoader, TensorDS(8), batch_size=2, num_workers=2, worker_init_fn=failing_init)
+    assert want.type is ValueError
+    assert got.type is ValueError, repr(got)
+    assert re.search(r"\bworker [01]\b", got.msg), got.msg
+    assert "init failed in" in got.msg
+    leak_check.assert_clean(what="worker_init_fn failure")
+
+
+def _killed(cls, tmp_path, **ds_kw):
+    d = tmp_path / cls.__name__
+    d.mkdir()
+    ds = KillDS(str(d), n=12, kill_at=4, **ds_kw)
+    t0 = time.monotonic()
+    err = _first_error(cls, ds, batch_size=2, num_workers=2)
+    elapsed = time.monotonic() - t0
+    pids = [int(p.stem) for p in d.glob("*.pid")]
+    return err, elapsed, pids
+
+
+def test_killed_worker_sigkill(tmp_path, leak_check):
+    want, _, _ = _killed(TorchDataLoader, tmp_path)
+    assert want.type is RuntimeError  # torch: "worker (pid X) is killed by signal" / "exited unexpectedly"
+    got, elapsed, pids = _killed(PIMDataLoader, tmp_path)
+    assert len(pids) == 1
+    assert issubclass(got.type, RuntimeError), repr(got)
+    assert str(pids[0]) in got.msg, f"pid {pids[0]} not named: {got}"
+    assert "SIGKILL" in got.msg, f"signal not named: {got}"
+    assert elapsed < 10, f"took {elapsed:.1f}s to notice the dead worker"
+    leak_check.assert_clean(what="a killed worker")
+
+
+def test_killed_worker_sigsegv(tmp_path, leak_check):
+    got, elapsed, pids = _killed(PIMDataLoader, tmp_path, sig=signal.SIGSEGV)
+    assert issubclass(got.type, RuntimeError), repr(got)
+    assert len(pids) == 1 and str(pids[0]) in got.msg, f"{pids} {got}"
+    assert "SIGSEGV" in got.msg, got.msg
+    assert elapsed < 10
+    leak_check.assert_clean(what="a segfaulted worker")
+
+
+def test_worker_exiting_with_status(tmp_path, leak_check):
+    want, _, _ = _killed(TorchDataLoader, tmp_path, exit_code=3)
+    assert want.type is RuntimeError
+    got, elapsed, pids = _killed(PIMDataLoader, tmp_path, exit_code=3)
+    assert issubclass(got.type, RuntimeError), repr(got)
+    assert len(pids) == 1 and str(pids[0]) in got.msg, f"{pids} {got}"
+    assert elapsed < 10, f"took {elapsed:.1f}s to notice the exited worker"
+    leak_check.assert_clean(what="an exited worker")
+
+
+def test_timeout_raises_as_torch(leak_check):
+    def run(cls):
+        loader = cls(SlowAtDS(8, slow_at=4, delay=3.0), batch_size=2, num_workers=2, timeout=1.0)
+        got = []
+        t0 = time.monotonic()
+        try:
+            for b in loader:
+                got.append(b)
+        except Exception as e:  # noqa: BLE001
+            elapsed = time.monotonic() - t0  # before Err() lets the iterator go
+            return got, Err(e), elapsed
+        return got, None, time.monotonic() - t0
+
+    w_batches, w_err, _ = run(TorchDataLoader)
+    assert w_err.type is RuntimeError and "timed out after" in w_err.msg
+    g_batches, g_err, elapsed = run(PIMDataLoader)
+    assert g_err is not None and issubclass(g_err.type, RuntimeError), repr(g_err)
+    assert "timed out after" in g_err.msg, g_err.msg
+    assert elapsed < 2.9, f"timeout of 1s took {elapsed:.2f}s"
+    assert len(w_batches) == 2  # the oracle: batches 0 and 1 arrive, batch 2 times out
+    assert len(g_batches) == 2, f"{len(g_batches)} batches before {g_err}"
+    for a, b in zip(g_batches, w_batches):
+        assert_same(a, b)
+    del a, b, g_batches, w_batches
+    leak_check.assert_clean(wait=8, what="a timeout")
+
+
+def test_no_hang_after_error_then_new_epoch():
+    # after an error ends an epoch early, a fresh iteration over the same loader works
+    ds = FailDS(8, fail_at=1, exc="value")
+    loader = PIMDataLoader(ds, batch_size=2, num_workers=2)
+    with pytest.raises(ValueError):
+        list(loader)
+    with pytest.raises(ValueError):
+        list(loader)
+    ok = PIMDataLoader(TensorDS(4, "tuple"), batch_size=2, num_workers=2)
+    assert len(list(ok)) == 2
+
+
+# ---- module-level helpers (picklable) --------------------------------------------------
+from torch.utils.data import IterableDataset, Sampler  # noqa: E402
+
+
+class IterFail(IterableDataset):
+    def __iter__(self):
+        yield 1
+        raise ValueError("iter failure")
+
+
+def bad_collate(batch):
+    return 1 / 0
+
+
+class BadSampler(Sampler):
+    def __iter__(self):
+        yield 0
+        yield 1
+        raise LookupError("sampler broke")
+
+    def __len__(self):
+        return 3
