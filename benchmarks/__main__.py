@@ -1,0 +1,27 @@
+"""The benchmark job run by `make bench`: every benchmark with its default settings.
+
+    python -m benchmarks            # full run, a few minutes on two cores
+    python -m benchmarks --quick    # smoke run, seconds
+"""
+from __future__ import annotations
+
+import argparse
+
+from benchmarks import loader_overhead
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="tiny settings for a smoke run; results go to *.quick.json")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    loader_overhead.main(["--quick"] if args.quick else [])
+
+
+if __name__ == "__main__":
+    main()

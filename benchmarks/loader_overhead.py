@@ -1,0 +1,241 @@
+"""Loader overhead: images/s of PIMDataLoader against torch's DataLoader on in-memory tensors.
+
+The dataset holds ready 3x224x224 uint8 images in memory, so an epoch costs only what the
+loader itself adds: sampling, fetching, collating, moving batches between processes and
+starting workers. Both loaders run in the same process, epoch by epoch in alternating order,
+so that they share the machine's noise; the figures are medians over the timed epochs.
+
+    python -m benchmarks.loader_overhead --samples 4096 --epochs 7 --touch
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+try:
+    from pimloader import PIMDataLoader
+    PIMLOADER_IMPORT_ERROR = None
+except ImportError as error:
+    PIMDataLoader = None
+    PIMLOADER_IMPORT_ERROR = f"{type(error).__name__}: {error}"
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+IMAGE_SHAPE = (3, 224, 224)
+NUM_CLASSES = 1000
+QUICK = {"samples": 256, "epochs": 3, "warmup": 1, "batch_sizes": [64], "workers": [0, 2]}
+
+
+class InMemoryImages(Dataset):
+    """`data[N, 3, 224, 224]` uint8 from a seeded generator; item i is `(data[i], label)`."""
+
+    def __init__(self, samples: int, seed: int = 0) -> None:
+        generator = torch.Generator().manual_seed(seed)
+        self.data = torch.randint(0, 256, (samples, *IMAGE_SHAPE), dtype=torch.uint8,
+                                  generator=generator)
+        self.labels = torch.randint(0, NUM_CLASSES, (samples,), generator=generator).tolist()
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        return self.data[index], self.labels[index]
+
+
+@dataclass(frozen=True)
+class Config:
+    batch_size: int
+    workers: int
+    persistent: bool
+
+    def label(self) -> str:
+        return f"{self.workers} persistent" if self.persistent else str(self.workers)
+
+
+def configs(batch_sizes: list[int], workers: list[int]) -> list[Config]:
+    """Fresh workers every epoch for each worker count; persistent ones as well where > 0."""
+    rows = []
+    for batch_size in batch_sizes:
+        for count in workers:
+            rows.append(Config(batch_size, count, persistent=False))
+            if count > 0:
+                rows.append(Config(batch_size, count, persistent=True))
+    return rows
+
+
+def make_loaders(dataset: Dataset, config: Config) -> dict[str, DataLoader]:
+    classes = {"torch": DataLoader}
+    if PIMDataLoader is not None:
+        classes["pimloader"] = PIMDataLoader
+    return {name: cls(dataset, batch_size=config.batch_size, shuffle=True,
+                      num_workers=config.workers, persistent_workers=config.persistent)
+            for name, cls in classes.items()}
+
+
+def run_epoch(loader: DataLoader, touch: bool) -> float:
+    """Seconds to consume every batch, from creating the iterator to its end."""
+    seen = 0
+    start = time.perf_counter()
+    for images, _labels in loader:
+        seen += images.shape[0]
+        if touch:
+            images[0, 0, 0, 0].item()
+    elapsed = time.perf_counter() - start
+    if seen != len(loader.dataset):
+        raise RuntimeError(f"{type(loader).__name__} gave {seen} of {len(loader.dataset)} images")
+    return elapsed
+
+
+def last_epoch_stats(loader: DataLoader) -> dict | None:
+    if not hasattr(loader, "stats") or not loader.stats():
+        return None
+    return dataclasses.asdict(loader.stats()[-1])
+
+
+def median_epoch(seconds: list[float]) -> int:
+    """Index of the epoch whose time is the (lower) median."""
+    ranked = sorted(range(len(seconds)), key=seconds.__getitem__)
+    return ranked[(len(ranked) - 1) // 2]
+
+
+def measure(dataset: Dataset, config: Config, epochs: int, warmup: int, touch: bool) -> dict:
+    """Alternate the loaders epoch by epoch; keep times and pimloader's stats of timed epochs."""
+    loaders = make_loaders(dataset, config)
+    seconds = {name: [] for name in loaders}
+    stats = {name: [] for name in loaders}
+    for repeat in range(warmup + epochs):
+        order = list(loaders) if repeat % 2 == 0 else list(reversed(loaders))
+        for name in order:
+            elapsed = run_epoch(loaders[name], touch)
+            if repeat >= warmup:
+                seconds[name].append(elapsed)
+                stats[name].append(last_epoch_stats(loaders[name]))
+    return summarize(config, len(dataset), seconds, stats)
+
+
+def summarize(config: Config, samples: int, seconds: dict, stats: dict) -> dict:
+    row = dataclasses.asdict(config)
+    for name, times in seconds.items():
+        median_index = median_epoch(times)
+        row[name] = {"median_img_s": samples / statistics.median(times),
+                     "epoch_s": times,
+                     "median_epoch_stats": stats[name][median_index]}
+    if "pimloader" in row:
+        row["ratio"] = row["pimloader"]["median_img_s"] / row["torch"]["median_img_s"]
+    return row
+
+
+def row_label(row: dict) -> str:
+    return Config(row["batch_size"], row["workers"], row["persistent"]).label()
+
+
+def format_table(rows: list[dict]) -> str:
+    header = f"{'batch':>6} {'workers':>13} {'torch img/s':>12} {'pimloader img/s':>16} {'ratio':>6}"
+    lines = [header, "-" * len(header)]
+    for row in rows:
+        pim = row.get("pimloader")
+        pim_text = f"{pim['median_img_s']:16.0f}" if pim else f"{'n/a':>16}"
+        ratio_text = f"{row['ratio']:6.2f}" if pim else f"{'n/a':>6}"
+        lines.append(f"{row['batch_size']:>6} {row_label(row):>13} "
+                     f"{row['torch']['median_img_s']:12.0f} {pim_text} {ratio_text}")
+    return "\n".join(lines)
+
+
+def format_pim_stats(rows: list[dict]) -> str:
+    header = (f"{'batch':>6} {'workers':>13} {'batches':>7} {'wait_s':>8} {'fetch_s':>8} "
+              f"{'write_s':>8} {'shared':>6} {'collated':>8}")
+    lines = ["pimloader stats of the median epoch:", header, "-" * len(header)]
+    for row in rows:
+        stats = row.get("pimloader", {}).get("median_epoch_stats")
+        if stats is None:
+            continue
+        lines.append(f"{row['batch_size']:>6} {row_label(row):>13} {stats['batches']:>7} "
+                     f"{stats['wait_s']:8.3f} {stats['fetch_s']:8.3f} {stats['write_s']:8.3f} "
+                     f"{stats['shared_batches']:>6} {stats['collated_batches']:>8}")
+    return "\n".join(lines)
+
+
+def environment() -> dict:
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "machine": platform.machine(), "pimloader_import_error": PIMLOADER_IMPORT_ERROR}
+
+
+def run(args: argparse.Namespace) -> dict:
+    dataset = InMemoryImages(args.samples, args.seed)
+    rows = [measure(dataset, config, args.epochs, args.warmup, args.touch)
+            for config in configs(args.batch_sizes, args.workers)]
+    settings = {key: value for key, value in vars(args).items() if key not in ("out", "quick")}
+    return {"benchmark": "loader_overhead", "settings": settings,
+            "environment": environment(), "rows": rows}
+
+
+def report(results: dict) -> None:
+    settings = results["settings"]
+    print(f"loader overhead: {settings['samples']} samples of 3x224x224 uint8, "
+          f"median of {settings['epochs']} epochs after {settings['warmup']} warm-up, "
+          f"touch={settings['touch']}, {results['environment']['cpus']} CPUs")
+    print(format_table(results["rows"]))
+    if PIMDataLoader is None:
+        print(f"pimloader columns are n/a: {PIMLOADER_IMPORT_ERROR}")
+    else:
+        print(format_pim_stats(results["rows"]))
+
+
+def write_json(results: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"results written to {path}")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--samples", type=int, default=4096,
+                        help="images in the dataset, one epoch (default: %(default)s)")
+    parser.add_argument("--epochs", type=int, default=7,
+                        help="timed epochs per loader and configuration (default: %(default)s)")
+    parser.add_argument("--warmup", type=int, default=1,
+                        help="untimed epochs before them (default: %(default)s)")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[64, 256],
+                        help="batch sizes to run (default: %(default)s)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[0, 2],
+                        help="worker counts to run; each count > 0 also runs with "
+                             "persistent_workers=True (default: %(default)s)")
+    parser.add_argument("--touch", action="store_true",
+                        help="also read the first byte of every batch, not only its shape")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the dataset's pixels")
+    parser.add_argument("--out", type=Path,
+                        help="JSON file for the results (default: results/loader_overhead.json, "
+                             "or loader_overhead.quick.json with --quick)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"tiny smoke-test settings: {QUICK}")
+    args = parser.parse_args(argv)
+    if args.quick:
+        vars(args).update(QUICK)
+    if args.epochs < 1 or args.samples < 1:
+        parser.error("--epochs and --samples must be at least 1")
+    if args.out is None:
+        args.out = RESULTS_DIR / ("loader_overhead.quick.json" if args.quick
+                                  else "loader_overhead.json")
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    results = run(args)
+    report(results)
+    write_json(results, args.out)
+    return results
+
+
+if __name__ == "__main__":
+    main()
