@@ -52,22 +52,27 @@ class ImagePipeline:
         height, width = decode.image_size(sample.data, name=sample.name)
         return sample, self.plan.draw(height, width)
 
-    def render(self, sample, params: SampleParams, out: torch.Tensor) -> None:
-        """Write the transformed image of `sample` into `out` (C, H, W), via the kernel."""
+    def render(self, sample, params: SampleParams, out: torch.Tensor) -> float:
+        """Write the transformed image of `sample` into `out` (C, H, W), via the kernel.
+
+        Returns the seconds spent decoding (the rest is transform and write)."""
         geometry = params.geometry
+        start = time.perf_counter()
         if geometry is None:
             out.copy_(self._replayed(sample, params))
-            return
+            return time.perf_counter() - start
         source, box = self._decoded_box(sample, geometry)
+        decode_s = time.perf_counter() - start
         if geometry.window == (0, 0, *geometry.resized):
             self._resample(source, box, geometry.resized, out[None], geometry)
-            return
+            return decode_s
         resized = torch.empty((1, self.channels, *geometry.resized), dtype=out.dtype)
         self._resample(source, box, geometry.resized, resized, _unflipped(geometry))
         top, left, height, width = geometry.window
         window = resized[0, :, top:top + height, left:left + width]
         dims = [d for d, flip in ((-1, geometry.hflip), (-2, geometry.vflip)) if flip]
         out.copy_(window.flip(dims) if dims else window)
+        return decode_s
 
     def transformed(self, index: int) -> tuple[torch.Tensor, Any]:
         """One (image, target) sample, for the collate path (variable sizes, Python tail)."""
@@ -157,9 +162,9 @@ class DirectImageProducer:
 
     def produce(self, index) -> Produced:
         start = time.perf_counter()
-        timing = {"fetch": 0.0}
         if self.layout is None:
             self.layout = self.pipeline.slot_layout(capacity=len(index))
+        timing = {"fetch": 0.0, "decode": 0.0}
         batch = None
         if len(index) <= self.layout.capacity:
             batch = self.writer.write_with(
@@ -168,7 +173,8 @@ class DirectImageProducer:
             return self.fallback.produce(index)
         total = time.perf_counter() - start
         skipped, self.skipped = self.skipped, 0
-        return Produced(batch, batch.count, timing["fetch"], total - timing["fetch"], skipped)
+        return Produced(batch, batch.count, timing["fetch"],
+                        total - timing["fetch"] - timing["decode"], skipped, timing["decode"])
 
     def _fill(self, index, out: torch.Tensor, timing: dict) -> list:
         skeletons = []
@@ -178,7 +184,7 @@ class DirectImageProducer:
             try:
                 sample, params = self.pipeline.load(sample_index)
                 timing["fetch"] += time.perf_counter() - started
-                self.pipeline.render(sample, params, out[len(skeletons)])
+                timing["decode"] += self.pipeline.render(sample, params, out[len(skeletons)])
             except decode.DecodeError:
                 if not self.pipeline.skip_errors:
                     raise

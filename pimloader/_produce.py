@@ -19,6 +19,7 @@ class Produced:
     fetch_s: float
     write_s: float
     skipped: int = 0     # samples dropped by on_error="skip"
+    decode_s: float = 0.0  # of the write time, seconds spent decoding images natively
 
 
 class BatchProducer:

@@ -47,8 +47,7 @@ class SingleProcessIter(_BaseDataLoaderIter):
 
     def _deliver(self, produced: Produced):
         shared = isinstance(produced.data, SlotBatch)
-        self._stats.add_batch(produced.count, shared, produced.fetch_s, produced.write_s,
-                             produced.skipped)
+        self._stats.add_batch(produced, shared)
         if shared:
             return self._pool.lend(produced.data)
         if self._pin_memory:

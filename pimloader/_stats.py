@@ -11,8 +11,9 @@ class EpochStats:
     wait_s:  time the main process spent inside `next()` waiting for (or, with
              num_workers=0, making) batches.
     fetch_s: time producers spent getting samples from the dataset, summed over workers.
-    write_s: time producers spent writing samples into slots or running collate_fn,
-             summed over workers.
+    decode_s: time producers spent decoding images on the native path, summed over workers.
+    write_s: time producers spent transforming and writing samples into slots, or running
+             collate_fn, summed over workers (decoding excluded).
     shared_batches:   batches delivered as views over shared slots.
     collated_batches: batches delivered through the ordinary collate_fn path.
     skipped_samples:  samples dropped because they could not be decoded (on_error="skip").
@@ -23,18 +24,20 @@ class EpochStats:
     samples: int = 0
     wait_s: float = 0.0
     fetch_s: float = 0.0
+    decode_s: float = 0.0
     write_s: float = 0.0
     shared_batches: int = 0
     collated_batches: int = 0
     skipped_samples: int = 0
 
-    def add_batch(self, samples: int, shared: bool, fetch_s: float, write_s: float,
-                  skipped: int = 0) -> None:
+    def add_batch(self, produced, shared: bool) -> None:
+        """Account for one delivered batch (a _produce.Produced)."""
         self.batches += 1
-        self.samples += samples
-        self.skipped_samples += skipped
-        self.fetch_s += fetch_s
-        self.write_s += write_s
+        self.samples += produced.count
+        self.skipped_samples += produced.skipped
+        self.fetch_s += produced.fetch_s
+        self.decode_s += produced.decode_s
+        self.write_s += produced.write_s
         if shared:
             self.shared_batches += 1
         else:
