@@ -215,20 +215,31 @@ class MultiProcessIter(_BaseDataLoaderIter):
                      if self._workers_status[w]}
         ready = wait([reader, *sentinels], timeout)
         if reader in ready:
-            return self._result_queue.get()
+            return self._receive(sentinels)
         dead = [sentinels[s] for s in ready if s in sentinels]
         if dead:
             self._raise_worker_died(dead)
         return None
 
-    def _raise_worker_died(self, worker_ids: list[int]) -> None:
+    def _receive(self, sentinels: dict):
+        """One message; a slot's file descriptor handed over by a worker that died since it
+        sent the message cannot be received, and that is reported as the worker's death."""
+        try:
+            return self._result_queue.get()
+        except (EOFError, OSError) as error:
+            dead = [sentinels[s] for s in wait(list(sentinels), timeout=JOIN_TIMEOUT_S)]
+            if not dead:
+                raise
+            self._raise_worker_died(dead, cause=error)
+
+    def _raise_worker_died(self, worker_ids: list[int], cause=None) -> None:
         reports = [self._death_report(w) for w in worker_ids]
         for worker_id in worker_ids:
             self._workers_status[worker_id] = False
         self._shutdown_workers()
         raise WorkerDiedError(
             "PIMDataLoader " + "; ".join(reports) + ". The batches it was making are lost; "
-            "the loader has shut its workers down.")
+            "the loader has shut its workers down.") from cause
 
     def _death_report(self, worker_id: int) -> str:
         process = self._workers[worker_id]
