@@ -61,7 +61,7 @@ class ImagePipeline:
         if geometry is None:
             out.copy_(self._replayed(sample, params))
             return time.perf_counter() - start
-        source, box = self._decoded_box(sample, geometry)
+        source, box = self.decoded_box(sample, geometry)
         decode_s = time.perf_counter() - start
         if geometry.window == (0, 0, *geometry.resized):
             self._resample(source, box, geometry.resized, out[None], geometry)
@@ -89,7 +89,7 @@ class ImagePipeline:
 
     # -- pieces -------------------------------------------------------------------------
 
-    def _decoded_box(self, sample, geometry: Geometry):
+    def decoded_box(self, sample, geometry: Geometry):
         """The decoded pixels the geometry needs, and its box within them."""
         if self.reduced_dct and geometry.resamples:
             scaled = decode.decode_image_scaled(sample.data, geometry.box,
@@ -177,24 +177,73 @@ class DirectImageProducer:
                         total - timing["fetch"] - timing["decode"], skipped, timing["decode"])
 
     def _fill(self, index, out: torch.Tensor, timing: dict) -> list:
-        skeletons = []
+        skeletons: list = []
+        pending = _KernelBatch(self.pipeline, out)
         for sample_index in index:
             self.current = f"sample {sample_index!r}"
             started = time.perf_counter()
             try:
                 sample, params = self.pipeline.load(sample_index)
                 timing["fetch"] += time.perf_counter() - started
-                timing["decode"] += self.pipeline.render(sample, params, out[len(skeletons)])
+                row = len(skeletons)
+                if pending.accepts(params.geometry):
+                    started = time.perf_counter()
+                    pending.add(row, *self.pipeline.decoded_box(sample, params.geometry),
+                                params.geometry)
+                    timing["decode"] += time.perf_counter() - started
+                else:
+                    pending.flush()
+                    timing["decode"] += self.pipeline.render(sample, params, out[row])
             except decode.DecodeError:
                 if not self.pipeline.skip_errors:
                     raise
                 self.skipped += 1
                 continue
             skeletons.append((SlotField(0), sample.target))
+        pending.flush()
         if not skeletons:
             raise decode.DecodeError(
                 f"every sample of the batch {list(index)!r} failed to decode (on_error='skip')")
         return skeletons
+
+
+class _KernelBatch:
+    """Consecutive rows whose whole geometry is one kernel call: box -> output size, flips.
+
+    Rows are gathered (decoded) and then resampled in one call per `CHUNK` rows, saving the
+    per-call overhead; a row that needs anything else flushes the gathered ones first.
+    """
+
+    CHUNK = 32
+
+    def __init__(self, pipeline: ImagePipeline, out: torch.Tensor) -> None:
+        self.pipeline = pipeline
+        self.out = out
+        self.rows: list[tuple] = []
+
+    def accepts(self, geometry: Geometry | None) -> bool:
+        return (geometry is not None and geometry.resized == self.pipeline.plan.output_size
+                and geometry.window == (0, 0, *geometry.resized))
+
+    def add(self, row: int, source, box, geometry: Geometry) -> None:
+        if self.rows and row != self.rows[-1][0] + 1:
+            self.flush()
+        self.rows.append((row, source, box, geometry))
+        if len(self.rows) == self.CHUNK:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.rows:
+            return
+        from ._kernels_api import resized_crop_batch
+        first = self.rows[0][0]
+        geometries = [row[3] for row in self.rows]
+        resized_crop_batch(
+            [row[1] for row in self.rows], [row[2] for row in self.rows],
+            self.pipeline.plan.output_size, self.out[first:first + len(self.rows)],
+            hflip=[g.hflip for g in geometries], vflip=[g.vflip for g in geometries],
+            interpolation=geometries[0].interpolation.value, lut=self.pipeline.lut)
+        self.rows = []
 
 
 BACKENDS = ("auto", "cpu", "emulator", "upmem")
