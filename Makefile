@@ -11,6 +11,7 @@ PIP    := $(PY) -m pip
 NATIVE := $(wildcard csrc/*.c csrc/*.h csrc/*/*.h csrc/build_*.py dpu_src/*.c dpu_src/*.h)
 
 $(VENV)/.base: requirements.txt requirements-dev.txt setup.py $(NATIVE)
+	scripts/system-deps.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q -r requirements-dev.txt
 	$(PIP) install -q --no-build-isolation --no-deps -e .
