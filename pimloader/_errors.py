@@ -40,7 +40,10 @@ class WorkerError:
         except Exception:
             # The original type cannot be built from one string: keep the text at least.
             raise RuntimeError(message) from None
-        raise exception
+        try:
+            raise exception
+        finally:
+            del exception  # no frame <-> exception cycle keeping the iterator for the GC
 
 
 class WorkerDiedError(RuntimeError):

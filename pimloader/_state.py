@@ -31,6 +31,11 @@ class LoaderState:
                             register=register_slot if pinned else None)
         return pool
 
+    def release_buffers(self) -> None:
+        """Drop the slots kept for later epochs (batches the user holds stay valid)."""
+        self._shared_pool = None
+        self._local = None
+
     def return_shared_pool(self, pool: SlotPool) -> None:
         pool.release_unlent()
         self._shared_pool = pool

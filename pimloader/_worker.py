@@ -27,7 +27,7 @@ from ._errors import WorkerError
 from ._produce import make_producer
 from ._slots import SlotWriter
 
-STATUS_CHECK_INTERVAL = 1.0
+STATUS_CHECK_INTERVAL = 0.5
 
 
 @dataclass(frozen=True)
@@ -144,6 +144,8 @@ def worker_loop(config: WorkerConfig, dataset_holder: list, index_queue, result_
             try:
                 message = index_queue.get(timeout=STATUS_CHECK_INTERVAL)
             except queue.Empty:
+                if done_event.is_set():
+                    break  # shutting down, even if the final None cannot reach us
                 continue
             if message is None:
                 break

@@ -71,11 +71,14 @@ class PIMDataLoader(DataLoader):
         return list(self._state.history)
 
     def close(self) -> None:
-        """Stop persistent workers now rather than when the loader is garbage-collected."""
+        """Stop persistent workers and free the batch slots kept for later epochs now,
+        rather than when the loader is garbage-collected. Batches still held stay valid;
+        the loader can be iterated again (it starts afresh)."""
         iterator = self._iterator
         self._iterator = None
         if iterator is not None and hasattr(iterator, "_shutdown_workers"):
             iterator._shutdown_workers()
+        self._state.release_buffers()
 
     def __enter__(self) -> "PIMDataLoader":
         return self

@@ -1,0 +1,280 @@
+"""Python side of pimloader's libdpu emulator (`pimloader._dpuemu`, csrc/emulator/).
+
+- `compile_kernel` builds an unchanged UPMEM DPU kernel source for the emulator with the host
+  gcc: the DPU runtime headers of csrc/emulator/dpu_include, no floating point (the build
+  fails on any), and the MRAM linker script.  The result is what `dpu_load` takes.
+- `DpuSet` drives emulated DPUs from Python with the libdpu calls (tests, cost-model
+  counts); every `dpu_error_t` becomes a `DpuError` naming the call and, for DPU faults,
+  the emulator's message (the rule, the DPU, the tasklet and the source line).
+- `DpuSet.counters()` reports the DMA and host-transfer counts of the cost model.
+
+Emulated speed is not DPU speed: nothing here measures how fast a DPU would be.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from typing import Mapping, Optional, Sequence
+
+import numpy as np
+
+from . import _dpuemu
+
+ffi = _dpuemu.ffi
+lib = _dpuemu.lib
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EMULATOR_DIR = os.path.join(_REPO, "csrc", "emulator")
+DPU_INCLUDE = os.path.join(EMULATOR_DIR, "dpu_include")   # mram.h, defs.h, barrier.h, ...
+RUNTIME_SOURCE = os.path.join(EMULATOR_DIR, "dpu_rt.c")
+LINKER_SCRIPT = os.path.join(EMULATOR_DIR, "mram.ld")
+
+MAX_TASKLETS = lib.DPUEMU_MAX_TASKLETS
+MRAM_SIZE = lib.DPUEMU_MRAM_SIZE
+WRAM_SIZE = lib.DPUEMU_WRAM_SIZE
+HEAP_POINTER_NAME = "__sys_used_mram_end"  # DPU_MRAM_HEAP_POINTER_NAME
+
+# What every kernel is built with.  -mgeneral-regs-only: no SSE/x87, so floating-point
+# arithmetic cannot compile (a DPU has no FPU); dpuemu_nofloat.h poisons the type names.
+# -Bsymbolic: a kernel's references to its own globals never bind to the host's symbols.
+# -z defs: a kernel calling a DPU runtime function the emulator lacks fails to build.
+KERNEL_CFLAGS = (
+    "-std=gnu11", "-O2", "-fPIC", "-shared", "-fno-common", "-mgeneral-regs-only",
+    "-Wall", "-Wno-pointer-to-int-cast", "-Wno-int-to-pointer-cast", "-Wno-unused-function",
+)
+KERNEL_LDFLAGS = ("-Wl,-Bsymbolic", "-Wl,-z,defs")
+
+
+class KernelBuildError(RuntimeError):
+    """The host compiler rejected a DPU kernel (its output is in the message)."""
+
+
+class DpuError(RuntimeError):
+    """A libdpu call on emulated DPUs returned an error."""
+
+    def __init__(self, call: str, code: int, detail: str = "") -> None:
+        self.call = call
+        self.code = code
+        self.detail = detail
+        text = ffi.string(lib.dpu_error_to_string(code)).decode()
+        super().__init__(f"{call}: {text} (dpu_error_t {code})" + (f": {detail}" if detail else ""))
+
+
+class DpuFaultError(DpuError):
+    """A DPU faulted (a hardware rule broken); `detail` names the rule, DPU and tasklet."""
+
+
+def compile_kernel(source: str, output: Optional[str] = None, *, nr_tasklets: int = 16,
+                   defines: Optional[Mapping[str, object]] = None, include_dirs: Sequence[str] = (),
+                   extra_cflags: Sequence[str] = (), cc: Optional[str] = None) -> str:
+    """Build the DPU kernel `source` (a path) for the emulator; returns the shared object's path.
+
+    `nr_tasklets` and `defines` become -D flags as for dpu-upmem-dpurte-clang; the default
+    output is a file in a per-user cache keyed by source text and flags.  NR_TASKLETS above
+    24 builds (the emulator rejects it at dpu_load, as the DPU linker script would).
+    """
+    cc = cc or os.environ.get("CC") or shutil.which("gcc") or "cc"
+    flags = list(KERNEL_CFLAGS) + [f"-DNR_TASKLETS={int(nr_tasklets)}"]
+    for key, value in sorted((defines or {}).items()):
+        flags.append(f"-D{key}" if value is None else f"-D{key}={value}")
+    flags += [f"-I{d}" for d in include_dirs] + [f"-I{DPU_INCLUDE}"]
+    flags += ["-include", "dpuemu_nofloat.h"] + list(extra_cflags)
+    if output is None:
+        digest = hashlib.sha256()
+        for path in (source, RUNTIME_SOURCE, LINKER_SCRIPT):
+            with open(path, "rb") as f:
+                digest.update(f.read())
+        for name in sorted(os.listdir(DPU_INCLUDE)):
+            with open(os.path.join(DPU_INCLUDE, name), "rb") as f:
+                digest.update(f.read())
+        digest.update(" ".join([cc] + flags).encode())
+        cache = os.path.join(tempfile.gettempdir(), f"pimloader-dpuemu-{os.getuid()}")
+        os.makedirs(cache, exist_ok=True)
+        stem = os.path.splitext(os.path.basename(source))[0]
+        output = os.path.join(cache, f"{stem}-{digest.hexdigest()[:16]}.so")
+        if os.path.exists(output):
+            return output
+    tmp = f"{output}.{os.getpid()}.tmp"
+    cmd = [cc] + flags + [source, RUNTIME_SOURCE, f"-Wl,-T,{LINKER_SCRIPT}"] + list(KERNEL_LDFLAGS) + ["-o", tmp]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise KernelBuildError(f"building DPU kernel {source} for the emulator failed:\n"
+                               f"{' '.join(cmd)}\n{proc.stderr}")
+    os.replace(tmp, output)
+    return output
+
+
+@dataclass
+class Counters:
+    """DMA and host-transfer counts of a DPU set (sums over its DPUs)."""
+    nr_dpus: int
+    nr_tasklets: int
+    launches: int
+    mram_read_calls: int
+    mram_read_bytes: int
+    mram_write_calls: int
+    mram_write_bytes: int
+    host_to_dpu_bytes: int
+    dpu_to_host_bytes: int
+    host_to_dpu_calls: int
+    dpu_to_host_calls: int
+    dma_cycles_model: int
+    wram_static_bytes: int
+    wram_heap_peak: int
+    tasklets: list = field(default_factory=list)  # per tasklet id: dict of the four DMA counts
+
+    @classmethod
+    def _from_c(cls, c) -> "Counters":
+        names = [f for f in cls.__dataclass_fields__ if f != "tasklets"]
+        values = {name: int(getattr(c, name)) for name in names}
+        per = [{k: int(getattr(c.tasklet[t], k)) for k in
+                ("mram_read_calls", "mram_read_bytes", "mram_write_calls", "mram_write_bytes")}
+               for t in range(max(int(c.nr_tasklets), 0))]
+        return cls(tasklets=per, **values)
+
+
+def _check(call: str, code: int, dpu_set=None) -> None:
+    if code == lib.DPU_OK:
+        return
+    detail = ""
+    if dpu_set is not None:
+        buf = ffi.new("char[]", 1024)
+        if lib.dpuemu_fault_message(dpu_set, buf, len(buf)) == lib.DPU_OK:
+            detail = ffi.string(buf).decode(errors="replace")
+    cls = DpuFaultError if code == lib.DPU_ERR_DPU_FAULT else DpuError
+    raise cls(call, code, detail)
+
+
+class DpuSet:
+    """Emulated DPUs driven through the libdpu API (`with DpuSet(n) as dpus: ...`)."""
+
+    def __init__(self, nr_dpus: int = 1, profile: str = "", *, ranks: bool = False) -> None:
+        self._set = ffi.new("struct dpu_set_t *")
+        if ranks:
+            _check("dpu_alloc_ranks", lib.dpu_alloc_ranks(nr_dpus, profile.encode(), self._set))
+        else:
+            _check("dpu_alloc", lib.dpu_alloc(nr_dpus, profile.encode(), self._set))
+        self._open = True
+        self._buffers = []  # keeps prepared host buffers alive until the transfer
+
+    # -- lifetime ------------------------------------------------------------------------
+    def close(self) -> None:
+        if self._open:
+            self._open = False
+            _check("dpu_free", lib.dpu_free(self._set[0]))
+
+    def __enter__(self) -> "DpuSet":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def set(self):
+        return self._set[0]
+
+    @property
+    def nr_dpus(self) -> int:
+        n = ffi.new("uint32_t *")
+        _check("dpu_get_nr_dpus", lib.dpu_get_nr_dpus(self.set, n))
+        return int(n[0])
+
+    @property
+    def nr_ranks(self) -> int:
+        n = ffi.new("uint32_t *")
+        _check("dpu_get_nr_ranks", lib.dpu_get_nr_ranks(self.set, n))
+        return int(n[0])
+
+    def dpu(self, index: int):
+        out = ffi.new("struct dpu_set_t *")
+        _check("dpuemu_get_dpu", lib.dpuemu_get_dpu(self.set, index, out))
+        return out[0]
+
+    # -- program -------------------------------------------------------------------------
+    def load(self, binary_path: str) -> None:
+        _check(f"dpu_load({binary_path})", lib.dpu_load(self.set, binary_path.encode(), ffi.NULL), self.set)
+
+    def launch(self, synchronous: bool = True) -> None:
+        policy = lib.DPU_SYNCHRONOUS if synchronous else lib.DPU_ASYNCHRONOUS
+        _check("dpu_launch", lib.dpu_launch(self.set, policy), self.set)
+
+    def sync(self) -> None:
+        _check("dpu_sync", lib.dpu_sync(self.set), self.set)
+
+    def status(self) -> tuple:
+        done, fault = ffi.new("bool *"), ffi.new("bool *")
+        _check("dpu_status", lib.dpu_status(self.set, done, fault))
+        return bool(done[0]), bool(fault[0])
+
+    def fault_message(self, index: Optional[int] = None) -> str:
+        target = self.set if index is None else self.dpu(index)
+        buf = ffi.new("char[]", 1024)
+        _check("dpuemu_fault_message", lib.dpuemu_fault_message(target, buf, len(buf)))
+        return ffi.string(buf).decode(errors="replace")
+
+    def log(self, index: int = 0) -> str:
+        ptr, size = ffi.new("char **"), ffi.new("size_t *")
+        stream = lib.open_memstream(ptr, size)
+        if stream == ffi.NULL:
+            raise OSError("open_memstream failed")
+        try:
+            code = lib.dpu_log_read(self.dpu(index), stream)
+        finally:
+            lib.fclose(stream)
+        text = ffi.string(ptr[0], size[0]).decode(errors="replace") if ptr[0] != ffi.NULL else ""
+        lib.free(ptr[0])
+        _check("dpu_log_read", code)
+        return text
+
+    # -- transfers -----------------------------------------------------------------------
+    def copy_to(self, symbol: str, data, offset: int = 0, index: Optional[int] = None) -> None:
+        buf = np.ascontiguousarray(data)
+        target = self.set if index is None else self.dpu(index)
+        _check(f"dpu_copy_to({symbol})", lib.dpu_copy_to(target, symbol.encode(), offset,
+                                                         ffi.from_buffer(buf), buf.nbytes))
+
+    def copy_from(self, symbol: str, nbytes: int, offset: int = 0, index: int = 0) -> np.ndarray:
+        out = np.empty(nbytes, np.uint8)
+        _check(f"dpu_copy_from({symbol})", lib.dpu_copy_from(self.dpu(index), symbol.encode(), offset,
+                                                             ffi.from_buffer(out), nbytes))
+        return out
+
+    def broadcast(self, symbol: str, data, offset: int = 0) -> None:
+        buf = np.ascontiguousarray(data)
+        _check(f"dpu_broadcast_to({symbol})", lib.dpu_broadcast_to(
+            self.set, symbol.encode(), offset, ffi.from_buffer(buf), buf.nbytes, lib.DPU_XFER_DEFAULT))
+
+    def push(self, symbol: str, per_dpu: Sequence, offset: int = 0, to_dpu: bool = True) -> None:
+        """dpu_prepare_xfer per DPU + one dpu_push_xfer; all buffers have the same length."""
+        buffers = [np.ascontiguousarray(b) for b in per_dpu]
+        if len(buffers) != self.nr_dpus or len({b.nbytes for b in buffers}) != 1:
+            raise ValueError("push needs one buffer per DPU, all of the same length")
+        for i, b in enumerate(buffers):
+            if not to_dpu and not b.flags.writeable:
+                raise ValueError("push from DPUs needs writable buffers")
+            _check("dpu_prepare_xfer", lib.dpu_prepare_xfer(self.dpu(i), ffi.from_buffer(b)))
+        xfer = lib.DPU_XFER_TO_DPU if to_dpu else lib.DPU_XFER_FROM_DPU
+        _check(f"dpu_push_xfer({symbol})", lib.dpu_push_xfer(self.set, xfer, symbol.encode(), offset,
+                                                             buffers[0].nbytes, lib.DPU_XFER_DEFAULT))
+
+    def gather(self, symbol: str, nbytes: int, offset: int = 0) -> np.ndarray:
+        """One dpu_push_xfer(FROM_DPU) into a (nr_dpus, nbytes) array."""
+        out = np.zeros((self.nr_dpus, nbytes), np.uint8)
+        self.push(symbol, list(out), offset, to_dpu=False)
+        return out
+
+    # -- counters ------------------------------------------------------------------------
+    def counters(self, index: Optional[int] = None) -> Counters:
+        c = ffi.new("struct dpuemu_counters *")
+        target = self.set if index is None else self.dpu(index)
+        _check("dpuemu_get_counters", lib.dpuemu_get_counters(target, c))
+        return Counters._from_c(c)
+
+    def reset_counters(self) -> None:
+        _check("dpuemu_reset_counters", lib.dpuemu_reset_counters(self.set))
