@@ -31,6 +31,7 @@ class ImagePipeline:
     lut: np.ndarray | None         # per-channel table of the plan's elementwise steps
     reduced_dct: bool              # decode at a reduced DCT scale where the crop allows
     skip_errors: bool              # on_error="skip": drop undecodable samples, count them
+    channels_last: bool = False    # slots hold NHWC; batches are lent as channels_last NCHW
     channels: int = 3
 
     @property
@@ -40,9 +41,18 @@ class ImagePipeline:
 
     def slot_layout(self, capacity: int) -> Layout:
         height, width = self.plan.output_size
-        image = torch.empty((), dtype=self.plan.output_dtype).expand(
-            self.channels, height, width)
-        return Layout.for_leaves([image], capacity)
+        if self.channels_last:
+            return Layout.single((height, width, self.channels), self.plan.output_dtype,
+                                 capacity, order=(0, 3, 1, 2))
+        return Layout.single((self.channels, height, width), self.plan.output_dtype, capacity)
+
+    @property
+    def kernel_layout(self) -> str:
+        return "NHWC" if self.channels_last else "NCHW"
+
+    def as_chw(self, row: torch.Tensor) -> torch.Tensor:
+        """A slot row (stored CHW or HWC) viewed as CHW."""
+        return row.permute(2, 0, 1) if self.channels_last else row
 
     # -- one sample ---------------------------------------------------------------------
 
@@ -59,19 +69,20 @@ class ImagePipeline:
         geometry = params.geometry
         start = time.perf_counter()
         if geometry is None:
-            out.copy_(self._replayed(sample, params))
+            self.as_chw(out).copy_(self._replayed(sample, params))
             return time.perf_counter() - start
         source, box = self.decoded_box(sample, geometry)
         decode_s = time.perf_counter() - start
         if geometry.window == (0, 0, *geometry.resized):
-            self._resample(source, box, geometry.resized, out[None], geometry)
+            self._resample(source, box, geometry.resized, out[None], geometry,
+                           self.kernel_layout)
             return decode_s
         resized = torch.empty((1, self.channels, *geometry.resized), dtype=out.dtype)
-        self._resample(source, box, geometry.resized, resized, _unflipped(geometry))
+        self._resample(source, box, geometry.resized, resized, _unflipped(geometry), "NCHW")
         top, left, height, width = geometry.window
         window = resized[0, :, top:top + height, left:left + width]
         dims = [d for d, flip in ((-1, geometry.hflip), (-2, geometry.vflip)) if flip]
-        out.copy_(window.flip(dims) if dims else window)
+        self.as_chw(out).copy_(window.flip(dims) if dims else window)
         return decode_s
 
     def transformed(self, index: int) -> tuple[torch.Tensor, Any]:
@@ -100,11 +111,11 @@ class ImagePipeline:
                                      name=sample.name)
         return pixels, (0, 0, *pixels.shape[:2])
 
-    def _resample(self, source, box, size, out, geometry: Geometry) -> None:
+    def _resample(self, source, box, size, out, geometry: Geometry, layout: str) -> None:
         from ._kernels_api import resized_crop_batch
         resized_crop_batch([source], [box], size, out, hflip=[geometry.hflip],
                            vflip=[geometry.vflip], interpolation=geometry.interpolation.value,
-                           lut=self.lut)
+                           layout=layout, lut=self.lut)
 
     def _replayed(self, sample, params: SampleParams) -> torch.Tensor:
         """torchvision's own ops on the fully decoded image (padding crops and the like)."""
@@ -242,19 +253,20 @@ class _KernelBatch:
             [row[1] for row in self.rows], [row[2] for row in self.rows],
             self.pipeline.plan.output_size, self.out[first:first + len(self.rows)],
             hflip=[g.hflip for g in geometries], vflip=[g.vflip for g in geometries],
-            interpolation=geometries[0].interpolation.value, lut=self.pipeline.lut)
+            interpolation=geometries[0].interpolation.value,
+            layout=self.pipeline.kernel_layout, lut=self.pipeline.lut)
         self.rows = []
 
 
 BACKENDS = ("auto", "cpu", "emulator", "upmem")
 
 
-def build_image_pipeline(dataset, transform, *, backend: str, on_error: str,
-                         reduced_dct) -> ImagePipeline | None:
+def build_image_pipeline(dataset, transform, *, backend: str, on_error: str, reduced_dct,
+                         memory_format=torch.contiguous_format) -> ImagePipeline | None:
     """The native image path for this dataset and transform, or None for torch's path."""
     from .datasets import EncodedSource
     from .transforms import lower
-    _check_options(backend, on_error, reduced_dct)
+    _check_options(backend, on_error, reduced_dct, memory_format)
     source = EncodedSource.detect(dataset)
     if source is not None and source.transform is not None and transform is not None:
         raise ValueError("the transform is given twice, to the dataset and to PIMDataLoader; "
@@ -272,10 +284,14 @@ def build_image_pipeline(dataset, transform, *, backend: str, on_error: str,
     if reduced_dct == "auto":
         from torchvision.transforms.v2 import RandomResizedCrop
         reduced_dct = any(isinstance(step, RandomResizedCrop) for step in plan.geometric)
-    return ImagePipeline(source.read, plan, lut, bool(reduced_dct), on_error == "skip")
+    return ImagePipeline(source.read, plan, lut, bool(reduced_dct), on_error == "skip",
+                         memory_format == torch.channels_last)
 
 
-def _check_options(backend: str, on_error: str, reduced_dct) -> None:
+def _check_options(backend: str, on_error: str, reduced_dct, memory_format) -> None:
+    if memory_format not in (torch.contiguous_format, torch.channels_last):
+        raise ValueError(f"memory_format must be torch.contiguous_format or "
+                         f"torch.channels_last, got {memory_format!r}")
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if backend in ("emulator", "upmem"):

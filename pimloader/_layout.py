@@ -10,6 +10,7 @@ errors are exactly those of `default_collate`.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +49,7 @@ class FieldSpec:
     dtype: torch.dtype
     offset: int          # byte offset of this field's batch array inside the slot
     sample_nbytes: int   # bytes of one sample's leaf
+    order: tuple[int, ...] | None = None  # dims of the lent batch, if not storage order
 
 
 @dataclass(frozen=True)
@@ -68,13 +70,27 @@ class Layout:
             offset += _align(sample_nbytes * capacity)
         return cls(tuple(specs), capacity, max(offset, ALIGNMENT))
 
+    @classmethod
+    def single(cls, shape: tuple[int, ...], dtype: torch.dtype, capacity: int,
+               order: tuple[int, ...] | None = None) -> "Layout":
+        """A layout of one field, stored as `shape` and lent permuted by `order`."""
+        layout = cls.for_leaves([torch.empty((), dtype=dtype).expand(*shape)], capacity)
+        field = FieldSpec(*dataclasses.astuple(layout.fields[0])[:4], order=order)
+        return cls((field,), layout.capacity, layout.nbytes)
+
     def field_views(self, slot: torch.Tensor, count: int) -> list[torch.Tensor]:
-        """Typed views of the first `count` samples of each field in a uint8 slot."""
+        """Typed views of the first `count` samples of each field in a uint8 slot,
+        in storage order (what producers write into)."""
         return [
             slot[spec.offset: spec.offset + spec.sample_nbytes * count]
             .view(spec.dtype).view(count, *spec.shape)
             for spec in self.fields
         ]
+
+    def lent_views(self, slot: torch.Tensor, count: int) -> list[torch.Tensor]:
+        """The views a user gets: storage-order views permuted to each field's order."""
+        return [view.permute(spec.order) if spec.order else view
+                for view, spec in zip(self.field_views(slot, count), self.fields)]
 
 
 def _align(nbytes: int) -> int:

@@ -183,7 +183,7 @@ class SlotPool:
         lent = buffer.numpy()[:]
         self._lent.add(key)
         weakref.finalize(lent, _release, self._flag_bytes, self._lent, key)
-        views = layout.field_views(torch.from_numpy(lent), batch.count)
+        views = layout.lent_views(torch.from_numpy(lent), batch.count)
         return collate_skeletons(batch.skeletons, views)
 
     def discard(self, batch: SlotBatch) -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import inspect
 
+import torch
 from torch.utils.data import DataLoader
 
 from ._images import build_image_pipeline
@@ -37,16 +38,21 @@ class PIMDataLoader(DataLoader):
     reduced_dct: decode JPEGs at a reduced DCT scale where the crop is at least twice the
         output size: "auto" (default: on for RandomResizedCrop pipelines, off otherwise),
         True or False. It saves decoding work and changes pixels slightly.
+    memory_format: torch.contiguous_format (default) or torch.channels_last: the memory
+        format of image batches the native path writes into slots (the kernel writes NHWC
+        directly; the batch is an NCHW-shaped channels_last tensor).
 
     Extra methods: `stats()` (per-epoch timings), `close()` (ends persistent workers) and
     use as a context manager.
     """
 
     def __init__(self, dataset, *args, transform=None, backend: str = "auto",
-                 on_error: str = "raise", reduced_dct="auto", **kwargs) -> None:
+                 on_error: str = "raise", reduced_dct="auto",
+                 memory_format=torch.contiguous_format, **kwargs) -> None:
         super().__init__(dataset, *args, **kwargs)
         self._image_pipeline = build_image_pipeline(
-            dataset, transform, backend=backend, on_error=on_error, reduced_dct=reduced_dct)
+            dataset, transform, backend=backend, on_error=on_error, reduced_dct=reduced_dct,
+            memory_format=memory_format)
         if self._image_pipeline is None and transform is not None:
             raise ValueError(
                 "PIMDataLoader(transform=...) needs a dataset it can read as encoded images "
@@ -93,7 +99,8 @@ def _signature_with_extras() -> inspect.Signature:
     torch_signature = inspect.signature(DataLoader.__init__)
     extras = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
               for name, default in (("transform", None), ("backend", "auto"),
-                                    ("on_error", "raise"), ("reduced_dct", "auto"))]
+                                    ("on_error", "raise"), ("reduced_dct", "auto"),
+                                    ("memory_format", torch.contiguous_format))]
     return torch_signature.replace(
         parameters=[*torch_signature.parameters.values(), *extras])
 

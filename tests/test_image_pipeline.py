@@ -158,3 +158,22 @@ def test_on_error_skip_drops_and_counts_the_file(photos_with_a_truncated_file):
     batches = list(loader)
     assert sum(len(labels) for _, labels in batches) == len(loader.dataset) - 1
     assert loader.stats()[-1].skipped_samples == 1
+
+
+@pytest.mark.parametrize("name", ["train_f32", "val_f32", "uint8_bicubic_vflip"])
+def test_channels_last_batches_hold_the_same_values(photos, name):
+    transform = PIPELINES[name]
+    expected, _ = pimloader_batches(photos, transform, 0, reduced_dct=False)
+    actual, loader = pimloader_batches(photos, transform, 0, reduced_dct=False,
+                                       memory_format=torch.channels_last)
+    for (expected_images, _), (images, _) in zip(expected, actual):
+        assert images.is_contiguous(memory_format=torch.channels_last)
+        assert not images.is_contiguous()
+        assert torch.equal(images, expected_images)
+    assert loader.stats()[-1].shared_batches == len(actual)
+
+
+def test_memory_format_is_checked(photos):
+    with pytest.raises(ValueError, match="memory_format"):
+        PIMDataLoader(ImageFolder(photos), transform=PIPELINES["val_f32"],
+                      memory_format=torch.preserve_format)
