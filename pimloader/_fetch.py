@@ -65,3 +65,35 @@ def create_fetcher(is_iterable: bool, dataset, auto_collation: bool, drop_last: 
     if is_iterable:
         return IterableFetcher(dataset, auto_collation, drop_last)
     return MapFetcher(dataset, auto_collation)
+
+
+class TransformingFetcher:
+    """Applies the loader's `transform` to each fetched sample's image (its first element,
+    or the sample itself when it is not a tuple or list), as a dataset transform would."""
+
+    def __init__(self, fetcher, transform) -> None:
+        self.fetcher = fetcher
+        self.transform = transform
+
+    @property
+    def auto_collation(self) -> bool:
+        return self.fetcher.auto_collation
+
+    @property
+    def current(self) -> str:
+        return self.fetcher.current
+
+    @current.setter
+    def current(self, value: str) -> None:
+        self.fetcher.current = value
+
+    def fetch(self, index):
+        samples = self.fetcher.fetch(index)
+        if not self.auto_collation:
+            return self._transformed(samples)
+        return [self._transformed(sample) for sample in samples]
+
+    def _transformed(self, sample):
+        if isinstance(sample, (tuple, list)) and sample:
+            return type(sample)([self.transform(sample[0]), *sample[1:]])
+        return self.transform(sample)

@@ -58,12 +58,15 @@ def is_slot_batch(data: Any) -> bool:
 
 
 def make_producer(dataset, is_iterable: bool, auto_collation: bool, collate_fn,
-                  drop_last: bool, writer, image_pipeline=None):
+                  drop_last: bool, writer, image_pipeline=None, sample_transform=None):
     """The producer for one iterator or worker: the native image path when the loader
-    built one, else torch's fetch-then-collate semantics (with slots when possible)."""
-    from ._fetch import create_fetcher
+    built one, else torch's fetch-then-collate semantics (with slots when possible), with
+    the loader's `transform` applied to each sample if it could not be lowered."""
+    from ._fetch import TransformingFetcher, create_fetcher
     if image_pipeline is None or is_iterable:
         fetcher = create_fetcher(is_iterable, dataset, auto_collation, drop_last)
+        if sample_transform is not None:
+            fetcher = TransformingFetcher(fetcher, sample_transform)
         return BatchProducer(fetcher, collate_fn, auto_collation, writer)
     from ._images import DirectImageProducer, ImageFetcher
     fallback = BatchProducer(ImageFetcher(image_pipeline, auto_collation), collate_fn,

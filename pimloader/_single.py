@@ -23,7 +23,8 @@ class SingleProcessIter(_BaseDataLoaderIter):
         self._pool, writer = state.local_slots(self._pin_memory)
         self._producer = make_producer(
             self._dataset, self._dataset_kind == _DatasetKind.Iterable, self._auto_collation,
-            self._collate_fn, self._drop_last, writer, loader._image_pipeline)
+            self._collate_fn, self._drop_last, writer, loader._image_pipeline,
+            loader._sample_transform)
         self._stats = state.begin_epoch()
 
     def _next_data(self):

@@ -54,6 +54,7 @@ class WorkerConfig:
     num_workers: int
     shared_seed: int | None
     image_pipeline: object = None
+    sample_transform: object = None
 
 
 def _seed_like_torch(base_seed: int, worker_id: int) -> int:
@@ -103,7 +104,7 @@ class _Worker:
         config = self.config
         self.producer = make_producer(
             self.dataset, config.is_iterable, config.auto_collation, config.collate_fn,
-            config.drop_last, self.writer, config.image_pipeline)
+            config.drop_last, self.writer, config.image_pipeline, config.sample_transform)
 
     def resume(self, seed) -> None:
         self.iteration_end = False

@@ -30,7 +30,8 @@ class PIMDataLoader(DataLoader):
         DatasetFolder, pimloader.datasets.ImageFolder, a list of (path, target) pairs), the
         transform is lowered to native code: region-of-interest JPEG decoding and one fused
         crop/resize/flip/convert/normalize kernel writing into the batch slot. A dataset's
-        own `transform` is taken over the same way. Parameters are drawn as torchvision
+        own `transform` is taken over the same way. For other datasets the transform runs
+        as Python on each sample's image (its first element), in the workers. Parameters are drawn as torchvision
         draws them, so a seed gives the same crops and flips.
     backend: "auto" (native kernels when built, else torch's path), "cpu" (native kernels,
         an error if they are not built), "emulator" or "upmem" (DPUs; not available yet).
@@ -53,11 +54,7 @@ class PIMDataLoader(DataLoader):
         self._image_pipeline = build_image_pipeline(
             dataset, transform, backend=backend, on_error=on_error, reduced_dct=reduced_dct,
             memory_format=memory_format)
-        if self._image_pipeline is None and transform is not None:
-            raise ValueError(
-                "PIMDataLoader(transform=...) needs a dataset it can read as encoded images "
-                "(an ImageFolder/DatasetFolder or a list of (path, target) pairs) and the "
-                "native extensions; otherwise give the transform to the dataset")
+        self._sample_transform = transform if self._image_pipeline is None else None
 
     def _get_iterator(self):
         if self.num_workers == 0:

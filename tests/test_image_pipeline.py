@@ -177,3 +177,33 @@ def test_memory_format_is_checked(photos):
     with pytest.raises(ValueError, match="memory_format"):
         PIMDataLoader(ImageFolder(photos), transform=PIPELINES["val_f32"],
                       memory_format=torch.preserve_format)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_transform_on_a_dataset_of_tensors_runs_as_python(num_workers):
+    """Not an image folder: the loader's transform acts on each sample's image, as the
+    same transform given to the dataset would (same seeds, same draws)."""
+    images = torch.randint(0, 256, (12, 3, 40, 50), dtype=torch.uint8,
+                           generator=torch.Generator().manual_seed(0))
+    transform = v2.Compose([v2.RandomResizedCrop(16), v2.RandomHorizontalFlip()])
+
+    class Pairs(torch.utils.data.Dataset):
+        def __init__(self, transform=None):
+            self.transform = transform
+
+        def __len__(self):
+            return len(images)
+
+        def __getitem__(self, index):
+            image = images[index]
+            return (self.transform(image) if self.transform else image), index
+
+    torch.manual_seed(3)
+    expected = list(torch.utils.data.DataLoader(Pairs(transform), batch_size=4,
+                                                num_workers=num_workers))
+    torch.manual_seed(3)
+    actual = list(PIMDataLoader(Pairs(), batch_size=4, num_workers=num_workers,
+                                transform=transform))
+    for (expected_images, expected_labels), (got_images, got_labels) in zip(expected, actual):
+        assert torch.equal(got_images, expected_images)
+        assert torch.equal(got_labels, expected_labels)
