@@ -170,6 +170,37 @@ def test_killed_worker_sigkill(tmp_path, leak_check):
     leak_check.assert_clean(what="a killed worker")
 
 
+@pytest.mark.parametrize("cls", [pytest.param(PIMDataLoader, id="pim")])
+def test_worker_killed_with_its_batch_still_queued(cls, tmp_path, leak_check):
+    """Worker 0 makes batch 0, then dies on batch 2, while the main process is not reading.
+    Reading what it left in the queue can then fail inside the queue (tensors' file
+    descriptors are handed over by the dead process: ConnectionRefused/ResetError,
+    EOFError): that must still surface as the worker's death.  A race, so a few tries.
+    (torch is no control here: its SIGCHLD handler raises at any line, even outside the
+    try block, so the scenario itself is flaky under torch.)"""
+    for trial, delay in enumerate([0.05, 0.2] * 4):
+        d = tmp_path / str(trial)
+        d.mkdir()
+        loader = cls(KillDS(str(d), n=12, kill_at=4), batch_size=2, num_workers=2)
+        err = None
+        try:
+            it = iter(loader)
+            time.sleep(delay)  # torch's SIGCHLD handler may already raise here
+            while True:
+                next(it)
+        except StopIteration:
+            pass
+        except Exception as e:  # noqa: BLE001
+            err = Err(e)
+        it = None
+        del loader
+        pids = [int(p.stem) for p in d.glob("*.pid")]
+        assert err is not None and len(pids) == 1, (trial, err, pids)
+        assert issubclass(err.type, RuntimeError), f"try {trial} (delay {delay}s): {err!r}"
+        assert str(pids[0]) in err.msg, err.msg
+    leak_check.assert_clean(what="a worker killed with a batch queued")
+
+
 def test_killed_worker_sigsegv(tmp_path, leak_check):
     got, elapsed, pids = _killed(PIMDataLoader, tmp_path, sig=signal.SIGSEGV)
     assert issubclass(got.type, RuntimeError), repr(got)
