@@ -22,8 +22,7 @@ from torch.utils.data.dataloader import (
     _BaseDataLoaderIter, _DatasetKind, _sharding_worker_init_fn)
 
 from ._errors import LoaderTimeoutError, WorkerDiedError, WorkerError
-from ._pin import pin_collated
-from ._produce import Produced
+from ._produce import Produced, deliver
 from ._slots import SlotBatch
 from ._worker import IterableEnd, ResumeIteration, WorkerConfig, worker_loop
 
@@ -179,13 +178,8 @@ class MultiProcessIter(_BaseDataLoaderIter):
         return self._deliver(data)
 
     def _deliver(self, produced: Produced):
-        shared = isinstance(produced.data, SlotBatch)
-        self._stats.add_batch(produced, shared)
-        if shared:
-            return self._pool.lend(produced.data)
-        if self._pin_memory:
-            return pin_collated(produced.data, self._pin_memory_device)
-        return produced.data
+        pin_device = self._pin_memory_device if self._pin_memory else None
+        return deliver(produced, self._pool, self._stats, pin_device)
 
     def _discard(self, data) -> None:
         if isinstance(data, Produced) and isinstance(data.data, SlotBatch):

@@ -74,3 +74,16 @@ def make_producer(dataset, is_iterable: bool, auto_collation: bool, collate_fn,
     if image_pipeline.direct and fallback.writer is not None:
         return DirectImageProducer(image_pipeline, writer, fallback)
     return fallback
+
+
+def deliver(produced: Produced, pool, stats, pin_device: str | None):
+    """What the user gets for a produced batch: views lent from its slot, or the collated
+    data (pinned by copy when pinning is on); the batch is counted in `stats`."""
+    shared = isinstance(produced.data, SlotBatch)
+    stats.add_batch(produced, shared)
+    if shared:
+        return pool.lend(produced.data)
+    if pin_device is not None:
+        from ._pin import pin_collated
+        return pin_collated(produced.data, pin_device)
+    return produced.data

@@ -7,9 +7,7 @@ import torch.utils.data.graph_settings
 from torch.utils.data import IterDataPipe, MapDataPipe
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _DatasetKind
 
-from ._pin import pin_collated
-from ._produce import Produced, make_producer
-from ._slots import SlotBatch
+from ._produce import Produced, deliver, make_producer
 
 
 class SingleProcessIter(_BaseDataLoaderIter):
@@ -47,10 +45,5 @@ class SingleProcessIter(_BaseDataLoaderIter):
             raise
 
     def _deliver(self, produced: Produced):
-        shared = isinstance(produced.data, SlotBatch)
-        self._stats.add_batch(produced, shared)
-        if shared:
-            return self._pool.lend(produced.data)
-        if self._pin_memory:
-            return pin_collated(produced.data, self._pin_memory_device)
-        return produced.data
+        pin_device = self._pin_memory_device if self._pin_memory else None
+        return deliver(produced, self._pool, self._stats, pin_device)

@@ -22,7 +22,7 @@ class ImageFolder(tv_datasets.ImageFolder):
 
 @dataclass
 class EncodedSample:
-    data: bytes | np.ndarray
+    data: bytes
     target: Any
     name: str  # names the sample in error messages: a path, or "sample 17"
 

@@ -48,7 +48,6 @@ libjpeg state, so several threads can decode at once.
 from __future__ import annotations
 
 import io
-import math
 import warnings
 from typing import Any, NamedTuple, Optional, Sequence, Tuple
 
