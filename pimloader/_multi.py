@@ -9,11 +9,16 @@ worker that dies is reported at once, by pid and signal, instead of after a poll
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import itertools
 import signal
+import tempfile
 import time
+import warnings
 from multiprocessing.connection import wait
+from pickle import PicklingError
 
 import torch
 from torch.utils.data import IterDataPipe, MapDataPipe
@@ -71,7 +76,17 @@ class MultiProcessIter(_BaseDataLoaderIter):
                 target=worker_loop, daemon=True,
                 args=(config, [self._dataset], index_queue, self._result_queue,
                       self._done_event, self._pool.flags, self._pool.inherited(worker_id)))
-            process.start()
+            try:
+                process.start()
+            except (TypeError, AttributeError, PicklingError):
+                warnings.warn(
+                    "Got pickle error when attempting to start a worker Process. This might "
+                    "be because the worker Process arguments (the dataset, collate_fn, "
+                    "worker_init_fn, transform) are not picklable, which the 'spawn' and "
+                    "'forkserver' start methods need (Python 3.14+ defaults to "
+                    "'forkserver' on Linux). You can also try "
+                    "multiprocessing.set_start_method('fork').", stacklevel=3)
+                raise
             self._index_queues.append(index_queue)
             self._workers.append(process)
 
@@ -221,7 +236,10 @@ class MultiProcessIter(_BaseDataLoaderIter):
         sent the message cannot be received, and that is reported as the worker's death."""
         try:
             return self._result_queue.get()
-        except (EOFError, OSError) as error:
+        except Exception as error:  # what fd passing raises varies: EOFError, OSError, ...
+            _raise_if_out_of_file_descriptors(error)
+            if not isinstance(error, (EOFError, OSError)):
+                raise
             dead = [sentinels[s] for s in wait(list(sentinels), timeout=JOIN_TIMEOUT_S)]
             if not dead:
                 raise
@@ -280,3 +298,20 @@ class MultiProcessIter(_BaseDataLoaderIter):
     def __del__(self) -> None:
         if hasattr(self, "_shutdown"):
             self._shutdown_workers()
+
+
+def _raise_if_out_of_file_descriptors(cause: BaseException) -> None:
+    """Receiving a batch fails oddly (EOFError) when the process has no file descriptor
+    left for the shared memory it carries; say so, and what to do, as torch does."""
+    try:
+        with contextlib.ExitStack() as stack:
+            for _ in range(10):
+                stack.enter_context(tempfile.NamedTemporaryFile())
+    except OSError as error:
+        if error.errno == errno.EMFILE:
+            raise RuntimeError(
+                "Too many open files. Communication with the workers is no longer possible. "
+                "Please increase the limit using `ulimit -n` in the shell or change the "
+                "sharing strategy by calling "
+                "`torch.multiprocessing.set_sharing_strategy('file_system')` at the "
+                "beginning of your code") from cause

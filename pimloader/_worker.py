@@ -163,5 +163,6 @@ def worker_loop(config: WorkerConfig, dataset_holder: list, index_queue, result_
         pass
     finally:
         torch_worker._worker_info = None
-        result_queue.cancel_join_thread()
-        result_queue.close()
+        if done_event.is_set():
+            result_queue.cancel_join_thread()  # the loader is shutting down: don't flush
+        result_queue.close()  # otherwise flush, releasing the lock all workers write under

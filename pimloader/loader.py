@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+from typing import TypeVar
 
 import torch
 from torch.utils.data import DataLoader
@@ -13,7 +14,10 @@ from ._state import LoaderState
 from ._stats import EpochStats
 
 
-class PIMDataLoader(DataLoader):
+_T_co = TypeVar("_T_co", covariant=True)
+
+
+class PIMDataLoader(DataLoader[_T_co]):
     """A drop-in replacement for `torch.utils.data.DataLoader`.
 
     It takes the same arguments with the same meaning, defaults and errors, and yields the
