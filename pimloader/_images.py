@@ -102,10 +102,11 @@ class ImagePipeline:
 
     def decoded_box(self, sample, geometry: Geometry):
         """The decoded pixels the geometry needs, and its box within them."""
-        if self.reduced_dct and geometry.resamples:
-            scaled = decode.decode_image_scaled(sample.data, geometry.box,
-                                                size=geometry.resized, name=sample.name)
-            if scaled.scale < 8:
+        if self.reduced_dct and geometry.resamples and decode.is_jpeg(sample.data):
+            scale = decode.pick_scale(*geometry.box[2:], *geometry.resized)
+            if scale < 8:
+                scaled = decode.decode_jpeg_scaled(sample.data, geometry.box, scale=scale,
+                                                   name=sample.name)
                 return scaled.image, scaled.int_box()
         pixels = decode.decode_image(sample.data, geometry.box, channels=self.channels,
                                      name=sample.name)
@@ -199,9 +200,9 @@ class DirectImageProducer:
                 row = len(skeletons)
                 if pending.accepts(params.geometry):
                     started = time.perf_counter()
-                    pending.add(row, *self.pipeline.decoded_box(sample, params.geometry),
-                                params.geometry)
+                    source, box = self.pipeline.decoded_box(sample, params.geometry)
                     timing["decode"] += time.perf_counter() - started
+                    pending.add(row, source, box, params.geometry)
                 else:
                     pending.flush()
                     timing["decode"] += self.pipeline.render(sample, params, out[row])
