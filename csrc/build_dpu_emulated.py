@@ -1,0 +1,57 @@
+"""cffi build (API mode) of `pimloader._dpu_emulated`: the DPU host driver (csrc/dpu_driver.c)
+compiled against pimloader's libdpu emulator (csrc/emulator/, `emulator_build_args()`).
+
+The driver source is the one that builds against UPMEM's real libdpu (csrc/build_dpu_upmem.py);
+here `PIM_DPU_EMULATED` only adds the emulator's optional hooks (DMA counters, fault details).
+The cdef is cut from the `cffi-cdef-begin` / `cffi-cdef-end` blocks of the headers.
+setup.py picks this file up through its `csrc/build_*.py:ffibuilder` glob.
+"""
+import os
+import sys
+
+from cffi import FFI
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from build_dpuemu import emulator_build_args  # noqa: E402
+from build_kernels import INCLUDE, _BLOCK, _rel  # noqa: E402
+
+DPU_SRC = os.path.join(os.path.dirname(HERE), "dpu_src")
+HEADERS = (os.path.join(INCLUDE, "pim_params.h"), os.path.join(DPU_SRC, "pim_dpu_layout.h"),
+           os.path.join(INCLUDE, "pim_dpu_driver.h"))
+
+
+def driver_cdef() -> str:
+    import re
+    parts = []
+    for path in HEADERS:
+        with open(path, encoding="utf-8") as f:
+            blocks = _BLOCK.findall(f.read())
+        if not blocks:
+            raise RuntimeError(f"{path} has no cffi-cdef-begin/end block")
+        parts.extend(blocks)
+    return re.sub(r"/\*.*?\*/", "", "\n".join(parts), flags=re.S)
+
+
+def driver_source_args() -> dict:
+    """What both driver builds share: the source, include dirs and headers."""
+    return dict(sources=[_rel(os.path.join(HERE, "dpu_driver.c"))], include_dirs=[INCLUDE, DPU_SRC],
+                depends=list(HEADERS))
+
+
+ffibuilder = FFI()
+ffibuilder.cdef(driver_cdef())
+_args = emulator_build_args()
+_own = driver_source_args()
+ffibuilder.set_source(
+    "pimloader._dpu_emulated",
+    '#include "pim_params.h"\n#include "pim_dpu_layout.h"\n#include "pim_dpu_driver.h"\n',
+    sources=_own["sources"] + _args["sources"],
+    include_dirs=_own["include_dirs"] + _args["include_dirs"],
+    libraries=_args["libraries"],
+    extra_compile_args=_args["extra_compile_args"] + ["-DPIM_DPU_EMULATED=1"],
+    depends=_own["depends"] + _args["depends"] + [os.path.join(HERE, "dpu_driver.c")],
+)
+
+if __name__ == "__main__":
+    ffibuilder.compile(verbose=True)

@@ -1,0 +1,74 @@
+/* pim_dpu_driver.h: the host driver of the DPU backend (csrc/dpu_driver.c), written against
+ * UPMEM's libdpu API (dpu.h) only. Built twice by cffi: against pimloader's emulator
+ * (csrc/build_dpu_emulated.py -> pimloader._dpu_emulated) and, when the SDK is present,
+ * against the real libdpu (csrc/build_dpu_upmem.py -> pimloader._dpu_upmem).
+ *
+ * One batch = the descriptors, axis tables and lookup table of pim_params.h (as
+ * pimloader._kernels_api.pack_batch makes them for the CPU kernel) + per-sample source
+ * pointers + the output batch. The driver spreads the samples over the DPUs (contiguous
+ * runs balanced by output pixels), packs each DPU's chunk (dpu_src/pim_dpu_layout.h),
+ * pushes it, launches the kernel, gathers the outputs and copies each into its slot.
+ */
+#ifndef PIM_DPU_DRIVER_H
+#define PIM_DPU_DRIVER_H
+
+#include <stdint.h>
+
+#include "pim_params.h"
+
+/* cffi-cdef-begin */
+#define PIM_DPU_OK 0
+#define PIM_DPU_E_ARG 1      /* invalid argument, or a sample the kernel cannot take */
+#define PIM_DPU_E_LIBDPU 2   /* a libdpu call returned an error */
+#define PIM_DPU_E_FAULT 3    /* a DPU faulted during the launch */
+#define PIM_DPU_E_KERNEL 4   /* the kernel reported an error in its status block */
+#define PIM_DPU_E_NOMEM 5    /* host memory */
+
+#define PIM_DPU_DEBUG_CORRUPT 256 /* test hook: the driver corrupts the first descriptor sent to debug_dpu */
+
+typedef struct pim_dpu_driver pim_dpu_driver_t;
+
+typedef struct pim_dpu_run_info {
+    uint32_t active_dpus;     /* DPUs that got samples in the last run */
+    uint32_t arena_bytes;     /* per-tasklet WRAM arena planned for */
+    uint64_t xfer_bytes;      /* common host->DPU length per DPU (padded) */
+    uint64_t out_xfer_bytes;  /* common DPU->host length per DPU (padded) */
+    uint64_t in_real_bytes;   /* sum of the chunks' real input lengths */
+    uint64_t out_real_bytes;  /* sum of the chunks' real output lengths */
+} pim_dpu_run_info_t;
+
+/* Allocates nr_dpus DPUs (0xFFFFFFFF = DPU_ALLOCATE_ALL) with `profile`, loads `binary` (a
+ * kernel built from dpu_src/crop_resize.c with NR_TASKLETS = nr_tasklets and
+ * STACK_SIZE_DEFAULT = stack_bytes). On failure returns a PIM_DPU_E_* code, *out = NULL
+ * and a message in err; nothing stays allocated. */
+int pim_dpu_open(const char *profile, uint32_t nr_dpus, const char *binary, uint32_t nr_tasklets,
+                 uint32_t stack_bytes, pim_dpu_driver_t **out, char *err, uint32_t err_len);
+
+/* Runs one batch. samples / srcs / src_bytes / tables / lut / dst as pim_cpu_crop_resize
+ * (pim_cpu.h); lut_bytes is the lookup table's size (0 without one). `debug` (0 normally):
+ * PIM_DPU_DEBUG_HALT (pim_dpu_layout.h) makes the kernel on DPU debug_dpu fault,
+ * PIM_DPU_DEBUG_CORRUPT corrupts the first descriptor sent to it. Returns PIM_DPU_OK or a
+ * PIM_DPU_E_* code with a message naming the call and the DPU (pim_dpu_last_dpu). */
+int pim_dpu_run(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t n_samples,
+                const uint8_t *const *srcs, const uint64_t *src_bytes, const uint8_t *tables,
+                uint64_t tables_bytes, const void *lut, uint32_t lut_bytes, uint8_t *dst,
+                uint64_t dst_bytes, uint32_t debug, int32_t debug_dpu, char *err, uint32_t err_len);
+
+uint32_t pim_dpu_nr_dpus(const pim_dpu_driver_t *drv);
+int32_t pim_dpu_last_dpu(const pim_dpu_driver_t *drv); /* DPU the last error was about, -1: none */
+void pim_dpu_run_info(const pim_dpu_driver_t *drv, pim_dpu_run_info_t *info);
+
+/* Frees the DPUs and the driver (NULL is fine). Returns 0, or a PIM_DPU_E_* code. */
+int pim_dpu_close(pim_dpu_driver_t *drv, char *err, uint32_t err_len);
+
+/* Optional emulator hook (not part of libdpu): 1 when built against pimloader's emulator. */
+int pim_dpu_emulated(void);
+/* Emulator only: DMA counters of DPU `index` (0xFFFFFFFF: the whole set) since the last
+ * reset, into values[10]: mram_read_calls, mram_read_bytes, mram_write_calls,
+ * mram_write_bytes, host_to_dpu_bytes, dpu_to_host_bytes, launches, dma_cycles_model,
+ * wram_static_bytes, wram_heap_peak. Returns 0, or -1 when not emulated / bad index. */
+int pim_dpu_counters(pim_dpu_driver_t *drv, uint32_t index, uint64_t *values);
+int pim_dpu_reset_counters(pim_dpu_driver_t *drv);
+/* cffi-cdef-end */
+
+#endif /* PIM_DPU_DRIVER_H */
