@@ -1,13 +1,13 @@
 """The benchmark job run by `make bench`: every benchmark with its default settings.
 
-    python -m benchmarks            # full run, a few minutes on two cores
-    python -m benchmarks --quick    # smoke run, seconds
+    python -m benchmarks            # full run, about 6 minutes on two cores
+    python -m benchmarks --quick    # smoke run, under a minute
 """
 from __future__ import annotations
 
 import argparse
 
-from benchmarks import loader_overhead
+from benchmarks import imagenet_pipeline, kernel_speed, loader_overhead
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -20,7 +20,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
-    loader_overhead.main(["--quick"] if args.quick else [])
+    flags = ["--quick"] if args.quick else []
+    for benchmark in (loader_overhead, imagenet_pipeline, kernel_speed):
+        print(f"\n== {benchmark.__name__} ==", flush=True)
+        benchmark.main(list(flags))
 
 
 if __name__ == "__main__":
