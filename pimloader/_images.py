@@ -32,6 +32,7 @@ class ImagePipeline:
     reduced_dct: bool              # decode at a reduced DCT scale where the crop allows
     skip_errors: bool              # on_error="skip": drop undecodable samples, count them
     channels_last: bool = False    # slots hold NHWC; batches are lent as channels_last NCHW
+    dpus: tuple | None = None      # (nr_dpus, nr_tasklets, emulated) for the DPU backends
     channels: int = 3
 
     @property
@@ -113,10 +114,15 @@ class ImagePipeline:
         return pixels, (0, 0, *pixels.shape[:2])
 
     def _resample(self, source, box, size, out, geometry: Geometry, layout: str) -> None:
-        from ._kernels_api import resized_crop_batch
-        resized_crop_batch([source], [box], size, out, hflip=[geometry.hflip],
-                           vflip=[geometry.vflip], interpolation=geometry.interpolation.value,
-                           layout=layout, lut=self.lut)
+        self.resample([source], [box], size, out, [geometry], layout)
+
+    def resample(self, sources, boxes, size, out, geometries: list[Geometry],
+                 layout: str) -> None:
+        """The fused kernel over a run of samples, on this pipeline's backend."""
+        run = _dpu_backend(*self.dpus).run if self.dpus else _cpu_kernel()
+        run(sources, boxes, size, out, hflip=[g.hflip for g in geometries],
+            vflip=[g.vflip for g in geometries],
+            interpolation=geometries[0].interpolation.value, layout=layout, lut=self.lut)
 
     def _replayed(self, sample, params: SampleParams) -> torch.Tensor:
         """torchvision's own ops on the fully decoded image (padding crops and the like)."""
@@ -247,23 +253,38 @@ class _KernelBatch:
     def flush(self) -> None:
         if not self.rows:
             return
-        from ._kernels_api import resized_crop_batch
         first = self.rows[0][0]
-        geometries = [row[3] for row in self.rows]
-        resized_crop_batch(
+        self.pipeline.resample(
             [row[1] for row in self.rows], [row[2] for row in self.rows],
             self.pipeline.plan.output_size, self.out[first:first + len(self.rows)],
-            hflip=[g.hflip for g in geometries], vflip=[g.vflip for g in geometries],
-            interpolation=geometries[0].interpolation.value,
-            layout=self.pipeline.kernel_layout, lut=self.pipeline.lut)
+            [row[3] for row in self.rows], self.pipeline.kernel_layout)
         self.rows = []
+
+
+def _cpu_kernel():
+    from ._kernels_api import resized_crop_batch
+    return resized_crop_batch
+
+
+_DPU_SETS: dict = {}
+
+
+def _dpu_backend(nr_dpus: int, nr_tasklets: int, emulated: bool):
+    """This process's DPU set (a forked worker never uses its parent's)."""
+    import os
+    key = (os.getpid(), nr_dpus, nr_tasklets, emulated)
+    if key not in _DPU_SETS:
+        from ._dpu_backend import DpuBackend
+        _DPU_SETS[key] = DpuBackend(nr_dpus, nr_tasklets, emulated=emulated)
+    return _DPU_SETS[key]
 
 
 BACKENDS = ("auto", "cpu", "emulator", "upmem")
 
 
 def build_image_pipeline(dataset, transform, *, backend: str, on_error: str, reduced_dct,
-                         memory_format=torch.contiguous_format) -> ImagePipeline | None:
+                         memory_format=torch.contiguous_format, nr_dpus: int = 64,
+                         nr_tasklets: int = 16) -> ImagePipeline | None:
     """The native image path for this dataset and transform, or None for torch's path."""
     from .datasets import EncodedSource
     from .transforms import lower
@@ -286,7 +307,30 @@ def build_image_pipeline(dataset, transform, *, backend: str, on_error: str, red
         from torchvision.transforms.v2 import RandomResizedCrop
         reduced_dct = any(isinstance(step, RandomResizedCrop) for step in plan.geometric)
     return ImagePipeline(source.read, plan, lut, bool(reduced_dct), on_error == "skip",
-                         memory_format == torch.channels_last)
+                         memory_format == torch.channels_last,
+                         _dpu_config(backend, nr_dpus, nr_tasklets))
+
+
+def _dpu_config(backend: str, nr_dpus: int, nr_tasklets: int) -> tuple | None:
+    """(nr_dpus, nr_tasklets, emulated) for the DPU backends, None for the CPU kernels."""
+    if backend == "cpu" or (backend == "auto" and not _upmem_available()):
+        return None
+    if not 1 <= nr_tasklets <= 24 or nr_dpus < 1:
+        raise ValueError(f"nr_dpus must be >= 1 and nr_tasklets 1..24, got {nr_dpus}, "
+                         f"{nr_tasklets}")
+    if backend == "upmem" and not _upmem_available():
+        from ._dpu_backend import _module
+        _module(False)  # raises, saying what is missing
+    return (nr_dpus, nr_tasklets, backend == "emulator")
+
+
+def _upmem_available() -> bool:
+    try:
+        from ._dpu_backend import _module
+        _module(False)
+    except Exception:
+        return False
+    return True
 
 
 def _check_options(backend: str, on_error: str, reduced_dct, memory_format) -> None:
@@ -295,9 +339,6 @@ def _check_options(backend: str, on_error: str, reduced_dct, memory_format) -> N
                          f"torch.channels_last, got {memory_format!r}")
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if backend in ("emulator", "upmem"):
-        raise NotImplementedError(
-            f"backend={backend!r}: the DPU backends are not built yet; use 'cpu' or 'auto'")
     if on_error not in ("raise", "skip"):
         raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
     if reduced_dct not in ("auto", True, False):

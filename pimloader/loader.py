@@ -37,8 +37,12 @@ class PIMDataLoader(DataLoader[_T_co]):
         own `transform` is taken over the same way. For other datasets the transform runs
         as Python on each sample's image (its first element), in the workers. Parameters are drawn as torchvision
         draws them, so a seed gives the same crops and flips.
-    backend: "auto" (native kernels when built, else torch's path), "cpu" (native kernels,
-        an error if they are not built), "emulator" or "upmem" (DPUs; not available yet).
+    backend: "auto" (UPMEM DPUs when the SDK build is present, else the native CPU kernels,
+        else torch's path), "cpu" (native kernels; an error if they are not built),
+        "upmem" (the fused kernel on UPMEM DPUs; an error without the SDK build) or
+        "emulator" (the same DPU kernel and driver on pimloader's libdpu emulator: a test
+        bed whose speed says nothing about DPU speed).
+    nr_dpus, nr_tasklets: the DPU set each worker allocates (DPU backends only).
     on_error: "raise" (default) or "skip": skip samples that fail to decode, and count them.
     reduced_dct: decode JPEGs at a reduced DCT scale where the crop is at least twice the
         output size: "auto" (default: on for RandomResizedCrop pipelines, off otherwise),
@@ -53,11 +57,12 @@ class PIMDataLoader(DataLoader[_T_co]):
 
     def __init__(self, dataset, *args, transform=None, backend: str = "auto",
                  on_error: str = "raise", reduced_dct="auto",
-                 memory_format=torch.contiguous_format, **kwargs) -> None:
+                 memory_format=torch.contiguous_format, nr_dpus: int = 64,
+                 nr_tasklets: int = 16, **kwargs) -> None:
         super().__init__(dataset, *args, **kwargs)
         self._image_pipeline = build_image_pipeline(
             dataset, transform, backend=backend, on_error=on_error, reduced_dct=reduced_dct,
-            memory_format=memory_format)
+            memory_format=memory_format, nr_dpus=nr_dpus, nr_tasklets=nr_tasklets)
         self._sample_transform = transform if self._image_pipeline is None else None
 
     def _get_iterator(self):
@@ -101,7 +106,8 @@ def _signature_with_extras() -> inspect.Signature:
     extras = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default)
               for name, default in (("transform", None), ("backend", "auto"),
                                     ("on_error", "raise"), ("reduced_dct", "auto"),
-                                    ("memory_format", torch.contiguous_format))]
+                                    ("memory_format", torch.contiguous_format),
+                                    ("nr_dpus", 64), ("nr_tasklets", 16))]
     return torch_signature.replace(
         parameters=[*torch_signature.parameters.values(), *extras])
 

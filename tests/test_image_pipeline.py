@@ -207,3 +207,22 @@ def test_transform_on_a_dataset_of_tensors_runs_as_python(num_workers):
     for (expected_images, expected_labels), (got_images, got_labels) in zip(expected, actual):
         assert torch.equal(got_images, expected_images)
         assert torch.equal(got_labels, expected_labels)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("name", ["train_f32", "val_f32", "uint8_bicubic_vflip"])
+def test_emulated_dpus_give_the_cpu_backends_batches(photos, name, num_workers):
+    transform = PIPELINES[name]
+    expected, _ = pimloader_batches(photos, transform, num_workers, backend="cpu")
+    actual, loader = pimloader_batches(photos, transform, num_workers, backend="emulator",
+                                       nr_dpus=7, nr_tasklets=11)
+    for (expected_images, expected_labels), (images, labels) in zip(expected, actual):
+        assert torch.equal(images, expected_images)
+        assert torch.equal(labels, expected_labels)
+    assert loader.stats()[-1].shared_batches == len(actual)
+
+
+def test_upmem_backend_without_the_sdk_is_a_clear_error(photos):
+    from pimloader._dpu_backend import DpuBackendError
+    with pytest.raises(DpuBackendError, match="UPMEM SDK"):
+        PIMDataLoader(ImageFolder(photos), transform=PIPELINES["val_f32"], backend="upmem")
