@@ -138,7 +138,7 @@ class DpuBackend:
     # -- running -------------------------------------------------------------------------
     def run(self, sources: Sequence, boxes, size: Sequence[int], out, hflip=None, vflip=None,
             interpolation: str = "bilinear", layout: str = "NCHW", lut: Optional[np.ndarray] = None,
-            *, debug: int = 0, debug_dpu: int = -1):
+            windows=None, *, debug: int = 0, debug_dpu: int = -1):
         """As `pimloader._kernels_api.resized_crop_batch`, on the DPUs. Returns out.
         `debug`/`debug_dpu` are test hooks (PIM_DPU_DEBUG_HALT, PIM_DPU_DEBUG_CORRUPT)."""
         drv = self._driver()
@@ -150,7 +150,8 @@ class DpuBackend:
         if dtype not in K.OUT_DTYPES:
             raise ValueError(f"output dtype must be one of {list(K.OUT_DTYPES)}, got {out.dtype}")
         packed, arrays = K.pack_batch(sources, boxes, size, hflip=hflip, vflip=vflip,
-                                      interpolation=interpolation, layout=layout, out_dtype=dtype)
+                                      interpolation=interpolation, layout=layout, out_dtype=dtype,
+                                      windows=windows)
         n = len(arrays)
         if n == 0:
             return out

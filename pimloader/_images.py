@@ -74,16 +74,7 @@ class ImagePipeline:
             return time.perf_counter() - start
         source, box = self.decoded_box(sample, geometry)
         decode_s = time.perf_counter() - start
-        if geometry.window == (0, 0, *geometry.resized):
-            self._resample(source, box, geometry.resized, out[None], geometry,
-                           self.kernel_layout)
-            return decode_s
-        resized = torch.empty((1, self.channels, *geometry.resized), dtype=out.dtype)
-        self._resample(source, box, geometry.resized, resized, _unflipped(geometry), "NCHW")
-        top, left, height, width = geometry.window
-        window = resized[0, :, top:top + height, left:left + width]
-        dims = [d for d, flip in ((-1, geometry.hflip), (-2, geometry.vflip)) if flip]
-        self.as_chw(out).copy_(window.flip(dims) if dims else window)
+        self.resample([source], [box], geometry.size, out[None], [geometry], self.kernel_layout)
         return decode_s
 
     def transformed(self, index: int) -> tuple[torch.Tensor, Any]:
@@ -113,16 +104,14 @@ class ImagePipeline:
                                      name=sample.name)
         return pixels, (0, 0, *pixels.shape[:2])
 
-    def _resample(self, source, box, size, out, geometry: Geometry, layout: str) -> None:
-        self.resample([source], [box], size, out, [geometry], layout)
-
     def resample(self, sources, boxes, size, out, geometries: list[Geometry],
                  layout: str) -> None:
         """The fused kernel over a run of samples, on this pipeline's backend."""
         run = _dpu_backend(*self.dpus).run if self.dpus else _cpu_kernel()
         run(sources, boxes, size, out, hflip=[g.hflip for g in geometries],
             vflip=[g.vflip for g in geometries],
-            interpolation=geometries[0].interpolation.value, layout=layout, lut=self.lut)
+            interpolation=geometries[0].interpolation.value, layout=layout, lut=self.lut,
+            windows=[(*g.resized, *g.window[:2]) for g in geometries])
 
     def _replayed(self, sample, params: SampleParams) -> torch.Tensor:
         """torchvision's own ops on the fully decoded image (padding crops and the like)."""
@@ -131,11 +120,6 @@ class ImagePipeline:
         for transform in self.plan.elementwise:
             image = transform(image)
         return image
-
-
-def _unflipped(geometry: Geometry) -> Geometry:
-    from dataclasses import replace
-    return replace(geometry, hflip=False, vflip=False)
 
 
 class ImageFetcher:
@@ -226,7 +210,7 @@ class DirectImageProducer:
 
 
 class _KernelBatch:
-    """Consecutive rows whose whole geometry is one kernel call: box -> output size, flips.
+    """Consecutive rows resampled by one kernel call (box -> resized -> window -> flips).
 
     Rows are gathered (decoded) and then resampled in one call per `CHUNK` rows, saving the
     per-call overhead; a row that needs anything else flushes the gathered ones first.
@@ -240,8 +224,8 @@ class _KernelBatch:
         self.rows: list[tuple] = []
 
     def accepts(self, geometry: Geometry | None) -> bool:
-        return (geometry is not None and geometry.resized == self.pipeline.plan.output_size
-                and geometry.window == (0, 0, *geometry.resized))
+        return (geometry is not None and geometry.size == self.pipeline.plan.output_size
+                and (not self.rows or geometry.interpolation == self.rows[0][3].interpolation))
 
     def add(self, row: int, source, box, geometry: Geometry) -> None:
         if self.rows and row != self.rows[-1][0] + 1:

@@ -136,17 +136,28 @@ def axis_weights(n_in: int, n_out: int, interpolation: str = "bilinear"):
 
 
 @lru_cache(maxsize=4096)
-def axis_table(n_in: int, n_out: int, interpolation: str = "bilinear") -> bytes:
-    """The pim_axis_t table (header, ranges, padded int16 weights) mapping n_in -> n_out."""
+def axis_table(n_in: int, n_out: int, interpolation: str = "bilinear", start: int = 0,
+               count: Optional[int] = None) -> bytes:
+    """The pim_axis_t table (header, ranges, padded int16 weights) mapping n_in -> n_out.
+
+    With `start`/`count`, only outputs start..start+count-1 of that resampling (a window of
+    the resized axis, e.g. CenterCrop after Resize): the same weights and precision as the
+    whole axis, so the window equals cropping the full resize."""
+    count = n_out - start if count is None else count
+    if not (0 <= start and 1 <= count and start + count <= n_out):
+        raise ValueError(f"window {start}..{start + count} outside the {n_out} outputs")
     header = np.zeros(1, AXIS_DTYPE)
-    header["n_in"], header["n_out"] = n_in, n_out
+    header["n_in"], header["n_out"] = n_in, count
     if n_in == n_out:  # not resampled (torch skips this pass): header only
+        if (start, count) != (0, n_out):
+            raise ValueError("a window of an axis that is not resampled is a crop of the box")
         return header.tobytes()
-    first, count, w16, precision = axis_weights(n_in, n_out, interpolation)
+    first, taps_used, w16, precision = axis_weights(n_in, n_out, interpolation)
+    first, taps_used, w16 = (a[start:start + count] for a in (first, taps_used, w16))
     taps = -(-w16.shape[1] // 4) * 4
     header["taps"], header["precision"] = taps, precision
-    ranges = np.stack([first, count], axis=1).astype("<u4")
-    weights = np.zeros((n_out, taps), "<i2")
+    ranges = np.stack([first, taps_used], axis=1).astype("<u4")
+    weights = np.zeros((count, taps), "<i2")
     weights[:, :w16.shape[1]] = w16
     raw = weights.tobytes()
     raw += b"\0" * (-len(raw) % 8)
@@ -217,10 +228,15 @@ def _as_hwc(image) -> np.ndarray:
 
 def pack_batch(images: Sequence, boxes, size: Sequence[int], *, hflip=None, vflip=None,
                interpolation: str = "bilinear", layout: str = "NCHW",
-               out_dtype: torch.dtype = torch.float32) -> tuple[PackedBatch, list]:
+               out_dtype: torch.dtype = torch.float32,
+               windows=None) -> tuple[PackedBatch, list]:
     """Descriptors for cropping box i = (top, left, height, width) of images[i] (HWC uint8),
     resizing it to size = (out_h, out_w), flipping it and writing it to slot i of an output
-    batch of `layout` and `out_dtype`. Returns the packed batch and the HWC arrays."""
+    batch of `layout` and `out_dtype`. Returns the packed batch and the HWC arrays.
+
+    windows: None, or per sample (resized_h, resized_w, top, left): resize box i to
+    resized_h x resized_w and keep only the `size` window at (top, left) of it (then flip),
+    as torchvision's Resize followed by a crop computes it."""
     if interpolation not in INTERPOLATIONS:
         raise ValueError(f"interpolation must be one of {sorted(INTERPOLATIONS)}, "
                          f"got {interpolation!r}")
@@ -246,12 +262,12 @@ def pack_batch(images: Sequence, boxes, size: Sequence[int], *, hflip=None, vfli
     table_at: dict = {}
     used = 0
 
-    def table(n_in: int, n_out: int) -> int:
+    def table(n_in: int, n_out: int, start: int, count: int) -> int:
         nonlocal used
-        key = (n_in, n_out)
+        key = (n_in, n_out, start, count)
         at = table_at.get(key)
         if at is None:
-            raw = axis_table(n_in, n_out, interpolation)
+            raw = axis_table(n_in, n_out, interpolation, start, count)
             at = table_at[key] = used
             chunks.append(raw)
             used += len(raw)
@@ -259,8 +275,11 @@ def pack_batch(images: Sequence, boxes, size: Sequence[int], *, hflip=None, vfli
 
     # pim_sample_t as 16 native uint32 words (little-endian hosts: checked at import)
     words = []
+    windows = [None] * n if windows is None else list(windows)
     for i, (arr, (top, left, h, w)) in enumerate(zip(arrays, boxes)):
         ih, iw, c = arr.shape
+        y_axis, top, h = _windowed_axis(top, h, out_h, windows[i], 0)
+        x_axis, left, w = _windowed_axis(left, w, out_w, windows[i], 1)
         if c != channels:
             raise ValueError(f"image {i} has {c} channels, image 0 has {channels}")
         if h < 1 or w < 1 or top < 0 or left < 0 or top + h > ih or left + w > iw:
@@ -269,11 +288,24 @@ def pack_batch(images: Sequence, boxes, size: Sequence[int], *, hflip=None, vfli
                              f"supported by the fused kernel)")
         flags = (lib.PIM_FLAG_HFLIP if hflip[i] else 0) | (lib.PIM_FLAG_VFLIP if vflip[i] else 0)
         dst = i * slot_bytes
-        words += (0, 0, dst & 0xFFFFFFFF, dst >> 32, table(w, out_w), table(h, out_h), ih, iw,
+        words += (0, 0, dst & 0xFFFFFFFF, dst >> 32, table(*x_axis), table(*y_axis), ih, iw,
                   arr.strides[0], top, left, h, w, out_h, out_w, common | flags << 16)
     samples = np.frombuffer(array.array("I", words), dtype=SAMPLE_DTYPE)
     tables = np.frombuffer(b"".join(chunks) or b"\0" * 8, np.uint8)
     return PackedBatch(samples, tables), arrays
+
+
+def _windowed_axis(start: int, length: int, out: int, window, axis: int):
+    """(table arguments, box start, box length) for one axis of a sample.
+
+    A window of a resampled axis is a slice of that axis' table; a window of an axis that
+    is not resampled is simply a narrower crop box."""
+    if window is None:
+        return (length, out, 0, out), start, length
+    resized, offset = window[axis], window[2 + axis]
+    if length == resized:
+        return (out, out, 0, out), start + offset, out
+    return (length, resized, offset, out), start, length
 
 
 def _out_pointer(out) -> tuple:
@@ -333,7 +365,7 @@ def run_packed(packed: PackedBatch, arrays: Sequence[np.ndarray], out,
 
 def resized_crop_batch(images: Sequence, boxes, size: Sequence[int], out, *, hflip=None,
                        vflip=None, interpolation: str = "bilinear", layout: str = "NCHW",
-                       lut: Optional[np.ndarray] = None):
+                       lut: Optional[np.ndarray] = None, windows=None):
     """Fused torchvision-v2 `resized_crop` (antialias=True) + flips + conversion, for a batch.
 
     images  sequence of uint8 HWC (or HW) arrays/tensors, 1 or 3 channels, all alike
@@ -351,7 +383,8 @@ def resized_crop_batch(images: Sequence, boxes, size: Sequence[int], out, *, hfl
     if dtype not in OUT_DTYPES:
         raise ValueError(f"output dtype must be one of {list(OUT_DTYPES)}, got {out.dtype}")
     packed, arrays = pack_batch(images, boxes, size, hflip=hflip, vflip=vflip,
-                                interpolation=interpolation, layout=layout, out_dtype=dtype)
+                                interpolation=interpolation, layout=layout, out_dtype=dtype,
+                                windows=windows)
     n = len(arrays)
     c = arrays[0].shape[2] if n else 0
     oh, ow = (int(v) for v in size)

@@ -453,3 +453,18 @@ def test_kernel_call_releases_the_gil():
     t0, t1 = call["span"]
     # with the GIL held through the call, this thread could only resume after it returned
     assert resumed < t0 + (t1 - t0) / 2, (resumed - t0, t1 - t0)
+
+
+def test_a_window_of_the_resized_axis_equals_cropping_the_full_resize():
+    """Resize(256) then CenterCrop(224) as one kernel call: table slices of the full axes."""
+    import torchvision.transforms.v2.functional as F
+    from pimloader._kernels_api import resized_crop_batch
+    rng = np.random.default_rng(5)
+    image = rng.integers(0, 256, (375, 500, 3), dtype=np.uint8)
+    for resized, window in (((256, 341), (16, 58)), ((256, 500), (0, 100)), ((375, 300), (20, 30))):
+        out = torch.empty((1, 3, 224, 224), dtype=torch.uint8)
+        resized_crop_batch([image], [(0, 0, 375, 500)], (224, 224), out, hflip=[True],
+                           windows=[(*resized, *window)])
+        full = F.resize(torch.from_numpy(image).permute(2, 0, 1), list(resized), antialias=True)
+        expected = F.horizontal_flip(full[:, window[0]:window[0] + 224, window[1]:window[1] + 224])
+        assert torch.equal(out[0], expected), (resized, window)
