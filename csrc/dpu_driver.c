@@ -16,7 +16,8 @@
  *      travels, not the whole decoded image);
  *   4. dpu_prepare_xfer + dpu_push_xfer: the headers to every DPU (72 bytes each), the rest
  *      to the DPUs with samples, at one common padded length;
- *   5. dpu_launch (synchronous); a fault is traced to its DPU with dpu_status;
+ *   5. dpu_launch (synchronous); a fault is traced to its DPU with dpu_status; the program is
+ *      loaded again before the next run (see `reload` below);
  *   6. dpu_push_xfer(FROM_DPU) of the status blocks + outputs (common length), check each
  *      DPU's status, copy each sample's rows into its slot of the output batch.
  * Not done: overlapping the next batch's transfer with this launch (double-buffered MRAM).
@@ -45,6 +46,14 @@ struct pim_dpu_driver {
     int32_t last_dpu;
     pim_dpu_run_info_t info;
     struct dpu_set_t *dpus; /* each DPU as a one-DPU set, in DPU_FOREACH order */
+    char *binary;           /* the kernel, loaded again after a fault */
+    /* A launch that faulted leaves the kernel's WRAM (its globals, and the state of its barriers
+     * and mutexes: a barrier mid-round, a mutex still held by the tasklet that stopped) as the
+     * fault found it; WRAM is not reset between launches, on hardware as on the emulator.
+     * Launching that again would start with a barrier already partly counted (it releases the
+     * tasklets early, then hangs or deadlocks a round later), so the next run loads the program
+     * again first. */
+    bool reload;
 };
 
 typedef struct plan {
@@ -110,12 +119,19 @@ int pim_dpu_open(const char *profile, uint32_t nr_dpus, const char *binary, uint
     drv->nr_tasklets = nr_tasklets;
     drv->arena = arena;
     drv->last_dpu = -1;
+    drv->binary = strdup(binary ? binary : "");
+    if (drv->binary == NULL) {
+        set_err(err, err_len, "out of host memory");
+        free(drv);
+        return PIM_DPU_E_NOMEM;
+    }
     dpu_error_t e = dpu_alloc(nr_dpus, profile ? profile : "", &drv->set);
     if (e != DPU_OK) {
         char text[160];
         error_text(e, text, sizeof text);
         set_err(err, err_len, "dpu_alloc(%u DPUs, profile \"%s\") failed: %s", nr_dpus, profile ? profile : "",
                 text);
+        free(drv->binary);
         free(drv);
         return PIM_DPU_E_LIBDPU;
     }
@@ -151,6 +167,7 @@ int pim_dpu_open(const char *profile, uint32_t nr_dpus, const char *binary, uint
 fail:
     dpu_free(drv->set);
     free(drv->dpus);
+    free(drv->binary);
     free(drv);
     return rc;
 }
@@ -164,6 +181,7 @@ int pim_dpu_close(pim_dpu_driver_t *drv, char *err, uint32_t err_len)
     if (e != DPU_OK)
         rc = dpu_fail(NULL, err, err_len, "dpu_free", -1, e);
     free(drv->dpus);
+    free(drv->binary);
     free(drv);
     return rc;
 }
@@ -551,8 +569,21 @@ int pim_dpu_run(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t n, 
         memcpy(base, h, sizeof *h);
     }
 
-    /* 5. host -> DPUs: headers to every DPU, the rest to the DPUs with samples */
+    /* 5. host -> DPUs: headers to every DPU, the rest to the DPUs with samples; first a fresh
+     *    copy of the program where the last launch faulted (drv->reload) */
     dpu_error_t e;
+    if (drv->reload) {
+        e = dpu_load(drv->set, drv->binary, NULL);
+        if (e != DPU_OK) {
+            char text[160];
+            error_text(e, text, sizeof text);
+            set_err(err, err_len, "dpu_load(%s) after a DPU fault failed on the set of %u DPUs: %s", drv->binary,
+                    drv->nr_dpus, text);
+            rc = PIM_DPU_E_LIBDPU;
+            goto done;
+        }
+        drv->reload = false;
+    }
     for (uint32_t d = 0; d < D; d++) {
         e = dpu_prepare_xfer(drv->dpus[d], &headers[d]);
         if (e != DPU_OK) {
@@ -583,6 +614,7 @@ int pim_dpu_run(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t n, 
     /* 6. launch; a fault is traced to its DPU */
     e = dpu_launch(drv->set, DPU_SYNCHRONOUS);
     if (e != DPU_OK) {
+        drv->reload = true; /* whatever failed, the DPUs' WRAM is not trusted any more */
         int32_t bad = -1;
         for (uint32_t d = 0; d < D && bad < 0; d++) {
             bool is_done = false, fault = false;
