@@ -17,16 +17,8 @@
 
 #include "pim_cpu.h"
 #include "pim_resample.h"
+#include "pim_error.h"
 
-static void set_err(char *err, uint32_t err_len, const char *fmt, ...)
-{
-    if (err == NULL || err_len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-}
 
 /* Checks one axis table (at `offset` in `tables`) against the extents it must map. */
 static int check_axis(const uint8_t *tables, uint64_t tables_bytes, uint32_t offset,

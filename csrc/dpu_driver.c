@@ -36,6 +36,7 @@
 #include "pim_dpu_driver.h"
 #include "pim_dpu_layout.h"
 #include "pim_params.h"
+#include "pim_error.h"
 
 struct pim_dpu_driver {
     struct dpu_set_t set;
@@ -61,15 +62,6 @@ typedef struct plan {
     uint64_t crop_bytes, out_bytes;
 } plan_t;
 
-static void set_err(char *err, uint32_t err_len, const char *fmt, ...)
-{
-    if (err == NULL || err_len == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_len, fmt, ap);
-    va_end(ap);
-}
 
 /* dpu_error_to_string: the SDK returns a string the caller frees, the emulator a constant. */
 static void error_text(dpu_error_t e, char *buf, size_t n)
