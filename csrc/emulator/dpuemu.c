@@ -1239,16 +1239,23 @@ dpu_error_t dpu_broadcast_to_symbol(struct dpu_set_t set, struct dpu_symbol_t sy
     return err;
 }
 
-dpu_error_t dpu_broadcast_to(struct dpu_set_t set, const char *symbol_name, uint32_t symbol_offset, const void *src,
-    size_t length, dpu_xfer_flags_t flags)
+/* The symbol `name` as every DPU of the set has it (the same program loaded on all). */
+static dpu_error_t set_symbol(struct dpu_set_t set, const char *name, struct dpu_symbol_t *symbol)
 {
     struct dpu_t **v;
     uint32_t n;
-    struct dpu_symbol_t symbol;
     dpu_error_t err = with_set(set, &v, &n);
     if (err != DPU_OK) return err;
-    err = common_symbol(v, n, symbol_name, &symbol);
+    err = common_symbol(v, n, name, symbol);
     free(v);
+    return err;
+}
+
+dpu_error_t dpu_broadcast_to(struct dpu_set_t set, const char *symbol_name, uint32_t symbol_offset, const void *src,
+    size_t length, dpu_xfer_flags_t flags)
+{
+    struct dpu_symbol_t symbol;
+    dpu_error_t err = set_symbol(set, symbol_name, &symbol);
     if (err != DPU_OK) return err;
     return dpu_broadcast_to_symbol(set, symbol, symbol_offset, src, length, flags);
 }
@@ -1314,13 +1321,8 @@ dpu_error_t dpu_push_xfer_symbol(struct dpu_set_t set, dpu_xfer_t xfer, struct d
 dpu_error_t dpu_push_xfer(struct dpu_set_t set, dpu_xfer_t xfer, const char *symbol_name, uint32_t symbol_offset, size_t length,
     dpu_xfer_flags_t flags)
 {
-    struct dpu_t **v;
-    uint32_t n;
     struct dpu_symbol_t symbol;
-    dpu_error_t err = with_set(set, &v, &n);
-    if (err != DPU_OK) return err;
-    err = common_symbol(v, n, symbol_name, &symbol);
-    free(v);
+    dpu_error_t err = set_symbol(set, symbol_name, &symbol);
     if (err != DPU_OK) return err;
     return dpu_push_xfer_symbol(set, xfer, symbol, symbol_offset, length, flags);
 }
