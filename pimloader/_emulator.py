@@ -74,8 +74,8 @@ def compile_kernel(source: str, output: Optional[str] = None, *, nr_tasklets: in
     """Build the DPU kernel `source` (a path) for the emulator; returns the shared object's path.
 
     `nr_tasklets` and `defines` become -D flags as for dpu-upmem-dpurte-clang; the default
-    output is a file in a per-user cache keyed by source text and flags.  NR_TASKLETS above
-    24 builds (the emulator rejects it at dpu_load, as the DPU linker script would).
+    output is a file in a per-user cache keyed by the text of the source, of every header
+    it can include and of the flags.  NR_TASKLETS above 24 builds (the emulator rejects it at dpu_load, as the DPU linker script would).
     """
     cc = cc or os.environ.get("CC") or shutil.which("gcc") or "cc"
     flags = list(KERNEL_CFLAGS) + [f"-DNR_TASKLETS={int(nr_tasklets)}"]
@@ -88,9 +88,12 @@ def compile_kernel(source: str, output: Optional[str] = None, *, nr_tasklets: in
         for path in (source, RUNTIME_SOURCE, LINKER_SCRIPT):
             with open(path, "rb") as f:
                 digest.update(f.read())
-        for name in sorted(os.listdir(DPU_INCLUDE)):
-            with open(os.path.join(DPU_INCLUDE, name), "rb") as f:
-                digest.update(f.read())
+        for directory in (*include_dirs, DPU_INCLUDE):
+            for name in sorted(os.listdir(directory)):
+                path = os.path.join(directory, name)
+                if os.path.isfile(path):
+                    with open(path, "rb") as f:
+                        digest.update(f.read())
         digest.update(" ".join([cc] + flags).encode())
         cache = os.path.join(tempfile.gettempdir(), f"pimloader-dpuemu-{os.getuid()}")
         os.makedirs(cache, exist_ok=True)
