@@ -101,6 +101,9 @@ class MultiProcessIter(_BaseDataLoaderIter):
         self._tasks_outstanding = 0
         self._workers_status = [True] * self._num_workers
         self._workers_num_tasks = [0] * self._num_workers
+        self._workers_retired = [False] * self._num_workers
+        self._sampler_exhausted = False
+        self._workers_exited = [False] * self._num_workers
         self._worker_queue_idx_cycle = itertools.cycle(range(self._num_workers))
         if not first_iter:
             self._resume_workers()
@@ -159,6 +162,7 @@ class MultiProcessIter(_BaseDataLoaderIter):
                     worker_id = self._task_info.pop(idx)[0]
                     return self._process_data(data, worker_id)
                 self._task_info[idx] += (data,)
+                self._retire_workers()
             else:
                 worker_id = self._task_info.pop(idx)[0]
                 self._rcvd_idx += 1
@@ -169,6 +173,8 @@ class MultiProcessIter(_BaseDataLoaderIter):
         try:
             index = self._next_index()
         except StopIteration:
+            self._sampler_exhausted = True
+            self._retire_workers()
             return
         for _ in range(self._num_workers):
             worker_id = next(self._worker_queue_idx_cycle)
@@ -188,6 +194,7 @@ class MultiProcessIter(_BaseDataLoaderIter):
     def _process_data(self, data, worker_id: int):
         self._workers_num_tasks[worker_id] -= 1
         self._try_put_index()
+        self._retire_workers()
         if isinstance(data, WorkerError):
             data.reraise()
         return self._deliver(data)
@@ -199,6 +206,27 @@ class MultiProcessIter(_BaseDataLoaderIter):
     def _discard(self, data) -> None:
         if isinstance(data, Produced) and isinstance(data.data, SlotBatch):
             self._pool.discard(data.data)
+
+    def _retire_workers(self) -> None:
+        """Once the sampler is exhausted, a fresh (non-persistent) worker whose batches have
+        all been received is told to exit, so that its exit (tearing down its copy of this
+        process's address space: tens of milliseconds for a large process) overlaps the
+        last batches rather than following them. Not before: a batch in a new slot carries
+        the slot's file descriptor, which its worker must still be alive to hand over."""
+        if self._persistent_workers or not self._sampler_exhausted:
+            return
+        for worker_id in range(self._num_workers):
+            if (self._workers_status[worker_id] and not self._workers_retired[worker_id]
+                    and not self._owes_results(worker_id)):
+                self._index_queues[worker_id].put(None)
+                self._workers_retired[worker_id] = True
+
+    def _died(self, ended: list[int]) -> list[int]:
+        """Of the workers whose processes ended, those that had not been told to exit."""
+        return [w for w in ended if not self._workers_retired[w] or self._owes_results(w)]
+
+    def _owes_results(self, worker_id: int) -> bool:
+        return any(len(info) == 1 and info[0] == worker_id for info in self._task_info.values())
 
     def _mark_worker_as_unavailable(self, worker_id: int) -> None:
         self._index_queues[worker_id].put(None)
@@ -220,16 +248,26 @@ class MultiProcessIter(_BaseDataLoaderIter):
                 return received
 
     def _wait_for_result(self, timeout):
+        """The next message, or None after `timeout` seconds (None: wait as long as it takes).
+        A worker that ends while it still owes batches has died; a retired one that owes
+        nothing has just finished."""
         reader = self._result_queue._reader
-        sentinels = {self._workers[w].sentinel: w for w in range(self._num_workers)
-                     if self._workers_status[w]}
-        ready = wait([reader, *sentinels], timeout)
-        if reader in ready:
-            return self._receive(sentinels)
-        dead = [sentinels[s] for s in ready if s in sentinels]
-        if dead:
-            self._raise_worker_died(dead)
-        return None
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            sentinels = {self._workers[w].sentinel: w for w in range(self._num_workers)
+                         if self._workers_status[w] and not self._workers_exited[w]}
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = wait([reader, *sentinels], remaining)
+            if reader in ready:
+                return self._receive(sentinels)
+            ended = [sentinels[s] for s in ready if s in sentinels]
+            dead = self._died(ended)
+            if dead:
+                self._raise_worker_died(dead)
+            if not ended:
+                return None
+            for worker_id in ended:
+                self._workers_exited[worker_id] = True
 
     def _receive(self, sentinels: dict):
         """One message; a slot's file descriptor handed over by a worker that died since it
@@ -240,7 +278,8 @@ class MultiProcessIter(_BaseDataLoaderIter):
             _raise_if_out_of_file_descriptors(error)
             if not isinstance(error, (EOFError, OSError)):
                 raise
-            dead = [sentinels[s] for s in wait(list(sentinels), timeout=JOIN_TIMEOUT_S)]
+            dead = self._died(
+                [sentinels[s] for s in wait(list(sentinels), timeout=JOIN_TIMEOUT_S)])
             if not dead:
                 raise
             self._raise_worker_died(dead, cause=error)

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -229,3 +230,24 @@ def test_batches_outlive_loader_in_subprocess():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=80, env=env)
     assert r.returncode == 0 and "OK" in r.stdout, (
         f"rc={r.returncode}\nstdout:{r.stdout[-2000:]}\nstderr:{r.stderr[-3000:]}")
+
+
+def test_fresh_workers_retire_once_they_owe_nothing():
+    """With the sampler exhausted, a fresh worker whose batches have all been received is
+    told to exit, so its exit overlaps the last batches: worker 0 (batches 0, 2, 4) has
+    exited by itself, exit code 0, while the user still holds the last batch (5) and
+    before the iterator has shut anything down."""
+    loader = _make(PIMDataLoader, batch_size=4)
+    it = iter(loader)
+    batches = []
+    for _ in range(6):
+        batches.append(next(it))
+        time.sleep(0.05)  # a consumer slower than the workers
+    first = it._workers[0]
+    first.join(timeout=10)
+    assert first.exitcode == 0
+    assert not it._shutdown
+    with pytest.raises(StopIteration):
+        next(it)
+    assert_same(batches, list(_make(TorchDataLoader, batch_size=4)))
+    assert not child_pids()

@@ -147,10 +147,10 @@ def test_worker_init_fn_raising(leak_check):
     leak_check.assert_clean(what="worker_init_fn failure")
 
 
-def _killed(cls, tmp_path, **ds_kw):
+def _killed(cls, tmp_path, kill_at=4, **ds_kw):
     d = tmp_path / cls.__name__
     d.mkdir()
-    ds = KillDS(str(d), n=12, kill_at=4, **ds_kw)
+    ds = KillDS(str(d), n=12, kill_at=kill_at, **ds_kw)
     t0 = time.monotonic()
     err = _first_error(cls, ds, batch_size=2, num_workers=2)
     elapsed = time.monotonic() - t0
@@ -281,3 +281,15 @@ class BadSampler(Sampler):
 
     def __len__(self):
         return 3
+
+
+@pytest.mark.parametrize("kill_at", [10, 11])
+def test_worker_killed_on_the_last_batches(tmp_path, leak_check, kill_at):
+    """Once the sampler is exhausted, fresh workers are told to exit as soon as they owe
+    nothing (see test_fresh_workers_retire_once_they_owe_nothing); a worker that dies
+    while it still owes the last batches must still be reported as dead, by pid."""
+    got, elapsed, pids = _killed(PIMDataLoader, tmp_path, kill_at=kill_at)
+    assert issubclass(got.type, RuntimeError), repr(got)
+    assert len(pids) == 1 and str(pids[0]) in got.msg, f"{pids} {got}"
+    assert elapsed < 10
+    leak_check.assert_clean(what="a worker killed on the last batch")
