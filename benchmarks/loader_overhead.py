@@ -81,18 +81,46 @@ def make_loaders(dataset: Dataset, config: Config) -> dict[str, DataLoader]:
             for name, cls in classes.items()}
 
 
-def run_epoch(loader: DataLoader, touch: bool) -> float:
-    """Seconds to consume every batch, from creating the iterator to its end."""
+PHASES = ("start", "first", "rest", "end")
+
+
+def run_epoch(loader: DataLoader, touch: bool) -> dict[str, float]:
+    """Seconds to consume every batch, split into phases: creating the iterator (with
+    fresh workers: forking them), waiting for the first batch, the other batches, and
+    the end (from the last batch to StopIteration: shutting fresh workers down)."""
     seen = 0
     start = time.perf_counter()
-    for images, _labels in loader:
+    iterator = iter(loader)
+    created = first = last = time.perf_counter()
+    for images, _labels in iterator:
+        if seen == 0:
+            first = time.perf_counter()
         seen += images.shape[0]
         if touch:
             images[0, 0, 0, 0].item()
-    elapsed = time.perf_counter() - start
+        last = time.perf_counter()
+    end = time.perf_counter()
     if seen != len(loader.dataset):
         raise RuntimeError(f"{type(loader).__name__} gave {seen} of {len(loader.dataset)} images")
-    return elapsed
+    return {"start": created - start, "first": first - created, "rest": last - first,
+            "end": end - last}
+
+
+def fork_exit_cost(repeats: int = 5) -> dict[str, float]:
+    """Median seconds for this process to fork a child, and for that child to exit at once
+    (what every fresh worker costs torch's DataLoader and PIMDataLoader alike: both grow
+    with the size of this process, here holding the dataset)."""
+    forks, exits = [], []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        forked = time.perf_counter()
+        os.waitpid(pid, 0)
+        forks.append(forked - start)
+        exits.append(time.perf_counter() - forked)
+    return {"fork_s": statistics.median(forks), "exit_s": statistics.median(exits)}
 
 
 def last_epoch_stats(loader: DataLoader) -> dict | None:
@@ -112,22 +140,27 @@ def measure(dataset: Dataset, config: Config, epochs: int, warmup: int, touch: b
     loaders = make_loaders(dataset, config)
     seconds = {name: [] for name in loaders}
     stats = {name: [] for name in loaders}
+    phases = {name: [] for name in loaders}
     for repeat in range(warmup + epochs):
         order = list(loaders) if repeat % 2 == 0 else list(reversed(loaders))
         for name in order:
-            elapsed = run_epoch(loaders[name], touch)
+            phase_s = run_epoch(loaders[name], touch)
             if repeat >= warmup:
-                seconds[name].append(elapsed)
+                seconds[name].append(sum(phase_s.values()))
+                phases[name].append(phase_s)
                 stats[name].append(last_epoch_stats(loaders[name]))
-    return summarize(config, len(dataset), seconds, stats)
+    return summarize(config, len(dataset), seconds, stats, phases)
 
 
-def summarize(config: Config, samples: int, seconds: dict, stats: dict) -> dict:
+def summarize(config: Config, samples: int, seconds: dict, stats: dict,
+              phases: dict) -> dict:
     row = dataclasses.asdict(config)
     for name, times in seconds.items():
         median_index = median_epoch(times)
         row[name] = {"median_img_s": samples / statistics.median(times),
                      "epoch_s": times,
+                     "median_phases_s": {phase: statistics.median(p[phase] for p in phases[name])
+                                         for phase in PHASES},
                      "median_epoch_stats": stats[name][median_index]}
     if "pimloader" in row:
         row["ratio"] = row["pimloader"]["median_img_s"] / row["torch"]["median_img_s"]
@@ -164,6 +197,24 @@ def format_pim_stats(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def format_phases(rows: list[dict], fork_exit: dict) -> str:
+    header = f"{'batch':>6} {'workers':>13} {'loader':>9} " + " ".join(
+        f"{phase + ' ms':>9}" for phase in PHASES)
+    lines = ["where an epoch goes (medians; start = creating the iterator, end = from the "
+             "last batch to StopIteration):", header, "-" * len(header)]
+    for row in rows:
+        for name in ("torch", "pimloader"):
+            if name not in row:
+                continue
+            phase_s = row[name]["median_phases_s"]
+            lines.append(f"{row['batch_size']:>6} {row_label(row):>13} {name:>9} " + " ".join(
+                f"{phase_s[phase] * 1e3:9.1f}" for phase in PHASES))
+    lines.append(f"this process forks a child in {fork_exit['fork_s'] * 1e3:.1f} ms, and an "
+                 f"empty child exits in {fork_exit['exit_s'] * 1e3:.1f} ms (median): the floor "
+                 f"of start and end with fresh workers, for both loaders")
+    return "\n".join(lines)
+
+
 def environment() -> dict:
     return {"python": platform.python_version(), "torch": torch.__version__,
             "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
@@ -176,7 +227,7 @@ def run(args: argparse.Namespace) -> dict:
             for config in configs(args.batch_sizes, args.workers)]
     settings = {key: value for key, value in vars(args).items() if key not in ("out", "quick")}
     return {"benchmark": "loader_overhead", "settings": settings,
-            "environment": environment(), "rows": rows}
+            "environment": environment(), "rows": rows, "fork_exit": fork_exit_cost()}
 
 
 def report(results: dict) -> None:
@@ -189,6 +240,7 @@ def report(results: dict) -> None:
         print(f"pimloader columns are n/a: {PIMLOADER_IMPORT_ERROR}")
     else:
         print(format_pim_stats(results["rows"]))
+    print(format_phases(results["rows"], results["fork_exit"]))
 
 
 def write_json(results: dict, path: Path) -> None:
