@@ -52,3 +52,11 @@ class WorkerDiedError(RuntimeError):
 
 class LoaderTimeoutError(RuntimeError):
     """No batch arrived within the loader's `timeout`."""
+
+
+TOO_MANY_OPEN_FILES = (
+    "Too many open files. Communication with the workers is no longer possible. "
+    "Please increase the limit using `ulimit -n` in the shell or change the "
+    "sharing strategy by calling "
+    "`torch.multiprocessing.set_sharing_strategy('file_system')` at the "
+    "beginning of your code")

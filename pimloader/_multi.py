@@ -26,7 +26,7 @@ from torch.utils.data import _utils as torch_utils
 from torch.utils.data.dataloader import (
     _BaseDataLoaderIter, _DatasetKind, _sharding_worker_init_fn)
 
-from ._errors import LoaderTimeoutError, WorkerDiedError, WorkerError
+from ._errors import TOO_MANY_OPEN_FILES, LoaderTimeoutError, WorkerDiedError, WorkerError
 from ._produce import Produced, deliver
 from ._slots import SlotBatch
 from ._worker import IterableEnd, ResumeIteration, WorkerConfig, worker_loop
@@ -348,9 +348,4 @@ def _raise_if_out_of_file_descriptors(cause: BaseException) -> None:
                 stack.enter_context(tempfile.NamedTemporaryFile())
     except OSError as error:
         if error.errno == errno.EMFILE:
-            raise RuntimeError(
-                "Too many open files. Communication with the workers is no longer possible. "
-                "Please increase the limit using `ulimit -n` in the shell or change the "
-                "sharing strategy by calling "
-                "`torch.multiprocessing.set_sharing_strategy('file_system')` at the "
-                "beginning of your code") from cause
+            raise RuntimeError(TOO_MANY_OPEN_FILES) from cause

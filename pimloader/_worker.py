@@ -23,7 +23,7 @@ from torch.utils.data import IterDataPipe
 from torch.utils.data._utils import worker as torch_worker
 from torch.utils.data.graph_settings import apply_random_seed
 
-from ._errors import WorkerError
+from ._errors import TOO_MANY_OPEN_FILES, WorkerError
 from ._produce import make_producer
 from ._slots import SlotWriter
 
@@ -130,7 +130,15 @@ class _Worker:
 
 
 def _allocate_shared(nbytes: int) -> torch.Tensor:
-    return torch.empty(nbytes, dtype=torch.uint8).share_memory_()
+    """A new slot. Each slot holds a file descriptor in the worker and in the main
+    process, so a user keeping many batches can exhaust them on either side: here the
+    failure says what torch's DataLoader says when the main process runs out."""
+    try:
+        return torch.empty(nbytes, dtype=torch.uint8).share_memory_()
+    except RuntimeError as error:
+        if "Too many open files" not in str(error):
+            raise
+        raise RuntimeError(f"{TOO_MANY_OPEN_FILES} (a new batch slot: {error})") from error
 
 
 def worker_loop(config: WorkerConfig, dataset_holder: list, index_queue, result_queue,

@@ -86,3 +86,29 @@ def test_running_out_of_file_descriptors_says_so_like_torch():
                             text=True, timeout=100)
     assert result.stdout.strip().splitlines()[-1] == "RuntimeError True True", (
         result.stdout, result.stderr[-2000:])
+
+
+RUN_OUT_OF_FDS_IN_A_WORKER = textwrap.dedent('''
+    import resource
+    import torch
+    from pimloader._worker import _allocate_shared
+
+    kept = []
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+    try:
+        for _ in range(200):
+            kept.append(_allocate_shared(64))
+        print("no error")
+    except RuntimeError as error:
+        print("RuntimeError", "ulimit -n" in str(error), "set_sharing_strategy" in str(error))
+''')
+
+
+def test_a_worker_running_out_of_file_descriptors_says_so_like_torch():
+    """Each slot holds a descriptor in its worker too (torch's suite, test_fd_limit_exceeded
+    with persistent workers, sometimes hits the limit there first): the worker's error
+    gives torch's advice as well."""
+    result = subprocess.run([sys.executable, "-c", RUN_OUT_OF_FDS_IN_A_WORKER],
+                            capture_output=True, text=True, timeout=100)
+    assert result.stdout.strip().splitlines()[-1] == "RuntimeError True True", (
+        result.stdout, result.stderr[-2000:])
