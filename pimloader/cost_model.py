@@ -460,9 +460,13 @@ def project(run: DpuRun, system: System, a: Assumptions = Assumptions(), case: s
     stages = {"host->DPU transfer": t_in, "DPU compute": t_compute, "DPU DMA": t_dma,
               "DPU->host transfer": t_out}
     bound = max(stages, key=stages.get)
+    mean_dpu = float(np.mean(per_dpu))
+    dpu_imbalance = per_dpu[slowest] / mean_dpu if mean_dpu > 0 else 1.0
+    tasklet_imbalance = comp[slowest] / instrs[slowest] if instrs[slowest] > 0 else 1.0
+    rate = images / t_launch if t_launch > 0 else math.inf
     return Projection(system.name, case, system.nr_dpus, clock, images, t_in, t_compute, t_dma,
-                      t_dpu, t_out, t_launch, images / t_launch, bound, sum(instrs) / run.n_images,
-                      per_dpu[slowest] / float(np.mean(per_dpu)), comp[slowest] / instrs[slowest])
+                      t_dpu, t_out, t_launch, rate, bound, sum(instrs) / run.n_images,
+                      dpu_imbalance, tasklet_imbalance)
 
 
 def project_all(run: DpuRun, systems: Sequence[System] = SYSTEMS,
