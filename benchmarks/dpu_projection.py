@@ -113,15 +113,19 @@ def measure(pipeline: str, dtype: str, files: list[Path], backend: DpuBackend, r
     backend.run(sources, boxes, (224, 224), out, lut=lut, **kwargs)
     emulated_s = time.perf_counter() - start
     packed, _ = K.pack_batch(sources, boxes, (224, 224), out_dtype=DTYPES[dtype], **kwargs)
-    run = cm.DpuRun.from_backend(backend, packed)
+    counters = [backend.counters(d) for d in range(backend.nr_dpus)]
+    info = backend.run_info()
+    run = cm.DpuRun.from_backend(backend, packed, counters, info)
+    cached = cm.DpuRun.from_backend(backend, packed, counters, info, row_cache=True)
     return {"pipeline": pipeline, "dtype": dtype, "images": n, "dpus": backend.nr_dpus,
-            "tasklets": backend.nr_tasklets, "run": run,
+            "tasklets": backend.nr_tasklets, "run": run, "run_row_cache": cached,
             "decode_s_per_image": decode_wall, "decode_cpu_s_per_image": decode_cpu,
             "emulator_wall_s": emulated_s}
 
 
 def summarise(entry: dict, copy_bw: float, host_cores: int, assumptions: cm.Assumptions) -> dict:
     run: cm.DpuRun = entry.pop("run")
+    cached: cm.DpuRun = entry.pop("run_row_cache")
     per_image = run.per_image()
     host_copy_s = (run.in_real_bytes + run.out_real_bytes) / run.n_images / copy_bw
     host_s = entry["decode_s_per_image"] + host_copy_s
@@ -129,6 +133,12 @@ def summarise(entry: dict, copy_bw: float, host_cores: int, assumptions: cm.Assu
     for p in cm.project_all(run, cm.SYSTEMS, assumptions):
         e2e = cm.end_to_end(p.images_per_s, host_s, host_cores)
         projections.append({**p.as_dict(), "end_to_end": e2e})
+    what_if = []  # nominal case: kernels and splits that do not exist yet
+    for system in cm.SYSTEMS:
+        rates = {label: cm.project(r, system, assumptions, "nominal").images_per_s for label, r in
+                 (("as is", run), ("balanced", cm.balanced(run)), ("row cache", cached),
+                  ("both", cm.balanced(cached)))}
+        what_if.append({"system": system.name, "case": "nominal", "images_per_s": rates})
     work = {name: float(v) / run.n_images for name, v in
             zip(cm.WORK, sum(w.total for w in run.work))}
     return {**entry, "per_image": per_image, "host_copy_s_per_image": host_copy_s,
@@ -136,7 +146,7 @@ def summarise(entry: dict, copy_bw: float, host_cores: int, assumptions: cm.Assu
             "transfer": {"xfer_bytes": run.xfer_bytes, "out_xfer_bytes": run.out_xfer_bytes,
                          "in_real_bytes": run.in_real_bytes, "out_real_bytes": run.out_real_bytes,
                          "active_dpus": run.active_dpus},
-            "images_per_dpu": run.images_per_dpu, "projections": projections}
+            "images_per_dpu": run.images_per_dpu, "projections": projections, "what_if": what_if}
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -205,6 +215,19 @@ def format_projections(entries: list[dict], host_cores: int) -> str:
     return "\n".join(lines)
 
 
+def format_what_if(entries: list[dict]) -> str:
+    labels = ("as is", "balanced", "row cache", "both")
+    head = f"{'pipeline':<13} {'system':<10} " + " ".join(f"{label:>10}" for label in labels)
+    lines = [f"What-if, {LABEL} DPU img/s (nominal case): 'balanced' = work spread evenly over DPUs "
+             "and tasklets, 'row cache' = each source row resampled horizontally once (neither "
+             "exists in the kernel yet)", head, "-" * len(head)]
+    for e in entries:
+        for w in e["what_if"]:
+            lines.append(f"{e['pipeline'] + ' ' + e['dtype']:<13} {w['system']:<10} " +
+                         " ".join(f"{w['images_per_s'][label]:>10.0f}" for label in labels))
+    return "\n".join(lines)
+
+
 def report(results: dict) -> None:
     s, env = results["settings"], results["environment"]
     print(f"DPU projection: {s['dpus']} emulated DPUs x {s['tasklets']} tasklets, "
@@ -213,6 +236,7 @@ def report(results: dict) -> None:
     print("Counted by the emulator, per image (decode and copy: measured here, one core):")
     print(format_counts(results["pipelines"]))
     print(format_projections(results["pipelines"], s["host_cores"]))
+    print(format_what_if(results["pipelines"]))
     print("cases: best/nominal/worst take every assumption at its optimistic/likely/pessimistic "
           "value (docs/cost_model.md); decode stays on the host CPU")
 

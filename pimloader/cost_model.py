@@ -51,7 +51,7 @@ host's MEASURED decode time per image and reports min(host rate, DPU path rate).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Optional, Sequence
 
 import numpy as np
@@ -222,7 +222,7 @@ class SampleWork:
     out_bytes: int             # output elements x element size
 
 
-def sample_work(sample, tables: np.ndarray) -> SampleWork:
+def sample_work(sample, tables: np.ndarray, row_cache: bool = False) -> SampleWork:
     """Count, row by row, the work crop_resize.c does for one pim_sample_t of pack_batch.
 
     Per output row y (V = taps of row y if the height is resampled, else 1 source row):
@@ -231,7 +231,11 @@ def sample_work(sample, tables: np.ndarray) -> SampleWork:
       h_out    C * V * out_w           (rounded horizontal outputs)
       v_mac    C * out_w * taps(y)     v_init, v_finish: C * out_w each (height resampled)
       emit     C * out_w               (flip + table conversion + store)
-    `row`, `column` and `sample_load` are filled in per DPU (they depend on the split)."""
+    `row`, `column` and `sample_load` are filled in per DPU (they depend on the split).
+
+    row_cache=True counts a kernel that does NOT exist yet (a what-if): horizontally resampled
+    rows kept in WRAM across output rows, so each source row is resampled once, when it first
+    enters a vertical window (the windows only move forward, pim_params.h)."""
     C, out_h, out_w = int(sample["channels"]), int(sample["out_h"]), int(sample["out_w"])
     _, _, _, xfirst, xcount = read_axis(tables, int(sample["xtab_offset"]))
     _, _, _, yfirst, ycount = read_axis(tables, int(sample["ytab_offset"]))
@@ -239,6 +243,10 @@ def sample_work(sample, tables: np.ndarray) -> SampleWork:
     ops = np.zeros((out_h, len(WORK)), dtype=np.int64)
     col = {name: i for i, name in enumerate(WORK)}
     V = ycount if need_v else np.ones(out_h, dtype=np.int64)
+    if row_cache and need_v:
+        end = yfirst + ycount
+        before = np.concatenate([[0], end[:-1]])
+        V = np.maximum(end - np.maximum(before, yfirst), 0)  # source rows new to this window
     if need_h:
         ops[:, col["h_mac"]] = C * V * int(xcount.sum())
         ops[:, col["h_out"]] = C * V * out_w
@@ -343,14 +351,16 @@ class DpuRun:
 
     @classmethod
     def from_backend(cls, backend, packed, counters: Optional[list] = None,
-                     info: Optional[dict] = None) -> "DpuRun":
+                     info: Optional[dict] = None, row_cache: bool = False) -> "DpuRun":
         """Read `backend`'s counters (reset before the one run they must cover) and run_info of
-        its last run of the batch whose descriptors and tables are `packed` (pack_batch)."""
+        its last run of the batch whose descriptors and tables are `packed` (pack_batch).
+        row_cache: count the work of the what-if kernel of `sample_work` (the DMA counts stay
+        those of the real kernel)."""
         counters = counters if counters is not None else [backend.counters(d)
                                                           for d in range(backend.nr_dpus)]
         info = info if info is not None else backend.run_info()
         samples, tables = packed.samples, packed.tables
-        works = [sample_work(s, tables) for s in samples]
+        works = [sample_work(s, tables, row_cache) for s in samples]
         runs = split_samples([w.out_h * w.out_w for w in works], backend.nr_dpus)
         C = works[0].channels
         nhwc = bool(int(samples[0]["flags"]) & 4)
@@ -384,6 +394,18 @@ class DpuRun:
         }
 
 
+def balanced(run: DpuRun) -> DpuRun:
+    """What-if: the same batch with its work and DMAs spread evenly over the active DPUs and
+    their tasklets (the driver balances output pixels and the kernel output rows, not work)."""
+    active = run.active_dpus
+    mean = lambda v: np.full(len(v), float(np.sum(v)) / active)  # noqa: E731
+    total = sum(w.total for w in run.work)
+    even = np.tile(total / (active * run.nr_tasklets), (run.nr_tasklets, 1))
+    return replace(run, read_calls=mean(run.read_calls), read_bytes=mean(run.read_bytes),
+                   write_calls=mean(run.write_calls), write_bytes=mean(run.write_bytes),
+                   work=[KernelWork(even.copy()) for _ in range(active)])
+
+
 # ---- the projection --------------------------------------------------------------------------
 
 def dma_cycles(read_calls, read_bytes, write_calls, write_bytes, a: Assumptions, case: str):
@@ -399,7 +421,7 @@ def instruction_costs(a: Assumptions, case: str) -> np.ndarray:
     return np.array([getattr(a, name).at(case) for name in WORK])
 
 
-def compute_cycles(work: KernelWork, dma_calls: int, a: Assumptions, case: str) -> tuple[float, float]:
+def compute_cycles(work: KernelWork, dma_calls: float, a: Assumptions, case: str) -> tuple[float, float]:
     """(cycles, instructions) of one DPU: max(total, depth x the busiest tasklet)."""
     per = work.per_tasklet @ instruction_costs(a, case)
     if per.sum() > 0:  # the DMA calls' instructions, spread like the rest of the work
@@ -438,7 +460,7 @@ def project(run: DpuRun, system: System, a: Assumptions = Assumptions(), case: s
     dmas = dma_cycles(run.read_calls, run.read_bytes, run.write_calls, run.write_bytes, a, case)
     per_dpu, comp, instrs = [], [], []
     for d, work in enumerate(run.work):
-        cycles, n_instr = compute_cycles(work, int(run.read_calls[d] + run.write_calls[d]), a, case)
+        cycles, n_instr = compute_cycles(work, float(run.read_calls[d] + run.write_calls[d]), a, case)
         instrs.append(n_instr)
         comp.append(cycles)
         if a.overlap_dma_compute.at(case):
@@ -484,5 +506,5 @@ def end_to_end(dpu_images_per_s: float, host_s_per_image: float, host_cores: int
 
 
 __all__ = ["Assumptions", "CASES", "DpuRun", "KernelWork", "Param", "Projection", "SYSTEMS",
-           "SampleWork", "System", "WORK", "bands", "compute_cycles", "dma_cycles", "dpu_work",
+           "SampleWork", "System", "WORK", "balanced", "bands", "compute_cycles", "dma_cycles", "dpu_work",
            "end_to_end", "project", "project_all", "read_axis", "sample_work", "split_samples"]

@@ -269,3 +269,22 @@ def test_projection_of_a_real_run_labels_and_orders(emulated):
     # a heavier kernel (e.g. the h-pass costing twice as much) is never faster
     slower = replace(A, h_mac=replace(A.h_mac, nominal=12))
     assert cm.project(run, cm.SYSTEMS[0], slower).images_per_s < cm.project(run, cm.SYSTEMS[0]).images_per_s
+
+
+def test_row_cache_what_if_resamples_each_source_row_once():
+    # windows [0,3) [1,5) [3,7) [5,8): 3 + 2 + 2 + 1 = 8 new source rows, each resampled once
+    image = np.zeros((8, 8, 3), np.uint8)
+    packed, _ = K.pack_batch([image], [(0, 0, 8, 8)], (4, 4), out_dtype=torch.float32)
+    w = cm.sample_work(packed.samples[0], packed.tables, row_cache=True)
+    assert list(w.ops[:, COL["h_mac"]]) == [3 * 3 * 14, 3 * 2 * 14, 3 * 2 * 14, 3 * 1 * 14]
+    assert w.ops[:, COL["v_mac"]].sum() == 3 * 4 * 14   # the vertical pass is unchanged
+
+
+def test_balanced_what_if_keeps_the_work_and_is_never_slower(emulated):
+    run = emulated[0][-1]
+    even = cm.balanced(run)
+    assert np.allclose(sum(w.total for w in even.work), sum(w.total for w in run.work))
+    assert even.read_bytes[:run.active_dpus].sum() == pytest.approx(run.read_bytes.sum())
+    for system in cm.SYSTEMS:
+        for case in cm.CASES:
+            assert cm.project(even, system, A, case).images_per_s >= cm.project(run, system, A, case).images_per_s * (1 - 1e-9)
