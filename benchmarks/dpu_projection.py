@@ -27,7 +27,6 @@ import os
 import platform
 import statistics
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np

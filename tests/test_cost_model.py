@@ -288,3 +288,17 @@ def test_balanced_what_if_keeps_the_work_and_is_never_slower(emulated):
     for system in cm.SYSTEMS:
         for case in cm.CASES:
             assert cm.project(even, system, A, case).images_per_s >= cm.project(run, system, A, case).images_per_s * (1 - 1e-9)
+
+
+def test_dpu_work_follows_the_tasklet_bands():
+    # two samples of 4 output rows, the second twice as heavy per row; 2 tasklets take rows
+    # 0-3 (sample 0) and 4-7 (sample 1); tasklet 1 loads both samples in phase 2
+    def sample(cost):
+        ops = np.zeros((4, len(cm.WORK)), dtype=np.int64)
+        ops[:, COL["emit"]] = cost
+        return cm.SampleWork(3, 4, 5, ops, 0, 0)
+    work = cm.dpu_work([sample(10), sample(20)], 2, row_segments=16).per_tasklet
+    assert list(work[:, COL["emit"]]) == [40, 80]
+    assert list(work[:, COL["sample_load"]]) == [1 + 1, 1 + 2]
+    assert list(work[:, COL["column"]]) == [5, 5]
+    assert list(work[:, COL["row"]]) == [8, 8]
