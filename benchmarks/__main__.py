@@ -1,13 +1,14 @@
 """The benchmark job run by `make bench`: every benchmark with its default settings.
 
-    python -m benchmarks            # full run, about 6 minutes on two cores
+    python -m benchmarks            # full run, about 6 minutes on two cores (+ under a minute
+                                    # for dpu_projection: PROJECTED DPU figures, no hardware)
     python -m benchmarks --quick    # smoke run, under a minute
 """
 from __future__ import annotations
 
 import argparse
 
-from benchmarks import imagenet_pipeline, kernel_speed, loader_overhead
+from benchmarks import dpu_projection, imagenet_pipeline, kernel_speed, loader_overhead
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -21,7 +22,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     flags = ["--quick"] if args.quick else []
-    for benchmark in (loader_overhead, imagenet_pipeline, kernel_speed):
+    for benchmark in (loader_overhead, imagenet_pipeline, kernel_speed, dpu_projection):
         print(f"\n== {benchmark.__name__} ==", flush=True)
         benchmark.main(list(flags))
 
