@@ -158,9 +158,10 @@ def groups(workers: list[int], fresh_workers: bool) -> list[Group]:
     return rows
 
 
-def make_loader(name: str, root: Path, group: Group, batch_size: int) -> DataLoader:
+def make_loader(name: str, root: Path, group: Group, batch_size: int,
+                pin_memory: bool = False) -> DataLoader:
     options = {"batch_size": batch_size, "shuffle": True, "num_workers": group.workers,
-               "persistent_workers": group.persistent}
+               "persistent_workers": group.persistent, "pin_memory": pin_memory}
     if name == "torchvision":
         dataset = TorchvisionImageFolder(root, make_transform(group.pipeline, group.dtype),
                                          loader=tensor_loader)
