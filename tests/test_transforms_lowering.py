@@ -131,10 +131,11 @@ def test_geometry_after_elementwise_is_not_lowered():
     assert len(caught) == 1
 
 
-def test_padding_crop_has_no_fused_geometry_but_replays_exactly():
-    pipeline = v2.Compose([v2.CenterCrop(600)])  # larger than the image: pads
+def test_padding_crop_fuses_into_a_padded_geometry():
+    pipeline = v2.Compose([v2.CenterCrop(600)])  # larger than the image: pads with zeros
     plan = lower(pipeline)
     img = image()
     params, out = run_plan(plan, img, 0)
-    assert params.geometry is None
+    assert params.geometry.padding is not None
     assert torch.equal(out, pipeline(img))
+    assert torch.equal(apply_geometry(img, params.geometry), out)
