@@ -353,6 +353,8 @@ LOADER_PIPELINES = {
                           v2.RandomResizedCrop(56, scale=(0.3, 1.0)),
                           v2.ColorJitter(saturation=(0.0, 2.0))]),
     "center_crop_larger_u8": v2.Compose([v2.CenterCrop(700), v2.Resize((40, 50))]),
+    "v1_f32": v1.Compose([v1.Pad(4, fill=3), v1.RandomCrop(64), v1.ColorJitter(0.4, 0.4, 0.4),
+                          v1.RandomGrayscale(0.3), v1.ConvertImageDtype(torch.float32)]),
 }
 
 
