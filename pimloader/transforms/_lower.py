@@ -10,6 +10,7 @@ so that under the same seed a sample gets exactly the numbers torchvision would 
 """
 from __future__ import annotations
 
+import math
 import warnings
 import weakref
 
@@ -268,8 +269,12 @@ def _draw_step(step, size):
         if torch.rand(1) >= step.p:
             return None, size, None
         horizontal = isinstance(step, v2.RandomHorizontalFlip)
-        return step.make_params(_stand_in(size)), size, lambda g: g.flip(horizontal)
-    params = step.make_params(_stand_in(size))
+        params = {} if type(step) in _PLAIN_FLIPS else step.make_params(_stand_in(size))
+        return params, size, lambda g: g.flip(horizontal)
+    if type(step) is v2.RandomResizedCrop:
+        params = resized_crop_params(step, *size)
+    else:
+        params = step.make_params(_stand_in(size))
     if isinstance(step, v2.RandomResizedCrop):
         box = (params["top"], params["left"], params["height"], params["width"])
         out = tuple(step.size)
@@ -290,6 +295,57 @@ def _draw_step(step, size):
         return params, out, lambda g: g.pad(left, top, right, bottom, step.padding_mode,
                                             _fill_values(step))
     raise TypeError(f"{type(step).__name__} is not a lowerable geometric transform")
+
+
+_PLAIN_FLIPS = (v2.RandomHorizontalFlip, v2.RandomVerticalFlip)  # make_params: {}
+
+
+class _Uniform:
+    """One reused 1-element tensor of the default dtype for `uniform_` draws: the numbers
+    depend on the generator and the dtype, not on which tensor receives them."""
+
+    def __init__(self) -> None:
+        self.buffer = torch.empty(1)
+
+    def __call__(self, low: float, high: float) -> torch.Tensor:
+        if self.buffer.dtype != torch.get_default_dtype():
+            self.buffer = torch.empty(1)
+        return self.buffer.uniform_(low, high)
+
+
+_uniform = _Uniform()
+
+
+def resized_crop_params(step: v2.RandomResizedCrop, height: int, width: int) -> dict:
+    """`step.make_params` for a height x width image, making the very same torch RNG calls
+    in the same order (so the same numbers), without its per-call tensors and input checks."""
+    area = height * width
+    scale_low, scale_high = step.scale
+    ratio_low, ratio_high = step._log_ratio.tolist()
+    for _ in range(10):
+        target_area = area * _uniform(scale_low, scale_high).item()
+        aspect_ratio = _uniform(ratio_low, ratio_high).exp_().item()
+        w = int(round(math.sqrt(target_area * aspect_ratio)))
+        h = int(round(math.sqrt(target_area / aspect_ratio)))
+        if 0 < w <= width and 0 < h <= height:
+            top = torch.randint(0, height - h + 1, size=(1,)).item()
+            left = torch.randint(0, width - w + 1, size=(1,)).item()
+            return dict(top=top, left=left, height=h, width=w)
+    return _central_crop_params(step.ratio, height, width)
+
+
+def _central_crop_params(ratio, height: int, width: int) -> dict:
+    """RandomResizedCrop's fallback after ten rejected draws (torchvision's rule)."""
+    in_ratio = float(width) / float(height)
+    if in_ratio < min(ratio):
+        w = width
+        h = int(round(w / min(ratio)))
+    elif in_ratio > max(ratio):
+        h = height
+        w = int(round(h * max(ratio)))
+    else:
+        w, h = width, height
+    return dict(top=(height - h) // 2, left=(width - w) // 2, height=h, width=w)
 
 
 def _center_crop(step, size):
