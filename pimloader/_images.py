@@ -156,6 +156,23 @@ class ImagePipeline:
         return image
 
 
+def _cpu_only(geometry: Geometry) -> str:
+    """What of the geometry only the CPU kernel does ("" when the DPU kernel can run it)."""
+    needs = (["pad"] if geometry.padding is not None else []) + \
+        (["adjust colours"] if geometry.colour else [])
+    return " or ".join(needs)
+
+
+_WARNED: set = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        import warnings
+        warnings.warn(message, stacklevel=3)
+
+
 class ImageFetcher:
     """A fetcher (see _fetch.py) whose samples come from the native image path."""
 
@@ -282,23 +299,6 @@ class _KernelBatch:
 def _cpu_kernel():
     from ._kernels_api import resized_crop_batch
     return resized_crop_batch
-
-
-def _cpu_only(geometry: Geometry) -> str:
-    """What of the geometry only the CPU kernel does ("" when the DPU kernel can run it)."""
-    needs = (["pad"] if geometry.padding is not None else []) + \
-        (["adjust colours"] if geometry.colour else [])
-    return " or ".join(needs)
-
-
-_WARNED: set = set()
-
-
-def _warn_once(message: str) -> None:
-    if message not in _WARNED:
-        _WARNED.add(message)
-        import warnings
-        warnings.warn(message, stacklevel=3)
 
 
 _DPU_SETS: dict = {}
