@@ -11,7 +11,7 @@ from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INCLUDE = os.path.join(HERE, "include")
-HEADERS = ("pim_params.h", "pim_cpu.h")  # order matters: pim_cpu.h uses pim_params.h's types
+HEADERS = ("pim_params.h", "pim_extra.h", "pim_cpu.h")  # order matters: pim_cpu.h uses the others' types
 
 _BLOCK = re.compile(r"/\* cffi-cdef-begin.*?\*/(.*?)/\* cffi-cdef-end \*/", re.S)
 
@@ -41,11 +41,16 @@ ffibuilder = FFI()
 ffibuilder.cdef(cdef_text())
 ffibuilder.set_source(
     "pimloader._kernels",
-    '#include "pim_params.h"\n#include "pim_cpu.h"\n',
-    sources=[_rel(os.path.join(HERE, "cpu_kernels.c"))],
+    '#include "pim_params.h"\n#include "pim_extra.h"\n#include "pim_cpu.h"\n',
+    sources=[_rel(os.path.join(HERE, name)) for name in ("cpu_kernels.c", "cpu_colour.c")],
     include_dirs=[INCLUDE],
-    depends=[os.path.join(INCLUDE, h) for h in ("pim_params.h", "pim_resample.h", "pim_cpu.h")],
-    extra_compile_args=["-std=gnu11", "-O3", "-Wall", "-Wextra", "-Wno-unused-parameter"],
+    depends=[os.path.join(INCLUDE, h) for h in ("pim_params.h", "pim_resample.h", "pim_cpu.h",
+                                                  "pim_extra.h", "pim_cpu_internal.h")],
+    # -ffp-contract=off: the colour code's float32 products and sums are rounded where they
+    # are written (torch's arithmetic); its fused multiply-adds are explicit fmaf calls
+    extra_compile_args=["-std=gnu11", "-O3", "-Wall", "-Wextra", "-Wno-unused-parameter",
+                        "-ffp-contract=off", "-fno-fast-math"],
+    libraries=["m"],
 )
 
 if __name__ == "__main__":

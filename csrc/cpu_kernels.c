@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "pim_cpu.h"
+#include "pim_cpu_internal.h"
 #include "pim_resample.h"
 #include "pim_error.h"
 
@@ -87,10 +88,83 @@ static int check_axis(const uint8_t *tables, uint64_t tables_bytes, uint32_t off
     return 1;
 }
 
-static int check_sample(const pim_sample_t *s, const uint8_t *src, const uint64_t *src_bytes,
-                        uint32_t i, const uint8_t *tables, uint64_t tables_bytes,
-                        const void *lut, uint64_t dst_bytes, char *err, uint32_t err_len)
+/* Channels of sample s's output: its own, unless a grayscale op changes them. */
+static uint32_t out_channels(const pim_sample_t *s, const pim_extra_t *e)
 {
+    return e != NULL ? e->out_channels : s->channels;
+}
+
+static int check_padding(const pim_sample_t *s, const pim_extra_t *e, char *err,
+                         uint32_t err_len)
+{
+    if (e->pad_mode > PIM_PAD_SYMMETRIC) {
+        set_err(err, err_len, "unknown padding mode %u", e->pad_mode);
+        return 0;
+    }
+    if (e->pad_mode == PIM_PAD_NONE)
+        return 1;
+    if (e->image_h == 0 || e->image_w == 0 ||
+        (uint64_t)e->image_top + e->image_h > s->src_h ||
+        (uint64_t)e->image_left + e->image_w > s->src_w) {
+        set_err(err, err_len, "a %ux%u image at (%u, %u) does not fit its %ux%u padded image",
+                e->image_h, e->image_w, e->image_top, e->image_left, s->src_h, s->src_w);
+        return 0;
+    }
+    /* torch refuses reflect padding >= the extent and symmetric padding beyond it */
+    const uint32_t pads[4] = {e->image_top, s->src_h - e->image_top - e->image_h,
+                              e->image_left, s->src_w - e->image_left - e->image_w};
+    for (int k = 0; k < 4; k++) {
+        const uint32_t extent = k < 2 ? e->image_h : e->image_w;
+        if ((e->pad_mode == PIM_PAD_REFLECT && pads[k] >= extent) ||
+            (e->pad_mode == PIM_PAD_SYMMETRIC && pads[k] > extent)) {
+            set_err(err, err_len, "padding %u is too large for an extent of %u in %s mode",
+                    pads[k], extent, e->pad_mode == PIM_PAD_REFLECT ? "reflect" : "symmetric");
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int check_colour(const pim_sample_t *s, const pim_extra_t *e, char *err,
+                        uint32_t err_len)
+{
+    if (e->n_ops > PIM_MAX_COLOUR_OPS) {
+        set_err(err, err_len, "%u colour ops (at most %u)", e->n_ops, PIM_MAX_COLOUR_OPS);
+        return 0;
+    }
+    uint32_t channels = s->channels;
+    for (uint32_t k = 0; k < e->n_ops; k++) {
+        const pim_colour_op_t *op = &e->ops[k];
+        if (op->kind == PIM_COLOUR_GRAYSCALE) {
+            if (op->channels != 1 && op->channels != 3) {
+                set_err(err, err_len, "colour op %u: grayscale to %u channels (1 or 3)", k,
+                        op->channels);
+                return 0;
+            }
+            channels = op->channels;
+        } else if (op->kind < PIM_COLOUR_BRIGHTNESS || op->kind > PIM_COLOUR_SATURATION) {
+            set_err(err, err_len, "colour op %u: unknown kind %u", k, op->kind);
+            return 0;
+        } else if (!(op->factor >= 0.0 && op->factor <= 1e30)) {
+            set_err(err, err_len, "colour op %u: factor %g (a finite non-negative number "
+                    "expected)", k, op->factor);
+            return 0;
+        }
+    }
+    if (e->out_channels != channels) {
+        set_err(err, err_len, "out_channels %u, the colour ops leave %u", e->out_channels,
+                channels);
+        return 0;
+    }
+    return 1;
+}
+
+static int check_sample(const pim_sample_t *s, const pim_extra_t *e, const uint8_t *src,
+                        const uint64_t *src_bytes, uint32_t i, const uint8_t *tables,
+                        uint64_t tables_bytes, const void *lut, uint64_t dst_bytes, char *err,
+                        uint32_t err_len)
+{
+    const int padded = e != NULL && e->pad_mode != PIM_PAD_NONE;
     if (s->channels != 1 && s->channels != 3) {
         set_err(err, err_len, "%u channels (1 or 3 supported)", s->channels);
         return 0;
@@ -119,25 +193,30 @@ static int check_sample(const pim_sample_t *s, const uint8_t *src, const uint64_
     if ((uint64_t)s->crop_top + s->crop_h > s->src_h ||
         (uint64_t)s->crop_left + s->crop_w > s->src_w) {
         set_err(err, err_len, "crop box top %u left %u height %u width %u is not inside the "
-                "%ux%u image (padding is not supported by this kernel)", s->crop_top,
-                s->crop_left, s->crop_h, s->crop_w, s->src_h, s->src_w);
+                "%ux%u %simage", s->crop_top, s->crop_left, s->crop_h, s->crop_w, s->src_h,
+                s->src_w, padded ? "padded " : "");
         return 0;
     }
-    if ((uint64_t)s->src_stride < (uint64_t)s->src_w * s->channels) {
+    if (e != NULL && (!check_padding(s, e, err, err_len) || !check_colour(s, e, err, err_len)))
+        return 0;
+    /* the pixels in memory: the decoded image (inside the padded one, when padded) */
+    const uint32_t image_h = padded ? e->image_h : s->src_h;
+    const uint32_t image_w = padded ? e->image_w : s->src_w;
+    if ((uint64_t)s->src_stride < (uint64_t)image_w * s->channels) {
         set_err(err, err_len, "row stride %u is shorter than a %u-pixel row", s->src_stride,
-                s->src_w);
+                image_w);
         return 0;
     }
     if (src_bytes != NULL) {
-        const uint64_t end = s->src_offset + (uint64_t)(s->src_h - 1) * s->src_stride +
-                             (uint64_t)s->src_w * s->channels;
+        const uint64_t end = s->src_offset + (uint64_t)(image_h - 1) * s->src_stride +
+                             (uint64_t)image_w * s->channels;
         if (end > src_bytes[i]) {
             set_err(err, err_len, "image (%llu bytes from its base) does not fit its %llu-byte "
                     "source", (unsigned long long)end, (unsigned long long)src_bytes[i]);
             return 0;
         }
     }
-    const uint64_t out_bytes = (uint64_t)s->out_h * s->out_w * s->channels * s->out_esize;
+    const uint64_t out_bytes = (uint64_t)s->out_h * s->out_w * out_channels(s, e) * s->out_esize;
     if (s->dst_offset % s->out_esize != 0 || s->dst_offset > dst_bytes ||
         out_bytes > dst_bytes - s->dst_offset) {
         set_err(err, err_len, "output slot at %llu (%llu bytes) is misaligned or outside the "
@@ -459,10 +538,16 @@ typedef struct scratch {
     int32_t *acc;        /* vertical accumulator */
     const uint8_t **rows;/* the source rows of one output row */
     size_t pitch;
+    uint8_t *box;        /* a padded sample's crop box, gathered (pim_gather_padded) */
+    int32_t *columns;    /* its source column per box column */
+    uint8_t *image;      /* a coloured sample's resampled image, 3 channels of room */
 } scratch_t;
 
+/* Resamples sample s; each finished row is flipped/converted into dst, or, when `staging` is
+ * not NULL, copied there unflipped (out_h rows of out_w * channels bytes) for the colour
+ * step. */
 static void run_sample(const pim_sample_t *s, const uint8_t *src, const uint8_t *tables,
-                       const void *lut, uint8_t *dst, const scratch_t *sc)
+                       const void *lut, uint8_t *dst, uint8_t *staging, const scratch_t *sc)
 {
     const uint32_t C = s->channels, oh = s->out_h, ow = s->out_w, es = s->out_esize;
     const int hflip = (s->flags & PIM_FLAG_HFLIP) != 0;
@@ -492,6 +577,17 @@ static void run_sample(const pim_sample_t *s, const uint8_t *src, const uint8_t 
         hpass(row_, C, ax, (out));                                                   \
     } while (0)
 
+#define FINISH_ROW(y, row)                                                           \
+    do {                                                                             \
+        if (staging != NULL) {                                                       \
+            memcpy(staging + (size_t)(y) * len, (row), len);                         \
+        } else {                                                                     \
+            const uint32_t yy = vflip ? oh - 1 - (y) : (y);                          \
+            emit((row), ow, C, hflip, nhwc, es, lut, dst + yy * out_row_bytes,       \
+                 plane_bytes);                                                       \
+        }                                                                            \
+    } while (0)
+
     if (!need_v) {
         for (uint32_t y = 0; y < oh; y++) {
             const uint8_t *row = SOURCE_ROW(y);
@@ -499,8 +595,7 @@ static void run_sample(const pim_sample_t *s, const uint8_t *src, const uint8_t 
                 HPASS(y, sc->hrow);
                 row = sc->hrow;
             }
-            const uint32_t yy = vflip ? oh - 1 - y : y;
-            emit(row, ow, C, hflip, nhwc, es, lut, dst + yy * out_row_bytes, plane_bytes);
+            FINISH_ROW(y, row);
         }
         return;
     }
@@ -524,17 +619,79 @@ static void run_sample(const pim_sample_t *s, const uint8_t *src, const uint8_t 
         }
         vpass(sc->rows, weights + (size_t)y * ay->taps, count, ay->precision, sc->acc,
               sc->orow, len);
-        const uint32_t yy = vflip ? oh - 1 - y : y;
-        emit(sc->orow, ow, C, hflip, nhwc, es, lut, dst + yy * out_row_bytes, plane_bytes);
+        FINISH_ROW(y, sc->orow);
     }
+#undef FINISH_ROW
 #undef HPASS
 #undef SOURCE_ROW
 }
 
-int pim_cpu_crop_resize(const pim_sample_t *samples, uint32_t n_samples,
-                        const uint8_t *const *srcs, const uint64_t *src_bytes,
-                        const uint8_t *tables, uint64_t tables_bytes, const void *lut,
-                        uint8_t *dst, uint64_t dst_bytes, char *err, uint32_t err_len)
+/* A finished uint8 image (out_h x out_w x channels, unflipped) into the output slot. */
+static void emit_image(const pim_sample_t *s, const uint8_t *image, uint32_t channels,
+                       const void *lut, uint8_t *dst)
+{
+    const uint32_t oh = s->out_h, ow = s->out_w, es = s->out_esize;
+    const int hflip = (s->flags & PIM_FLAG_HFLIP) != 0;
+    const int vflip = (s->flags & PIM_FLAG_VFLIP) != 0;
+    const int nhwc = (s->flags & PIM_FLAG_NHWC) != 0;
+    const size_t plane_bytes = (size_t)oh * ow * es;
+    const size_t out_row_bytes = nhwc ? (size_t)ow * channels * es : (size_t)ow * es;
+    for (uint32_t y = 0; y < oh; y++) {
+        const uint32_t yy = vflip ? oh - 1 - y : y;
+        emit(image + (size_t)y * ow * channels, ow, channels, hflip, nhwc, es, lut,
+             dst + yy * out_row_bytes, plane_bytes);
+    }
+}
+
+/* One sample: pad (gather its box), resample, colour, convert. */
+static void run_one(const pim_sample_t *s, const pim_extra_t *e, const uint8_t *src,
+                    const uint8_t *tables, const void *lut, uint8_t *dst, const scratch_t *sc)
+{
+    pim_sample_t view = *s;
+    if (e != NULL && e->pad_mode != PIM_PAD_NONE) {
+        pim_gather_padded(s, e, src + s->src_offset, sc->columns, sc->box);
+        /* from here on the gathered box is the whole image */
+        view.src_offset = 0;
+        view.src_h = s->crop_h;
+        view.src_w = s->crop_w;
+        view.src_stride = s->crop_w * s->channels;
+        view.crop_top = view.crop_left = 0;
+        src = sc->box;
+    }
+    if (e == NULL || e->n_ops == 0) {
+        run_sample(&view, src, tables, lut, dst, NULL, sc);
+        return;
+    }
+    run_sample(&view, src, tables, lut, NULL, sc->image, sc);
+    const uint32_t channels =
+        pim_colour_apply(e, sc->image, (size_t)s->out_h * s->out_w, s->channels);
+    emit_image(s, sc->image, channels, lut, dst);
+}
+
+/* Bytes of the padding and colour scratch buffers the samples need. */
+static void extra_scratch(const pim_sample_t *samples, const pim_extra_t *extras, uint32_t n,
+                          size_t *box_bytes, size_t *columns, size_t *image_bytes)
+{
+    *box_bytes = *columns = *image_bytes = 0;
+    for (uint32_t i = 0; extras != NULL && i < n; i++) {
+        const pim_sample_t *s = &samples[i];
+        if (extras[i].pad_mode != PIM_PAD_NONE) {
+            const size_t box = (size_t)s->crop_h * s->crop_w * s->channels;
+            *box_bytes = box > *box_bytes ? box : *box_bytes;
+            *columns = s->crop_w > *columns ? s->crop_w : *columns;
+        }
+        if (extras[i].n_ops > 0) {
+            const size_t image = (size_t)s->out_h * s->out_w * 3;
+            *image_bytes = image > *image_bytes ? image : *image_bytes;
+        }
+    }
+}
+
+int pim_cpu_crop_resize(const pim_sample_t *samples, const pim_extra_t *extras,
+                        uint32_t n_samples, const uint8_t *const *srcs,
+                        const uint64_t *src_bytes, const uint8_t *tables,
+                        uint64_t tables_bytes, const void *lut, uint8_t *dst,
+                        uint64_t dst_bytes, char *err, uint32_t err_len)
 {
     if (err != NULL && err_len > 0)
         err[0] = '\0';
@@ -550,8 +707,8 @@ int pim_cpu_crop_resize(const pim_sample_t *samples, uint32_t n_samples,
     for (uint32_t i = 0; i < n_samples; i++) {
         const pim_sample_t *s = &samples[i];
         char msg[256];
-        if (!check_sample(s, srcs[i], src_bytes, i, tables, tables_bytes, lut, dst_bytes, msg,
-                          sizeof msg)) {
+        if (!check_sample(s, extras != NULL ? &extras[i] : NULL, srcs[i], src_bytes, i, tables,
+                          tables_bytes, lut, dst_bytes, msg, sizeof msg)) {
             set_err(err, err_len, "sample %u: %s", i, msg);
             return (int)i + 1;
         }
@@ -574,7 +731,11 @@ int pim_cpu_crop_resize(const pim_sample_t *samples, uint32_t n_samples,
     sc.pitch = (max_row + ROW_SLACK + 63) & ~(size_t)63;
     const size_t acc_bytes = sc.pitch * sizeof(int32_t);
     const size_t rows_bytes = (max_ring_rows + 1) * sizeof(const uint8_t *);
-    const size_t total = acc_bytes + rows_bytes + (3 + max_ring_rows) * sc.pitch + max_src + 64;
+    size_t box_bytes, columns, image_bytes;
+    extra_scratch(samples, extras, n_samples, &box_bytes, &columns, &image_bytes);
+    const size_t rows_total = acc_bytes + rows_bytes + (3 + max_ring_rows) * sc.pitch + max_src;
+    const size_t extra_at = (rows_total + 64 + 63) & ~(size_t)63;
+    const size_t total = extra_at + columns * sizeof(int32_t) + box_bytes + image_bytes + 64;
     uint8_t *mem = calloc(1, total); /* zeroed: SIMD loops may read (and zero-weight) padding */
     if (mem == NULL) {
         set_err(err, err_len, "out of memory for %zu bytes of scratch rows", total);
@@ -586,8 +747,12 @@ int pim_cpu_crop_resize(const pim_sample_t *samples, uint32_t n_samples,
     sc.orow = sc.hrow + sc.pitch;
     sc.ring = sc.orow + sc.pitch;
     sc.srow = sc.ring + max_ring_rows * sc.pitch;
+    sc.columns = (int32_t *)(void *)(mem + extra_at);
+    sc.box = mem + extra_at + columns * sizeof(int32_t);
+    sc.image = sc.box + box_bytes;
     for (uint32_t i = 0; i < n_samples; i++)
-        run_sample(&samples[i], srcs[i], tables, lut, dst + samples[i].dst_offset, &sc);
+        run_one(&samples[i], extras != NULL ? &extras[i] : NULL, srcs[i], tables, lut,
+                dst + samples[i].dst_offset, &sc);
     free(mem);
     return 0;
 }

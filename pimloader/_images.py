@@ -9,6 +9,7 @@ kernel straight into the sample's row of the output slot.
 """
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +34,12 @@ class ImagePipeline:
     skip_errors: bool              # on_error="skip": drop undecodable samples, count them
     channels_last: bool = False    # slots hold NHWC; batches are lent as channels_last NCHW
     dpus: tuple | None = None      # (nr_dpus, nr_tasklets, emulated) for the DPU backends
-    channels: int = 3
+    channels: int = 3              # of the decoded images
+
+    @property
+    def out_channels(self) -> int:
+        """Channels of the output (Grayscale may change them)."""
+        return self.plan.output_channels(self.channels)
 
     @property
     def direct(self) -> bool:
@@ -43,9 +49,10 @@ class ImagePipeline:
     def slot_layout(self, capacity: int) -> Layout:
         height, width = self.plan.output_size
         if self.channels_last:
-            return Layout.single((height, width, self.channels), self.plan.output_dtype,
+            return Layout.single((height, width, self.out_channels), self.plan.output_dtype,
                                  capacity, order=(0, 3, 1, 2))
-        return Layout.single((self.channels, height, width), self.plan.output_dtype, capacity)
+        return Layout.single((self.out_channels, height, width), self.plan.output_dtype,
+                             capacity)
 
     @property
     def kernel_layout(self) -> str:
@@ -84,7 +91,8 @@ class ImagePipeline:
         if geometry is None:
             image = self._replayed(sample, params)
         else:
-            image = torch.empty((self.channels, *geometry.size), dtype=self.plan.output_dtype)
+            image = torch.empty((self.out_channels, *geometry.size),
+                                dtype=self.plan.output_dtype)
             self.render(sample, params, image)
         for transform in self.plan.tail:
             image = transform(image)
@@ -93,7 +101,11 @@ class ImagePipeline:
     # -- pieces -------------------------------------------------------------------------
 
     def decoded_box(self, sample, geometry: Geometry):
-        """The decoded pixels the geometry needs, and its box within them."""
+        """The decoded pixels the geometry needs, and its box within them (within their
+        padded extension, when the geometry pads)."""
+        if geometry.padding is not None:
+            pixels = decode.decode_image(sample.data, channels=self.channels, name=sample.name)
+            return pixels, geometry.box
         if self.reduced_dct and geometry.resamples and decode.is_jpeg(sample.data):
             scale = decode.pick_scale(*geometry.box[2:], *geometry.resized)
             if scale < 8:
@@ -106,12 +118,34 @@ class ImagePipeline:
 
     def resample(self, sources, boxes, size, out, geometries: list[Geometry],
                  layout: str) -> None:
-        """The fused kernel over a run of samples, on this pipeline's backend."""
-        run = _dpu_backend(*self.dpus).run if self.dpus else _cpu_kernel()
+        """The fused kernel over a run of samples, on this pipeline's backend. The DPU kernel
+        neither pads nor adjusts colours: samples that do run on the CPU kernel."""
+        on_dpus = [self.dpus is not None and not _cpu_only(g) for g in geometries]
+        start = 0
+        for dpu, run in itertools.groupby(on_dpus):
+            stop = start + len(list(run))
+            part = slice(start, stop)
+            self._run_kernel(dpu, sources[part], boxes[part], size, out[part],
+                             geometries[part], layout)
+            start = stop
+
+    def _run_kernel(self, on_dpus: bool, sources, boxes, size, out, geometries, layout):
+        extra = {}
+        if on_dpus:
+            run = _dpu_backend(*self.dpus).run
+        else:
+            if self.dpus:
+                _warn_once(f"pimloader: the DPU kernel does not {_cpu_only(geometries[0])}; "
+                           f"such samples run on the CPU kernel")
+            run = _cpu_kernel()
+            coloured = [g for g in geometries if g.colour]
+            extra = dict(paddings=[g.padding and g.padding.as_kernel() for g in geometries],
+                         colours=[g.colour for g in geometries],
+                         fused_mul_add=False if coloured and coloured[0].colour_v1 else None)
         run(sources, boxes, size, out, hflip=[g.hflip for g in geometries],
             vflip=[g.vflip for g in geometries],
             interpolation=geometries[0].interpolation.value, layout=layout, lut=self.lut,
-            windows=[(*g.resized, *g.window[:2]) for g in geometries])
+            windows=[(*g.resized, *g.window[:2]) for g in geometries], **extra)
 
     def _replayed(self, sample, params: SampleParams) -> torch.Tensor:
         """torchvision's own ops on the fully decoded image (padding crops and the like)."""
@@ -120,6 +154,23 @@ class ImagePipeline:
         for transform in self.plan.elementwise:
             image = transform(image)
         return image
+
+
+def _cpu_only(geometry: Geometry) -> str:
+    """What of the geometry only the CPU kernel does ("" when the DPU kernel can run it)."""
+    needs = (["pad"] if geometry.padding is not None else []) + \
+        (["adjust colours"] if geometry.colour else [])
+    return " or ".join(needs)
+
+
+_WARNED: set = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        import warnings
+        warnings.warn(message, stacklevel=3)
 
 
 class ImageFetcher:
@@ -282,7 +333,7 @@ def build_image_pipeline(dataset, transform, *, backend: str, on_error: str, red
     if source is None or transform is None or not _native_available(backend):
         return None
     plan = lower(transform)
-    if from_dataset and not plan.geometric and not plan.elementwise:
+    if from_dataset and not plan.geometric and not plan.colour and not plan.elementwise:
         return None  # nothing to gain: keep the dataset's own (PIL) path
     lut = _lookup_table(plan)
     if plan.elementwise and lut is None:
@@ -349,6 +400,6 @@ def _lookup_table(plan: Plan) -> np.ndarray | None:
     element_size, bits = OUT_DTYPES.get(plan.output_dtype, (None, None))
     if bits is None:
         return None
-    table = plan.lookup_table(3)
+    table = plan.lookup_table(plan.output_channels(3))
     as_ints = table.view(torch.int16 if element_size == 2 else torch.int32)
     return np.ascontiguousarray(as_ints.numpy().view(bits))

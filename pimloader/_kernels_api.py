@@ -9,13 +9,15 @@ The host does everything that needs floating point, once, in numpy or torch:
   into the bit pattern of `ToDtype(dtype, scale=True)` then `Normalize(mean, std)`,
   computed with the very torch operations torchvision uses;
 - `pack_batch` turns per-sample crop boxes, flips and sources into the `pim_sample_t`
-  descriptors of csrc/include/pim_params.h plus one buffer of (shared) axis tables.
+  descriptors of csrc/include/pim_params.h plus one buffer of (shared) axis tables, and,
+  for samples that pad their source or adjust colours, the `pim_extra_t` records of
+  csrc/include/pim_extra.h.
 
 `run_packed` hands those to the C kernel, which processes the whole batch in one call with
 the GIL released (cffi API mode) and writes each sample straight into its slot of `out`.
 `resized_crop_batch` does both for the common case.
 
-Crop boxes must lie inside their image; padding crops are not handled by this kernel.
+Crop boxes lie inside their image, or inside its padded extension when the sample pads.
 """
 from __future__ import annotations
 
@@ -55,12 +57,25 @@ SAMPLE_DTYPE = np.dtype([
     ("channels", "u1"), ("out_esize", "u1"), ("flags", "u1"), ("interp", "u1"),
 ])
 AXIS_DTYPE = np.dtype([("n_in", "<u4"), ("n_out", "<u4"), ("taps", "<u4"), ("precision", "<u4")])
+# numpy mirror of pim_extra_t (csrc/include/pim_extra.h)
+COLOUR_OP_DTYPE = np.dtype([("factor", "<f8"), ("kind", "<u4"), ("channels", "<u4")])
+EXTRA_DTYPE = np.dtype([
+    ("image_top", "<u4"), ("image_left", "<u4"), ("image_h", "<u4"), ("image_w", "<u4"),
+    ("pad_mode", "u1"), ("fill", "u1", (3,)), ("n_ops", "u1"), ("fused_mul_add", "u1"),
+    ("out_channels", "u1"), ("reserved", "u1"),
+    ("ops", COLOUR_OP_DTYPE, (lib.PIM_MAX_COLOUR_OPS,)),
+])
+PAD_MODES = {"constant": lib.PIM_PAD_CONSTANT, "edge": lib.PIM_PAD_EDGE,
+             "reflect": lib.PIM_PAD_REFLECT, "symmetric": lib.PIM_PAD_SYMMETRIC}
+COLOUR_OPS = {"brightness": lib.PIM_COLOUR_BRIGHTNESS, "contrast": lib.PIM_COLOUR_CONTRAST,
+              "saturation": lib.PIM_COLOUR_SATURATION, "grayscale": lib.PIM_COLOUR_GRAYSCALE}
 
 
 def _check_layouts() -> None:
     if sys.byteorder != "little" or array.array("I").itemsize != 4:
         raise ImportError("pimloader's kernels need a little-endian host with 32-bit C ints")
-    for ctype, dtype in (("pim_sample_t", SAMPLE_DTYPE), ("pim_axis_t", AXIS_DTYPE)):
+    for ctype, dtype in (("pim_sample_t", SAMPLE_DTYPE), ("pim_axis_t", AXIS_DTYPE),
+                         ("pim_colour_op_t", COLOUR_OP_DTYPE), ("pim_extra_t", EXTRA_DTYPE)):
         if ffi.sizeof(ctype) != dtype.itemsize:
             raise ImportError(f"{ctype} is {ffi.sizeof(ctype)} bytes in C but "
                               f"{dtype.itemsize} in pimloader._kernels_api: rebuild the extension")
@@ -212,6 +227,95 @@ class PackedBatch:
     """Everything the kernel reads besides pixels: descriptors and the axis tables."""
     samples: np.ndarray  # SAMPLE_DTYPE [n]
     tables: np.ndarray   # uint8, 8-byte aligned entries
+    extras: Optional[np.ndarray] = None  # EXTRA_DTYPE [n]: padding and colour (CPU only)
+
+
+@lru_cache(maxsize=1)
+def torch_fuses_multiply_add() -> bool:
+    """Whether torch rounds `x.add_(y, alpha=k)` once (a fused multiply-add), as its
+    vectorised CPU kernels do where the CPU has FMA: asked of torch itself, on the blend
+    torchvision's colour ops compute."""
+    x = torch.arange(256, dtype=torch.uint8)
+    y = torch.arange(256, dtype=torch.float32).flip(0).mul_(0.7)
+    for ratio in (0.3, 0.55, 1.35):
+        fused_or_not = x.mul(ratio).add_(y, alpha=1.0 - ratio).numpy()
+        separate = (x.numpy().astype(np.float32) * np.float32(ratio)
+                    + np.float32(1.0 - ratio) * y.numpy())
+        if not np.array_equal(fused_or_not, separate):
+            return True
+    return False
+
+
+def pack_extras(n: int, channels: int, paddings=None, colours=None,
+                image_sizes=None, fused_mul_add: Optional[bool] = None):
+    """The pim_extra_t records of n samples (None when none pads or adjusts colours), and
+    the channel count of their outputs.
+
+    paddings[i]: None or (top, left, bottom, right, mode, fill): the sample's source padded
+        by those amounts in `mode` (PAD_MODES; `fill`, per channel, for "constant"), its box
+        being in the padded image's coordinates. image_sizes[i] is the unpadded (h, w).
+    colours[i]: None or a sequence of ("brightness" | "contrast" | "saturation", factor) and
+        ("grayscale", output channels) ops, applied in order after resampling.
+    fused_mul_add: None follows torch (`torch_fuses_multiply_add`); False gives torchvision
+        v1's arithmetic (products and sums rounded separately)."""
+    paddings = [None] * n if paddings is None else list(paddings)
+    colours = [None] * n if colours is None else [list(ops) if ops else None for ops in colours]
+    if len(paddings) != n or len(colours) != n:
+        raise ValueError(f"paddings and colours need one entry per sample ({n})")
+    if not any(paddings) and not any(colours):
+        return None, channels
+    fused = torch_fuses_multiply_add() if fused_mul_add is None else bool(fused_mul_add)
+    extras = np.zeros(n, EXTRA_DTYPE)
+    out_channels = set()
+    for i, (padding, ops) in enumerate(zip(paddings, colours)):
+        extra = extras[i]
+        if padding is not None:
+            _pack_padding(extra, padding, image_sizes[i], channels, i)
+        extra["out_channels"] = _pack_colour(extra, ops or [], channels, i)
+        extra["fused_mul_add"] = fused
+        out_channels.add(int(extra["out_channels"]))
+    if len(out_channels) != 1:
+        raise ValueError(f"the samples' colour ops leave {sorted(out_channels)} channels; "
+                         f"one batch needs one channel count")
+    return extras, out_channels.pop()
+
+
+def _pack_padding(extra, padding, image_size, channels: int, i: int) -> None:
+    top, left, bottom, right, mode, fill = padding
+    if mode not in PAD_MODES:
+        raise ValueError(f"sample {i}: padding mode must be one of {sorted(PAD_MODES)}, "
+                         f"got {mode!r}")
+    if min(top, left, bottom, right) < 0:
+        raise ValueError(f"sample {i}: negative padding {padding[:4]}")
+    fill = [int(v) for v in np.broadcast_to(np.asarray(fill, dtype=np.int64), (channels,))]
+    if not all(0 <= v <= 255 for v in fill):
+        raise ValueError(f"sample {i}: fill {fill} is not uint8")
+    extra["pad_mode"] = PAD_MODES[mode]
+    extra["image_top"], extra["image_left"] = top, left
+    extra["image_h"], extra["image_w"] = image_size
+    extra["fill"][:channels] = fill
+
+
+def _pack_colour(extra, ops, channels: int, i: int) -> int:
+    if len(ops) > lib.PIM_MAX_COLOUR_OPS:
+        raise ValueError(f"sample {i}: {len(ops)} colour ops, at most "
+                         f"{lib.PIM_MAX_COLOUR_OPS} fuse")
+    for k, (kind, value) in enumerate(ops):
+        if kind not in COLOUR_OPS:
+            raise ValueError(f"sample {i}: colour op must be one of {sorted(COLOUR_OPS)}, "
+                             f"got {kind!r}")
+        op = extra["ops"][k]
+        op["kind"] = COLOUR_OPS[kind]
+        if kind == "grayscale":
+            if value not in (1, 3):
+                raise ValueError(f"sample {i}: grayscale to {value} channels (1 or 3)")
+            op["channels"] = channels = value
+        else:
+            if not value >= 0:
+                raise ValueError(f"sample {i}: {kind} factor {value} is not non-negative")
+            op["factor"] = value
+    extra["n_ops"] = len(ops)
+    return channels
 
 
 def _as_hwc(image) -> np.ndarray:
@@ -229,14 +333,18 @@ def _as_hwc(image) -> np.ndarray:
 def pack_batch(images: Sequence, boxes, size: Sequence[int], *, hflip=None, vflip=None,
                interpolation: str = "bilinear", layout: str = "NCHW",
                out_dtype: torch.dtype = torch.float32,
-               windows=None) -> tuple[PackedBatch, list]:
+               windows=None, paddings=None, colours=None,
+               fused_mul_add: Optional[bool] = None) -> tuple[PackedBatch, list]:
     """Descriptors for cropping box i = (top, left, height, width) of images[i] (HWC uint8),
     resizing it to size = (out_h, out_w), flipping it and writing it to slot i of an output
     batch of `layout` and `out_dtype`. Returns the packed batch and the HWC arrays.
 
     windows: None, or per sample (resized_h, resized_w, top, left): resize box i to
     resized_h x resized_w and keep only the `size` window at (top, left) of it (then flip),
-    as torchvision's Resize followed by a crop computes it."""
+    as torchvision's Resize followed by a crop computes it.
+
+    paddings, colours, fused_mul_add: see `pack_extras` (CPU kernel only). With padding, a
+    box is in the coordinates of the padded image."""
     if interpolation not in INTERPOLATIONS:
         raise ValueError(f"interpolation must be one of {sorted(INTERPOLATIONS)}, "
                          f"got {interpolation!r}")
@@ -254,7 +362,9 @@ def pack_batch(images: Sequence, boxes, size: Sequence[int], *, hflip=None, vfli
     vflip = [False] * n if vflip is None else [bool(f) for f in np.broadcast_to(vflip, (n,))]
     esize = OUT_DTYPES[out_dtype][0]
     channels = arrays[0].shape[2] if n else 0
-    slot_bytes = out_h * out_w * channels * esize
+    extras, out_channels = pack_extras(n, channels, paddings, colours,
+                                       [a.shape[:2] for a in arrays], fused_mul_add)
+    slot_bytes = out_h * out_w * out_channels * esize
     common = ((lib.PIM_FLAG_NHWC if layout == "NHWC" else 0) << 16 | esize << 8 | channels |
               INTERPOLATIONS[interpolation] << 24)
 
@@ -278,21 +388,28 @@ def pack_batch(images: Sequence, boxes, size: Sequence[int], *, hflip=None, vfli
     windows = [None] * n if windows is None else list(windows)
     for i, (arr, (top, left, h, w)) in enumerate(zip(arrays, boxes)):
         ih, iw, c = arr.shape
+        if extras is not None and extras[i]["pad_mode"]:
+            ih, iw = _padded_size(ih, iw, paddings[i])
         y_axis, top, h = _windowed_axis(top, h, out_h, windows[i], 0)
         x_axis, left, w = _windowed_axis(left, w, out_w, windows[i], 1)
         if c != channels:
             raise ValueError(f"image {i} has {c} channels, image 0 has {channels}")
         if h < 1 or w < 1 or top < 0 or left < 0 or top + h > ih or left + w > iw:
             raise ValueError(f"image {i}: crop box top={top} left={left} height={h} width={w} "
-                             f"is not inside the {ih}x{iw} image (padding crops are not "
-                             f"supported by the fused kernel)")
+                             f"is not inside the {ih}x{iw} image (give `paddings` for "
+                             f"a box in a padded image)")
         flags = (lib.PIM_FLAG_HFLIP if hflip[i] else 0) | (lib.PIM_FLAG_VFLIP if vflip[i] else 0)
         dst = i * slot_bytes
         words += (0, 0, dst & 0xFFFFFFFF, dst >> 32, table(*x_axis), table(*y_axis), ih, iw,
                   arr.strides[0], top, left, h, w, out_h, out_w, common | flags << 16)
     samples = np.frombuffer(array.array("I", words), dtype=SAMPLE_DTYPE)
     tables = np.frombuffer(b"".join(chunks) or b"\0" * 8, np.uint8)
-    return PackedBatch(samples, tables), arrays
+    return PackedBatch(samples, tables, extras), arrays
+
+
+def _padded_size(height: int, width: int, padding) -> tuple[int, int]:
+    top, left, bottom, right = padding[:4]
+    return height + top + bottom, width + left + right
 
 
 def _windowed_axis(start: int, length: int, out: int, window, axis: int):
@@ -346,16 +463,24 @@ def run_packed(packed: PackedBatch, arrays: Sequence[np.ndarray], out,
     srcs = ffi.new("uint8_t *[]", [_address(a) for a in arrays])
     src_bytes = ffi.new("uint64_t[]", [(a.shape[0] - 1) * a.strides[0] + a.shape[1] * a.shape[2]
                                        for a in arrays])
+    extras = packed.extras
+    extras_ptr = ffi.NULL
+    if extras is not None:
+        extras = np.ascontiguousarray(extras, dtype=EXTRA_DTYPE)
+        if len(extras) != n:
+            raise ValueError(f"{len(extras)} extras for {n} descriptors")
+        extras_ptr = ffi.cast("pim_extra_t *", ffi.from_buffer(extras))
+    channels = int(samples[0]["channels"] if extras is None else extras[0]["out_channels"])
     lut_ptr = ffi.NULL
     if lut is not None:
         lut = np.ascontiguousarray(lut)
-        need = 256 * int(samples[0]["channels"]) * int(samples[0]["out_esize"])
+        need = 256 * channels * int(samples[0]["out_esize"])
         if lut.nbytes < need:
             raise ValueError(f"lookup table of {lut.nbytes} bytes, {need} needed")
         lut_ptr = ffi.cast("void *", ffi.from_buffer(lut))
     err = ffi.new("char[]", 512)
-    rc = lib.pim_cpu_crop_resize(ffi.cast("pim_sample_t *", ffi.from_buffer(samples)), n, srcs,
-                                 src_bytes, ffi.cast("uint8_t *", ffi.from_buffer(tables)),
+    rc = lib.pim_cpu_crop_resize(ffi.cast("pim_sample_t *", ffi.from_buffer(samples)),
+                                 extras_ptr, n, srcs, src_bytes, ffi.cast("uint8_t *", ffi.from_buffer(tables)),
                                  tables.nbytes, lut_ptr, dst, dst_bytes, err, 512)
     if rc == -1:
         raise MemoryError(ffi.string(err).decode())
@@ -365,7 +490,8 @@ def run_packed(packed: PackedBatch, arrays: Sequence[np.ndarray], out,
 
 def resized_crop_batch(images: Sequence, boxes, size: Sequence[int], out, *, hflip=None,
                        vflip=None, interpolation: str = "bilinear", layout: str = "NCHW",
-                       lut: Optional[np.ndarray] = None, windows=None):
+                       lut: Optional[np.ndarray] = None, windows=None, paddings=None,
+                       colours=None, fused_mul_add: Optional[bool] = None):
     """Fused torchvision-v2 `resized_crop` (antialias=True) + flips + conversion, for a batch.
 
     images  sequence of uint8 HWC (or HW) arrays/tensors, 1 or 3 channels, all alike
@@ -374,6 +500,8 @@ def resized_crop_batch(images: Sequence, boxes, size: Sequence[int], out, *, hfl
     out     contiguous batch to fill: [n, C, out_h, out_w] (NCHW) or [n, out_h, out_w, C]
             (NHWC), torch tensor or numpy array, dtype uint8, float16, bfloat16 or float32
     lut     for float outputs: `normalize_lut(...)` / `lut_from_fn(...)` of that dtype
+    paddings, colours, fused_mul_add: padding of the sources and colour ops (`pack_extras`);
+            C is then the channel count after the colour ops
     Returns out."""
     if isinstance(out, torch.Tensor):
         dtype = out.dtype
@@ -384,9 +512,12 @@ def resized_crop_batch(images: Sequence, boxes, size: Sequence[int], out, *, hfl
         raise ValueError(f"output dtype must be one of {list(OUT_DTYPES)}, got {out.dtype}")
     packed, arrays = pack_batch(images, boxes, size, hflip=hflip, vflip=vflip,
                                 interpolation=interpolation, layout=layout, out_dtype=dtype,
-                                windows=windows)
+                                windows=windows, paddings=paddings, colours=colours,
+                                fused_mul_add=fused_mul_add)
     n = len(arrays)
     c = arrays[0].shape[2] if n else 0
+    if packed.extras is not None:
+        c = int(packed.extras[0]["out_channels"])
     oh, ow = (int(v) for v in size)
     want = (n, c, oh, ow) if layout == "NCHW" else (n, oh, ow, c)
     if n and tuple(out.shape) != want:
@@ -409,5 +540,6 @@ def check_mul_8x8() -> int:
 
 
 __all__ = ["axis_weights", "axis_table", "lut_from_fn", "normalize_lut", "pack_batch",
-           "run_packed", "resized_crop_batch", "PackedBatch", "SAMPLE_DTYPE", "AXIS_DTYPE",
-           "check_mul_8x8"]
+           "pack_extras", "run_packed", "resized_crop_batch", "PackedBatch", "SAMPLE_DTYPE",
+           "AXIS_DTYPE", "EXTRA_DTYPE", "PAD_MODES", "COLOUR_OPS", "check_mul_8x8",
+           "torch_fuses_multiply_add"]

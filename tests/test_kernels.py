@@ -181,6 +181,10 @@ def test_struct_layouts_agree_with_c():
     assert K.ffi.sizeof("pim_range_t") == 8
     for name in K.SAMPLE_DTYPE.names:
         assert K.ffi.offsetof("pim_sample_t", name) == K.SAMPLE_DTYPE.fields[name][1]
+    # the CPU-only per-sample padding and colour record (csrc/include/pim_extra.h)
+    assert K.ffi.sizeof("pim_extra_t") == K.EXTRA_DTYPE.itemsize
+    for name in K.EXTRA_DTYPE.names:
+        assert K.ffi.offsetof("pim_extra_t", name) == K.EXTRA_DTYPE.fields[name][1]
 
 
 def test_dpu_style_multiply_is_exact():

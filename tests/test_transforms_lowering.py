@@ -131,10 +131,29 @@ def test_geometry_after_elementwise_is_not_lowered():
     assert len(caught) == 1
 
 
-def test_padding_crop_has_no_fused_geometry_but_replays_exactly():
-    pipeline = v2.Compose([v2.CenterCrop(600)])  # larger than the image: pads
+def test_padding_crop_fuses_into_a_padded_geometry():
+    pipeline = v2.Compose([v2.CenterCrop(600)])  # larger than the image: pads with zeros
     plan = lower(pipeline)
     img = image()
     params, out = run_plan(plan, img, 0)
-    assert params.geometry is None
+    assert params.geometry.padding is not None
     assert torch.equal(out, pipeline(img))
+    assert torch.equal(apply_geometry(img, params.geometry), out)
+
+
+@pytest.mark.parametrize("rrc", [v2.RandomResizedCrop(224),
+                                 v2.RandomResizedCrop(32, scale=(0.5, 3.0), ratio=(0.2, 5.0)),
+                                 v2.RandomResizedCrop(8, scale=(0.9, 1.0), ratio=(3.0, 4.0))])
+def test_fast_resized_crop_draw_is_make_params(rrc):
+    """The plan's RandomResizedCrop draw: make_params' numbers and RNG state, call for call
+    (fallback central crops included: tiny and extreme sizes, impossible ratios)."""
+    from pimloader.transforms._lower import resized_crop_params
+    sizes = [(375, 500), (500, 333), (1, 1), (1, 700), (700, 2), (3, 5), (224, 224)]
+    for seed in range(150):
+        height, width = sizes[seed % len(sizes)]
+        torch.manual_seed(seed)
+        expected = rrc.make_params([torch.empty((3, height, width), dtype=torch.uint8)])
+        after = torch.rand(1)
+        torch.manual_seed(seed)
+        assert resized_crop_params(rrc, height, width) == expected, (seed, height, width)
+        assert torch.equal(torch.rand(1), after)

@@ -5,13 +5,16 @@
 
 #include <stdint.h>
 
+#include "pim_extra.h"
 #include "pim_params.h"
 
 /* cffi-cdef-begin */
 /* Crop + resize (+ flip, + lookup conversion) a batch of samples, one after the other, each
- * straight into its slot of the output batch.
+ * straight into its slot of the output batch; with `extras`, also pad the source and adjust
+ * the colours of the resampled image first (pim_extra.h).
  *
  *   samples     n_samples descriptors
+ *   extras      NULL, or n_samples pim_extra_t: padding and colour ops per sample
  *   srcs        per sample, the base its src_offset is counted from
  *   src_bytes   per sample, the bytes readable from srcs[i] (bounds check), or NULL
  *   tables      base of the axis tables (xtab_offset / ytab_offset), tables_bytes long
@@ -21,12 +24,14 @@
  *
  * Every descriptor and table is checked before any pixel is touched. Returns 0 on success,
  * i + 1 when sample i is invalid (nothing written), -1 when scratch memory is unavailable.
- * Crop boxes must lie inside their image: padding (CenterCrop/RandomCrop beyond the border)
- * is not done here. */
-int pim_cpu_crop_resize(const pim_sample_t *samples, uint32_t n_samples,
-                        const uint8_t *const *srcs, const uint64_t *src_bytes,
-                        const uint8_t *tables, uint64_t tables_bytes, const void *lut,
-                        uint8_t *dst, uint64_t dst_bytes, char *err, uint32_t err_len);
+ * Crop boxes lie inside their image, or inside the padded image when extras[i] pads. Output
+ * slots hold extras[i].out_channels channels (s.channels without extras); the lookup table
+ * has that many rows. */
+int pim_cpu_crop_resize(const pim_sample_t *samples, const pim_extra_t *extras,
+                        uint32_t n_samples, const uint8_t *const *srcs,
+                        const uint64_t *src_bytes, const uint8_t *tables,
+                        uint64_t tables_bytes, const void *lut, uint8_t *dst,
+                        uint64_t dst_bytes, char *err, uint32_t err_len);
 
 /* Which implementation of the row loops pim_cpu_crop_resize uses: 0 = the portable code of
  * pim_resample.h alone, 1 = SSSE3, 2 = AVX2 row loops (same integer sums, so the same

@@ -1,0 +1,26 @@
+/* pim_cpu_internal.h: functions shared between the CPU kernel's C files (not exported). */
+#ifndef PIM_CPU_INTERNAL_H
+#define PIM_CPU_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pim_extra.h"
+#include "pim_params.h"
+
+/* Index into an extent of n for position x of its padded extension (pim_extra.h's modes);
+ * -1 where the constant fill applies. */
+int64_t pim_padded_index(int64_t x, int64_t n, uint32_t mode);
+
+/* The crop box of sample s (in padded coordinates) gathered from `image` (the decoded image,
+ * s->src_stride bytes a row) into `out`, crop_h rows of crop_w * channels bytes. `columns`
+ * is scratch for crop_w indices. */
+void pim_gather_padded(const pim_sample_t *s, const pim_extra_t *e, const uint8_t *image,
+                       int32_t *columns, uint8_t *out);
+
+/* e's colour ops on an image of `pixels` pixels of `channels` (HWC, room for 3 channels);
+ * returns the channel count of the result. */
+uint32_t pim_colour_apply(const pim_extra_t *e, uint8_t *image, size_t pixels,
+                          uint32_t channels);
+
+#endif /* PIM_CPU_INTERNAL_H */
