@@ -237,6 +237,7 @@ def test_fresh_workers_retire_once_they_owe_nothing():
     told to exit, so its exit overlaps the last batches: worker 0 (batches 0, 2, 4) has
     exited by itself, exit code 0, while the user still holds the last batch (5) and
     before the iterator has shut anything down."""
+    snap = Snapshot()
     loader = _make(PIMDataLoader, batch_size=4)
     it = iter(loader)
     batches = []
@@ -250,4 +251,5 @@ def test_fresh_workers_retire_once_they_owe_nothing():
     with pytest.raises(StopIteration):
         next(it)
     assert_same(batches, list(_make(TorchDataLoader, batch_size=4)))
-    assert not child_pids()
+    del it, loader, batches, first
+    snap.assert_clean(what="retired workers")
