@@ -13,18 +13,29 @@ class MapFetcher:
     def __init__(self, dataset, auto_collation: bool) -> None:
         self.dataset = dataset
         self.auto_collation = auto_collation
-        self.current = ""
+        self._described = ""
+        self._sample_index = None  # the sample being fetched, described only on demand
+
+    @property
+    def current(self) -> str:
+        if self._sample_index is not None:
+            return f"sample {self._sample_index!r}"
+        return self._described
+
+    @current.setter
+    def current(self, value: str) -> None:
+        self._described, self._sample_index = value, None
 
     def fetch(self, index) -> Any:
         if not self.auto_collation:
-            self.current = f"sample {index!r}"
+            self._sample_index = index
             return self.dataset[index]
         if getattr(self.dataset, "__getitems__", None):
             self.current = f"samples {list(index)!r} (through __getitems__)"
             return self.dataset.__getitems__(index)
         samples = []
         for sample_index in index:
-            self.current = f"sample {sample_index!r}"
+            self._sample_index = sample_index
             samples.append(self.dataset[sample_index])
         return samples
 

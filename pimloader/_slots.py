@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from ._layout import (
-    Layout, NotSlottable, collate_skeletons, compile_splitter, split_sample)
+    Layout, NotSlottable, collate_skeletons, compile_batch_splitter, split_sample)
 
 MAX_SLOTS_PER_PRODUCER = 1024
 
@@ -77,7 +77,7 @@ class SlotWriter:
         for column in self._columns:
             column.clear()
         try:
-            skeletons = [self._splitter(sample) for sample in samples]
+            skeletons = self._splitter(samples)
         except NotSlottable:
             return None
         slot_id = self._acquire()
@@ -126,7 +126,7 @@ class SlotWriter:
             return False
         self._adopt(Layout.for_leaves(leaves, capacity=len(samples)))
         self._columns = [[] for _ in leaves]
-        self._splitter = compile_splitter(skeleton, self._layout, self._columns)
+        self._splitter = compile_batch_splitter(skeleton, self._layout, self._columns)
         return True
 
     def _adopt(self, layout: Layout) -> None:

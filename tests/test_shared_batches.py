@@ -217,3 +217,47 @@ def test_stats_batch_size_none_counts_samples():
     st = loader.stats()[-1]
     assert st.batches == 5 and st.samples == 5, st
     assert st.shared_batches + st.collated_batches == 5, st
+
+
+def test_batch_splitter_agrees_with_the_per_sample_splitter():
+    """The column-by-column split of flat (field, plain...) samples gives the skeletons and
+    columns of the per-sample walk, falls back to it for mixed batches, and refuses what it
+    refuses."""
+    from collections import namedtuple
+
+    from pimloader._layout import (Layout, NotSlottable, compile_batch_splitter,
+                                   compile_splitter, split_sample)
+
+    Pair = namedtuple("Pair", "image label")
+    image = lambda i: torch.full((2, 3), i, dtype=torch.uint8)  # noqa: E731
+    batches = {
+        "tuple": [(image(i), i) for i in range(5)],
+        "list": [[image(i), f"name{i}", 0.5 * i] for i in range(5)],
+        "namedtuple": [Pair(image(i), i) for i in range(5)],
+        "mixed tensor and array": [(image(i) if i % 2 else image(i).numpy(), i) for i in range(5)],
+        "nested": [(image(i), {"label": i}) for i in range(5)],
+    }
+    for name, samples in batches.items():
+        leaves = []
+        skeleton = split_sample(samples[0], leaves)
+        layout = Layout.for_leaves(leaves, capacity=len(samples))
+        want_columns = [[] for _ in leaves]
+        want = [compile_splitter(skeleton, layout, want_columns)(s) for s in samples]
+        got_columns = [[] for _ in leaves]
+        got = compile_batch_splitter(skeleton, layout, got_columns)(samples)
+        assert got == want, name
+        assert all(len(g) == len(w) and all(a is b for a, b in zip(g, w))
+                   for g, w in zip(got_columns, want_columns)), name
+
+    samples = [(image(i), i) for i in range(3)]
+    leaves = []
+    skeleton = split_sample(samples[0], leaves)
+    layout = Layout.for_leaves(leaves, capacity=4)
+    split = compile_batch_splitter(skeleton, layout, [[]])
+    for bad in ([*samples, (torch.zeros(2, 4, dtype=torch.uint8), 3)],
+                [*samples, (image(3).float(), 3)],
+                [*samples, (image(3), object())],
+                [*samples, (image(3), 3, 4)],
+                [*samples, [image(3), 3]]):
+        with pytest.raises(NotSlottable):
+            split(bad)
