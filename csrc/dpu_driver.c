@@ -536,12 +536,15 @@ static void settle(pim_dpu_driver_t *drv, batch_slot_t *sl)
     sl->rc = PIM_DPU_OK;
     sl->dpu = -1;
     sl->msg[0] = '\0';
-    for (uint32_t r = 0; r < drv->nr_ranks; r++) {
-        if (__atomic_load_n(&sl->rank_done[r], __ATOMIC_ACQUIRE))
-            continue;
-        describe_rank_failure(drv, sl, r);
-        return;
-    }
+    /* a rank that did not finish the batch and reported an error first (the batch may also be
+     * unfinished on a healthy rank, when its submit met an earlier batch's error half-way) */
+    for (int pass = 0; pass < 2; pass++)
+        for (uint32_t r = 0; r < drv->nr_ranks; r++) {
+            if (__atomic_load_n(&sl->rank_done[r], __ATOMIC_ACQUIRE) || (pass == 0 && drv->rank_err[r] == DPU_OK))
+                continue;
+            describe_rank_failure(drv, sl, r);
+            return;
+        }
     for (uint32_t d = 0; d < sl->active; d++) {
         pim_dpu_status_t st;
         memcpy(&st, sl->out + (size_t)d * sl->out_xfer, sizeof st);
@@ -1019,6 +1022,15 @@ int pim_dpu_submit(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t 
         call = "dpu_push_xfer(FROM_DPU, outputs)";
     if (e == DPU_OK && (e = dpu_callback(drv->set, batch_done_on_rank, sl, DPU_CALLBACK_ASYNC)) != DPU_OK)
         call = "dpu_callback(DPU_CALLBACK_ASYNC)";
+    if (e != DPU_OK && ((uint32_t)e & (uint32_t)DPU_ERR_ASYNC_JOBS)) {
+        /* libdpu refused the job with the sticky error of an earlier batch's failed job: this
+         * batch is accepted, and its wait reports it as not run behind that failure (what is
+         * queued of it is run out now; the batches in flight are settled in order) */
+        drv->recover = true;
+        drain(drv);
+        *ticket = sl->batch_id;
+        goto done;
+    }
     if (e != DPU_OK) {
         /* part of the batch may be queued: run it out before the staging is reused, and
          * drop this batch (the jobs of the other batch in flight are settled as usual) */
