@@ -226,13 +226,14 @@ class _KernelBatch:
 
     DPU run size: at least one row per DPU, since the driver gives each DPU a contiguous run
     of whole samples and a DPU without one idles through the launch (a real rank launches all
-    its 64 DPUs at once); at least 8 rows, as each submit costs a fixed host overhead (planning,
-    one launch per run); but at most half the batch, so that a batch has two runs or more and
-    its decode overlaps DPU work. With 64 DPUs and batches of 256 that is 4 runs of 64 rows.
+    its 64 DPUs at once); at least `CHUNK` rows, as each run costs a fixed overhead (planning,
+    a launch, on the emulator NR_TASKLETS threads per DPU: runs of 8 rows on 8 DPUs measured
+    slower than runs of 32); but at most half the batch, so that a batch has two runs or more
+    and its decode overlaps DPU work. With 64 DPUs and batches of 256: 4 runs of 64 rows.
     """
 
     CHUNK = 32
-    MIN_DPU_RUN = 8
+    MIN_DPU_RUN = CHUNK
 
     def __init__(self, pipeline: ImagePipeline, out: torch.Tensor) -> None:
         self.pipeline = pipeline
