@@ -161,3 +161,46 @@ def test_a_dropped_handle_cancels_its_batch():
         with pytest.raises(DpuBackendError, match="cancelled"):
             handle.wait()
         assert submit(dpus, work).wait() is work[2] and same(work)
+
+
+def test_loader_runs_are_at_least_one_row_per_dpu_and_at_most_half_the_batch():
+    from pimloader._images import _KernelBatch
+    run = _KernelBatch.dpu_run_rows
+    assert run(64, 256) == 64 and run(8, 64) == 32 and run(2048, 256) == 128 and run(7, 4) == 2
+    assert run(1, 1) == 1
+
+
+def test_the_loader_decodes_the_next_run_while_the_dpus_work(tmp_path, monkeypatch):
+    """Event order of the producer with backend='emulator': a run is submitted, rows of the
+    next run are decoded, and only then is the first run waited for."""
+    from benchmarks.make_dataset import make_imagenet_like
+    import torchvision.transforms.v2 as v2
+    from pimloader import PIMDataLoader
+    from pimloader import _dpu_backend as B
+    from pimloader import _images as I
+    from pimloader.datasets import ImageFolder
+
+    root = make_imagenet_like(tmp_path / "set", count=16, classes=2)
+    events = []
+
+    def logged(name, function):
+        def call(*args, **kwargs):
+            events.append(name)
+            return function(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(I.ImagePipeline, "decoded_box", logged("decode", I.ImagePipeline.decoded_box))
+    monkeypatch.setattr(B.DpuBackend, "submit", logged("submit", B.DpuBackend.submit))
+    monkeypatch.setattr(B.DpuBatch, "wait", logged("wait", B.DpuBatch.wait))
+    transform = v2.Compose([v2.RandomResizedCrop(64), v2.RandomHorizontalFlip(),
+                            v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
+    torch.manual_seed(0)
+    got = list(PIMDataLoader(ImageFolder(root), batch_size=8, transform=transform, backend="emulator",
+                             nr_dpus=2, nr_tasklets=11))
+    dpu_events = list(events)               # the emulator's run only
+    torch.manual_seed(0)
+    want = list(PIMDataLoader(ImageFolder(root), batch_size=8, transform=transform, backend="cpu"))
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(got, want))
+    # batches of 8 on 2 DPUs: runs of 4 rows, two per batch
+    per_batch = ["decode"] * 4 + ["submit"] + ["decode"] * 4 + ["wait", "submit", "wait"]
+    assert dpu_events == per_batch * 2
