@@ -6,21 +6,28 @@
  * file and in describe_fault(). No DPU_ASSERT, no exit(): every dpu_error_t becomes a return
  * code and a message naming the call and the DPU.
  *
- * One run (pim_dpu_run):
+ * One batch (pim_dpu_submit, then pim_dpu_wait; pim_dpu_run = both):
  *   1. check every sample and plan it (segment width, source buffer) against the per-tasklet
  *      WRAM arena of the loaded kernel (pim_dpu_layout.h); refuse what cannot fit;
  *   2. split the samples into contiguous runs over the DPUs, balanced by output pixels
  *      (fewer samples than DPUs: the extra DPUs get an empty chunk);
- *   3. pack each DPU's chunk: header, descriptors rewritten for the DPU, jobs, the axis
- *      tables its samples use, the lookup table, and each crop box's pixels (only the box
- *      travels, not the whole decoded image);
- *   4. dpu_prepare_xfer + dpu_push_xfer: the headers to every DPU (72 bytes each), the rest
- *      to the DPUs with samples, at one common padded length;
- *   5. dpu_launch (synchronous); a fault is traced to its DPU with dpu_status; the program is
- *      loaded again before the next run (see `reload` below);
- *   6. dpu_push_xfer(FROM_DPU) of the status blocks + outputs (common length), check each
- *      DPU's status, copy each sample's rows into its slot of the output batch.
- * Not done: overlapping the next batch's transfer with this launch (double-buffered MRAM).
+ *   3. pack each DPU's chunk into one of PIM_DPU_MAX_PENDING host staging slots: header,
+ *      descriptors rewritten for the DPU, jobs, the axis tables its samples use, the lookup
+ *      table, and each crop box's pixels (only the box travels, not the whole decoded image);
+ *   4. queue, with libdpu's asynchronous calls: dpu_push_xfer(DPU_XFER_ASYNC) of the headers to
+ *      every DPU (72 bytes each) and of the rest to the DPUs with samples, at one common padded
+ *      length; dpu_launch(DPU_ASYNCHRONOUS); dpu_push_xfer(FROM_DPU, DPU_XFER_ASYNC) of the
+ *      status blocks + outputs into staging; dpu_callback(DPU_CALLBACK_ASYNC) marking the
+ *      batch done on each rank. Submit returns here: the host decodes the next batch while the
+ *      DPUs work.
+ *   5. wait: dpu_sync on each rank; a rank whose callback did not run failed the batch (the
+ *      first such batch on the rank is the one whose job failed, dpu_status finds the faulted
+ *      DPU; later ones were dropped by libdpu); else check each DPU's status and copy each
+ *      sample's rows into its slot of the output batch. After a failure the next submit loads
+ *      the program again, or allocates the DPUs again if libdpu kept the rank's error.
+ * libdpu runs each rank's jobs in order and refuses host access to a rank's MRAM while any of
+ * its DPUs runs, so one MRAM layout serves every batch: the next batch's transfer is queued
+ * right behind this batch's launch and gather, and runs when they are done (see docs/dpu.md).
  */
 #include <stdarg.h>
 #include <stdint.h>

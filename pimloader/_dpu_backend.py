@@ -9,7 +9,9 @@ built with dpu-upmem-dpurte-clang).
 
 `run` takes the arguments of `pimloader._kernels_api.resized_crop_batch` and reuses its
 `pack_batch` (descriptors + axis tables) and lookup tables, so both backends read the same
-plan and agree bit for bit. Errors come back as `DpuBackendError` (or a subclass) naming the
+plan and agree bit for bit. `submit` takes the same arguments, queues the batch on the DPUs
+(libdpu's asynchronous transfers and launch) and returns a `DpuBatch` whose `wait()` fills
+the output; `run` is `submit(...).wait()`. At most `max_pending` (2) batches are in flight. Errors come back as `DpuBackendError` (or a subclass) naming the
 libdpu call and the DPU. Speed under the emulator is not DPU speed.
 """
 from __future__ import annotations
