@@ -3,6 +3,7 @@ tests/emulator_kernels run as UPMEM DPU C, checked against numpy; every hardware
 emulator enforces faults the DPU with the rule named; counters match the DMA done."""
 import os
 import re
+import time
 
 import numpy as np
 import pytest
@@ -376,3 +377,33 @@ def test_a_sync_waiting_when_the_job_fails_gets_the_plain_error_and_clears_it():
         dpus.broadcast("spins", np.array([0], np.uint32))
         dpus.launch()
         assert dpus.copy_from(HEAP, 8).view(np.uint64)[0] == 5
+
+
+def test_a_forked_child_can_drop_its_parents_dpus_without_hanging():
+    # the rank threads stay in the parent: in the child, calls that need them fail, and
+    # dpu_free only frees memory (a condition variable a parent thread waited on would block)
+    with E.DpuSet(2) as dpus:
+        ordered(dpus, [0, 0], [1, 2])
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                try:
+                    dpus.launch()
+                except E.DpuError as error:
+                    code = 0 if error.error == E.lib.DPU_ERR_SYSTEM else 2
+                dpus.close()
+            finally:
+                os._exit(code)
+        for _ in range(200):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the child hung in dpu_free")
+        assert os.waitstatus_to_exitcode(status) == 0
+        dpus.launch()                               # the parent's DPUs are untouched
+        assert dpus.copy_from(HEAP, 8, index=1).view(np.uint64)[0] == 2

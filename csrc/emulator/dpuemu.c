@@ -129,6 +129,7 @@ struct emu_alloc {
     pthread_mutex_t run_m;       /* at most parallel_dpus DPUs run at once, over all ranks */
     pthread_cond_t run_c;
     uint32_t run_free;
+    pid_t pid; /* the process whose threads run the queues (a forked child has none of them) */
 };
 
 enum { WAIT_NONE, WAIT_BARRIER, WAIT_MUTEX };
@@ -844,6 +845,7 @@ static dpu_error_t alloc_dpus(uint32_t nr_dpus, const struct profile *p, struct 
     a->parallel_dpus = p->parallel;
     a->max_jobs = p->jobs_per_rank;
     a->run_free = p->parallel;
+    a->pid = getpid();
     pthread_mutex_init(&a->run_m, NULL);
     pthread_cond_init(&a->run_c, NULL);
     a->rank_list = calloc(nr_ranks, sizeof *a->rank_list);
@@ -1109,9 +1111,14 @@ static void *rank_worker(void *arg)
 
 static void stop_rank_workers(struct emu_alloc *a)
 {
+    const bool forked = getpid() != a->pid; /* the rank threads stayed in the parent */
     for (uint32_t r = 0; r < a->nr_ranks; ++r) {
         struct dpu_rank_t *rank = &a->ranks[r];
         if (!rank->has_worker) continue;
+        if (forked) {
+            rank->has_worker = false;
+            continue;
+        }
         pthread_mutex_lock(&rank->qm);
         rank->stop = true;
         pthread_cond_broadcast(&rank->qc);
@@ -1143,6 +1150,7 @@ static void drain(struct dpu_rank_t **ranks, uint32_t nr)
     for (uint32_t i = 0; i < nr; ++i) {
         struct dpu_rank_t *r = ranks[i];
         if (r == tl_worker_rank) continue; /* called from one of this rank's callbacks */
+        if (getpid() != r->alloc->pid) continue; /* a forked child: no thread runs these queues */
         pthread_mutex_lock(&r->qm);
         while (r->nr_jobs != 0) pthread_cond_wait(&r->qc, &r->qm);
         pthread_mutex_unlock(&r->qm);
@@ -1157,6 +1165,13 @@ static void drain(struct dpu_rank_t **ranks, uint32_t nr)
 static dpu_error_t do_jobs(struct dpu_rank_t **ranks, uint32_t nr, struct emu_job **jobs, uint32_t per_rank, bool synchronous)
 {
     const uint32_t need = per_rank + (synchronous ? 1 : 0);
+    if (nr > 0 && getpid() != ranks[0]->alloc->pid) { /* a forked child: the rank threads are the parent's */
+        for (uint32_t k = 0; k < nr * per_rank; ++k) {
+            if (jobs[k]->single != NULL) single_call_unref(jobs[k]->single);
+            free_job(jobs[k]);
+        }
+        return DPU_ERR_SYSTEM;
+    }
     /* a synchronous call from a callback running on the rank's own thread: run it here */
     if (synchronous && nr == 1 && ranks[0] == tl_worker_rank) {
         dpu_error_t status = DPU_OK;
@@ -1263,6 +1278,10 @@ dpu_error_t dpu_free(struct dpu_set_t set)
     if (set.kind != DPU_SET_RANKS || set.list.nr_ranks == 0) return DPU_ERR_INVALID_DPU_SET;
     struct emu_alloc *a = set.list.ranks[0]->alloc;
     if (a == NULL || set.list.ranks != a->rank_list || set.list.nr_ranks != a->nr_ranks) return DPU_ERR_INVALID_DPU_SET;
+    /* In a forked child the rank threads stayed in the parent, where they may have been
+     * waiting on these condition variables: destroying one would wait for them forever
+     * (glibc), so the child only frees the memory. */
+    const bool forked = getpid() != a->pid;
     drain(a->rank_list, a->nr_ranks);
     stop_rank_workers(a);
     for (uint32_t r = 0; r < a->nr_ranks; ++r) {
@@ -1270,15 +1289,21 @@ dpu_error_t dpu_free(struct dpu_set_t set)
             struct dpu_t *d = &a->ranks[r].dpus[i];
             unload_image(d);
             free(d->log);
-            pthread_mutex_destroy(&d->mtx);
-            pthread_cond_destroy(&d->cond);
+            if (!forked) {
+                pthread_mutex_destroy(&d->mtx);
+                pthread_cond_destroy(&d->cond);
+            }
         }
         free(a->ranks[r].dpus);
-        pthread_mutex_destroy(&a->ranks[r].qm);
-        pthread_cond_destroy(&a->ranks[r].qc);
+        if (!forked) {
+            pthread_mutex_destroy(&a->ranks[r].qm);
+            pthread_cond_destroy(&a->ranks[r].qc);
+        }
     }
-    pthread_mutex_destroy(&a->run_m);
-    pthread_cond_destroy(&a->run_c);
+    if (!forked) {
+        pthread_mutex_destroy(&a->run_m);
+        pthread_cond_destroy(&a->run_c);
+    }
     free(a->ranks);
     free(a->rank_list);
     free(a);
