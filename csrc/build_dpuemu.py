@@ -83,6 +83,9 @@ dpu_error_t dpuemu_fault_message(struct dpu_set_t dpu_set, char *buffer, size_t 
 dpu_error_t dpuemu_get_dpu(struct dpu_set_t dpu_set, uint32_t index, struct dpu_set_t *dpu);
 dpu_error_t dpuemu_program_info(struct dpu_set_t dpu_set, uint32_t *nr_tasklets, uint32_t *wram_globals_bytes,
                                 uint32_t *stack_bytes_per_tasklet);
+dpu_error_t dpuemu_wait_idle(struct dpu_set_t dpu_set);
+dpu_error_t dpuemu_nr_running(struct dpu_set_t dpu_set, uint32_t *nr_running);
+dpu_error_t dpuemu_queued_jobs(struct dpu_set_t dpu_set, uint32_t *nr_jobs);
 
 /* dpu_log_read into memory (a FILE from open_memstream) */
 FILE *open_memstream(char **ptr, size_t *sizeloc);

@@ -6,21 +6,28 @@
  * file and in describe_fault(). No DPU_ASSERT, no exit(): every dpu_error_t becomes a return
  * code and a message naming the call and the DPU.
  *
- * One run (pim_dpu_run):
+ * One batch (pim_dpu_submit, then pim_dpu_wait; pim_dpu_run = both):
  *   1. check every sample and plan it (segment width, source buffer) against the per-tasklet
  *      WRAM arena of the loaded kernel (pim_dpu_layout.h); refuse what cannot fit;
  *   2. split the samples into contiguous runs over the DPUs, balanced by output pixels
  *      (fewer samples than DPUs: the extra DPUs get an empty chunk);
- *   3. pack each DPU's chunk: header, descriptors rewritten for the DPU, jobs, the axis
- *      tables its samples use, the lookup table, and each crop box's pixels (only the box
- *      travels, not the whole decoded image);
- *   4. dpu_prepare_xfer + dpu_push_xfer: the headers to every DPU (72 bytes each), the rest
- *      to the DPUs with samples, at one common padded length;
- *   5. dpu_launch (synchronous); a fault is traced to its DPU with dpu_status; the program is
- *      loaded again before the next run (see `reload` below);
- *   6. dpu_push_xfer(FROM_DPU) of the status blocks + outputs (common length), check each
- *      DPU's status, copy each sample's rows into its slot of the output batch.
- * Not done: overlapping the next batch's transfer with this launch (double-buffered MRAM).
+ *   3. pack each DPU's chunk into one of PIM_DPU_MAX_PENDING host staging slots: header,
+ *      descriptors rewritten for the DPU, jobs, the axis tables its samples use, the lookup
+ *      table, and each crop box's pixels (only the box travels, not the whole decoded image);
+ *   4. queue, with libdpu's asynchronous calls: dpu_push_xfer(DPU_XFER_ASYNC) of the headers to
+ *      every DPU (72 bytes each) and of the rest to the DPUs with samples, at one common padded
+ *      length; dpu_launch(DPU_ASYNCHRONOUS); dpu_push_xfer(FROM_DPU, DPU_XFER_ASYNC) of the
+ *      status blocks + outputs into staging; dpu_callback(DPU_CALLBACK_ASYNC) marking the
+ *      batch done on each rank. Submit returns here: the host decodes the next batch while the
+ *      DPUs work.
+ *   5. wait: dpu_sync on each rank; a rank whose callback did not run failed the batch (the
+ *      first such batch on the rank is the one whose job failed, dpu_status finds the faulted
+ *      DPU; later ones were dropped by libdpu); else check each DPU's status and copy each
+ *      sample's rows into its slot of the output batch. After a failure the next submit loads
+ *      the program again, or allocates the DPUs again if libdpu kept the rank's error.
+ * libdpu runs each rank's jobs in order and refuses host access to a rank's MRAM while any of
+ * its DPUs runs, so one MRAM layout serves every batch: the next batch's transfer is queued
+ * right behind this batch's launch and gather, and runs when they are done (see docs/dpu.md).
  */
 #include <stdarg.h>
 #include <stdint.h>
@@ -38,6 +45,40 @@
 #include "pim_params.h"
 #include "pim_error.h"
 
+typedef struct chunk_info {
+    uint32_t first, count;     /* samples [first, first + count) */
+    uint64_t in_bytes, out_bytes;
+    uint32_t tables_bytes, n_tables;
+} chunk_info_t;
+
+typedef struct gather_info { /* where a sample's rows go in the output batch */
+    uint64_t dst_offset, out_bytes;
+    uint32_t nrows, row_bytes, pitch;
+} gather_info_t;
+
+enum { SLOT_FREE, SLOT_QUEUED, SLOT_DRAINED };
+
+/* Host staging of one batch in flight: what libdpu's queued jobs read and write until a
+ * dpu_sync has returned, so it lives until the batch is waited or cancelled. */
+typedef struct batch_slot {
+    int state;               /* SLOT_FREE, SLOT_QUEUED (jobs may be queued), SLOT_DRAINED (they ran or were dropped) */
+    uint32_t batch_id;
+    uint64_t seq;            /* submit order */
+    uint32_t n, active;
+    uint64_t xfer, out_xfer;
+    chunk_info_t *chunks;    /* per active DPU */
+    gather_info_t *gathers;  /* per sample */
+    pim_dpu_header_t *headers; /* per DPU */
+    uint8_t *in, *out;       /* active x xfer, active x out_xfer */
+    size_t chunks_cap, gathers_cap, in_cap, out_cap;
+    uint8_t *rank_done;      /* per rank: the callback queued behind this batch's jobs ran */
+    uint8_t *dst;            /* the output batch (the caller keeps it until wait/cancel) */
+    /* the outcome, set when the batch's jobs have run (drain) */
+    int rc;
+    int32_t dpu;
+    char msg[1024];
+} batch_slot_t;
+
 struct pim_dpu_driver {
     struct dpu_set_t set;
     uint32_t nr_dpus;
@@ -46,15 +87,29 @@ struct pim_dpu_driver {
     uint32_t batch_id;
     int32_t last_dpu;
     pim_dpu_run_info_t info;
-    struct dpu_set_t *dpus; /* each DPU as a one-DPU set, in DPU_FOREACH order */
-    char *binary;           /* the kernel, loaded again after a fault */
+    struct dpu_set_t *dpus;  /* each DPU as a one-DPU set, in DPU_FOREACH order */
+    uint32_t nr_ranks;
+    struct dpu_set_t *ranks; /* each rank as a one-rank set, in DPU_RANK_FOREACH order */
+    uint32_t *rank_of;       /* DPU index -> rank index */
+    char *binary;            /* the kernel, loaded again after a fault */
+    char *profile;           /* for a new allocation after an asynchronous failure */
+    uint32_t requested_dpus;
+    bool lost;               /* the set could not be allocated again: every call fails */
+    char lost_msg[400];
     /* A launch that faulted leaves the kernel's WRAM (its globals, and the state of its barriers
      * and mutexes: a barrier mid-round, a mutex still held by the tasklet that stopped) as the
      * fault found it; WRAM is not reset between launches, on hardware as on the emulator.
      * Launching that again would start with a barrier already partly counted (it releases the
-     * tasklets early, then hangs or deadlocks a round later), so the next run loads the program
-     * again first. */
-    bool reload;
+     * tasklets early, then hangs or deadlocks a round later), so the next batch loads the
+     * program again first (`recover`). And a failed asynchronous job leaves libdpu's rank
+     * with a sticky error that only a new allocation clears (see recover()). */
+    bool recover;
+    dpu_error_t *rank_err;   /* first error dpu_sync returned per rank since the last recovery */
+    uint32_t *rank_culprit;  /* batch whose job failed on the rank (0: none yet) */
+    int32_t *rank_fault_dpu; /* the DPU found faulted there, -1 if none */
+    uint32_t reloads, reallocs;
+    uint64_t seq;
+    batch_slot_t slots[PIM_DPU_MAX_PENDING];
 };
 
 typedef struct plan {
@@ -67,27 +122,108 @@ typedef struct plan {
 static void error_text(dpu_error_t e, char *buf, size_t n)
 {
     const char *s = dpu_error_to_string(e);
-    snprintf(buf, n, "%s (dpu_error_t %d)", s ? s : "unknown error", (int)e);
+    snprintf(buf, n, "%s (dpu_error_t 0x%x)", s ? s : "unknown error", (unsigned)e);
 #ifndef PIMLOADER_DPU_EMULATOR
     free((void *)s);
 #endif
 }
 
+/* The plain error of a libdpu status: a failed asynchronous job comes back (from later calls
+ * on its rank) as DPU_ERR_ASYNC_JOBS | job type << DPU_ERROR_ASYNC_JOB_TYPE_SHIFT | error. */
+static dpu_error_t plain_error(dpu_error_t e)
+{
+    return (dpu_error_t)((uint32_t)e & ((1u << DPU_ERROR_ASYNC_JOB_TYPE_SHIFT) - 1));
+}
+
 static int dpu_fail(pim_dpu_driver_t *drv, char *err, uint32_t err_len, const char *call, int32_t dpu,
                     dpu_error_t e)
 {
-    char text[160];
+    char text[200];
     error_text(e, text, sizeof text);
     if (drv)
         drv->last_dpu = dpu;
     if (dpu >= 0)
         set_err(err, err_len, "%s failed on DPU %d: %s", call, dpu, text);
+    else if ((uint32_t)e & (uint32_t)DPU_ERR_ASYNC_JOBS)
+        set_err(err, err_len, "%s refused: a job queued earlier on the DPUs failed (%s); wait for the batches "
+                "in flight to see which DPU", call, text);
     else
         set_err(err, err_len, "%s failed on the set of %u DPUs: %s", call, drv ? drv->nr_dpus : 0u, text);
     return PIM_DPU_E_LIBDPU;
 }
 
 /* ---- lifetime ------------------------------------------------------------------------ */
+
+static void unbind_set(pim_dpu_driver_t *drv)
+{
+    free(drv->dpus);
+    free(drv->ranks);
+    free(drv->rank_of);
+    free(drv->rank_err);
+    free(drv->rank_culprit);
+    free(drv->rank_fault_dpu);
+    drv->dpus = drv->ranks = NULL;
+    drv->rank_of = drv->rank_culprit = NULL;
+    drv->rank_err = NULL;
+    drv->rank_fault_dpu = NULL;
+    for (uint32_t k = 0; k < PIM_DPU_MAX_PENDING; k++) {
+        free(drv->slots[k].headers);
+        free(drv->slots[k].rank_done);
+        drv->slots[k].headers = NULL;
+        drv->slots[k].rank_done = NULL;
+    }
+}
+
+/* The per-DPU and per-rank views of drv->set (DPU_FOREACH order inside DPU_RANK_FOREACH). */
+static int bind_set(pim_dpu_driver_t *drv, char *err, uint32_t err_len)
+{
+    dpu_error_t e = dpu_get_nr_dpus(drv->set, &drv->nr_dpus);
+    if (e == DPU_OK)
+        e = dpu_get_nr_ranks(drv->set, &drv->nr_ranks);
+    if (e != DPU_OK)
+        return dpu_fail(drv, err, err_len, "dpu_get_nr_dpus/dpu_get_nr_ranks", -1, e);
+    const uint32_t D = drv->nr_dpus ? drv->nr_dpus : 1, R = drv->nr_ranks ? drv->nr_ranks : 1;
+    drv->dpus = calloc(D, sizeof *drv->dpus);
+    drv->rank_of = calloc(D, sizeof *drv->rank_of);
+    drv->ranks = calloc(R, sizeof *drv->ranks);
+    drv->rank_err = calloc(R, sizeof *drv->rank_err);
+    drv->rank_culprit = calloc(R, sizeof *drv->rank_culprit);
+    drv->rank_fault_dpu = calloc(R, sizeof *drv->rank_fault_dpu);
+    bool ok = drv->dpus && drv->rank_of && drv->ranks && drv->rank_err && drv->rank_culprit && drv->rank_fault_dpu;
+    for (uint32_t k = 0; ok && k < PIM_DPU_MAX_PENDING; k++) {
+        drv->slots[k].headers = calloc(D, sizeof *drv->slots[k].headers);
+        drv->slots[k].rank_done = calloc(R, 1);
+        ok = drv->slots[k].headers && drv->slots[k].rank_done;
+    }
+    if (!ok) {
+        unbind_set(drv);
+        set_err(err, err_len, "out of host memory");
+        return PIM_DPU_E_NOMEM;
+    }
+    struct dpu_set_t rank, dpu;
+    uint32_t r, k = 0;
+    DPU_RANK_FOREACH(drv->set, rank, r)
+    {
+        if (r < drv->nr_ranks)
+            drv->ranks[r] = rank;
+        DPU_FOREACH(rank, dpu)
+        {
+            if (k < drv->nr_dpus) {
+                drv->dpus[k] = dpu;
+                drv->rank_of[k] = r;
+            }
+            k++;
+        }
+    }
+    if (k != drv->nr_dpus) {
+        unbind_set(drv);
+        set_err(err, err_len, "the ranks of the set hold %u DPUs, dpu_get_nr_dpus says %u", k, drv->nr_dpus);
+        return PIM_DPU_E_LIBDPU;
+    }
+    for (uint32_t i = 0; i < drv->nr_ranks; i++)
+        drv->rank_fault_dpu[i] = -1;
+    return PIM_DPU_OK;
+}
 
 int pim_dpu_open(const char *profile, uint32_t nr_dpus, const char *binary, uint32_t nr_tasklets,
                  uint32_t stack_bytes, pim_dpu_driver_t **out, char *err, uint32_t err_len)
@@ -111,44 +247,32 @@ int pim_dpu_open(const char *profile, uint32_t nr_dpus, const char *binary, uint
     drv->nr_tasklets = nr_tasklets;
     drv->arena = arena;
     drv->last_dpu = -1;
+    drv->requested_dpus = nr_dpus;
     drv->binary = strdup(binary ? binary : "");
-    if (drv->binary == NULL) {
+    drv->profile = strdup(profile ? profile : "");
+    if (drv->binary == NULL || drv->profile == NULL) {
         set_err(err, err_len, "out of host memory");
+        free(drv->binary);
+        free(drv->profile);
         free(drv);
         return PIM_DPU_E_NOMEM;
     }
-    dpu_error_t e = dpu_alloc(nr_dpus, profile ? profile : "", &drv->set);
+    dpu_error_t e = dpu_alloc(nr_dpus, drv->profile, &drv->set);
     if (e != DPU_OK) {
-        char text[160];
+        char text[200];
         error_text(e, text, sizeof text);
-        set_err(err, err_len, "dpu_alloc(%u DPUs, profile \"%s\") failed: %s", nr_dpus, profile ? profile : "",
-                text);
+        set_err(err, err_len, "dpu_alloc(%u DPUs, profile \"%s\") failed: %s", nr_dpus, drv->profile, text);
         free(drv->binary);
+        free(drv->profile);
         free(drv);
         return PIM_DPU_E_LIBDPU;
     }
-    int rc = PIM_DPU_OK;
-    e = dpu_get_nr_dpus(drv->set, &drv->nr_dpus);
-    if (e != DPU_OK) {
-        rc = dpu_fail(drv, err, err_len, "dpu_get_nr_dpus", -1, e);
+    int rc = bind_set(drv, err, err_len);
+    if (rc != PIM_DPU_OK)
         goto fail;
-    }
-    drv->dpus = calloc(drv->nr_dpus ? drv->nr_dpus : 1, sizeof *drv->dpus);
-    if (drv->dpus == NULL) {
-        set_err(err, err_len, "out of host memory");
-        rc = PIM_DPU_E_NOMEM;
-        goto fail;
-    }
-    struct dpu_set_t dpu;
-    uint32_t i;
-    DPU_FOREACH(drv->set, dpu, i)
-    {
-        if (i < drv->nr_dpus)
-            drv->dpus[i] = dpu;
-    }
     e = dpu_load(drv->set, binary, NULL);
     if (e != DPU_OK) {
-        char text[160];
+        char text[200];
         error_text(e, text, sizeof text);
         set_err(err, err_len, "dpu_load(%s) failed on the set of %u DPUs: %s", binary, drv->nr_dpus, text);
         rc = PIM_DPU_E_LIBDPU;
@@ -158,22 +282,38 @@ int pim_dpu_open(const char *profile, uint32_t nr_dpus, const char *binary, uint
     return PIM_DPU_OK;
 fail:
     dpu_free(drv->set);
-    free(drv->dpus);
+    unbind_set(drv);
     free(drv->binary);
+    free(drv->profile);
     free(drv);
     return rc;
 }
+
+static void drain(pim_dpu_driver_t *drv);
 
 int pim_dpu_close(pim_dpu_driver_t *drv, char *err, uint32_t err_len)
 {
     if (drv == NULL)
         return PIM_DPU_OK;
     int rc = PIM_DPU_OK;
-    dpu_error_t e = dpu_free(drv->set);
-    if (e != DPU_OK)
-        rc = dpu_fail(NULL, err, err_len, "dpu_free", -1, e);
-    free(drv->dpus);
+    /* batches in flight: libdpu's queued jobs still read and write their staging, so they
+     * are run to the end (dpu_sync) and their outputs dropped before anything is freed */
+    drain(drv);
+    if (!drv->lost) {
+        dpu_error_t e = dpu_free(drv->set);
+        if (e != DPU_OK)
+            rc = dpu_fail(NULL, err, err_len, "dpu_free", -1, e);
+    }
+    unbind_set(drv);
+    for (uint32_t k = 0; k < PIM_DPU_MAX_PENDING; k++) {
+        batch_slot_t *sl = &drv->slots[k];
+        free(sl->chunks);
+        free(sl->gathers);
+        free(sl->in);
+        free(sl->out);
+    }
     free(drv->binary);
+    free(drv->profile);
     free(drv);
     return rc;
 }
@@ -192,6 +332,22 @@ void pim_dpu_run_info(const pim_dpu_driver_t *drv, pim_dpu_run_info_t *info)
 {
     if (drv && info)
         *info = drv->info;
+}
+
+uint32_t pim_dpu_pending(const pim_dpu_driver_t *drv)
+{
+    uint32_t n = 0;
+    for (uint32_t k = 0; drv && k < PIM_DPU_MAX_PENDING; k++)
+        n += drv->slots[k].state != SLOT_FREE;
+    return n;
+}
+
+void pim_dpu_recoveries(const pim_dpu_driver_t *drv, uint32_t *reloads, uint32_t *reallocs)
+{
+    if (reloads)
+        *reloads = drv ? drv->reloads : 0;
+    if (reallocs)
+        *reallocs = drv ? drv->reallocs : 0;
 }
 
 /* ---- planning ------------------------------------------------------------------------ */
@@ -332,12 +488,6 @@ static int plan_sample(const pim_dpu_driver_t *drv, const pim_sample_t *s, const
 
 /* ---- one batch ----------------------------------------------------------------------- */
 
-typedef struct chunk_info {
-    uint32_t first, count;     /* samples [first, first + count) */
-    uint64_t in_bytes, out_bytes;
-    uint32_t tables_bytes, n_tables;
-} chunk_info_t;
-
 /* The tables the DPU's samples use, packed (dedup by their offset in `tables`); returns bytes. */
 static uint32_t pack_tables(const pim_sample_t *samples, const chunk_info_t *c, const uint8_t *tables, uint8_t *out,
                             uint32_t *old_off, uint32_t *new_off, uint32_t *n_tab, pim_sample_t *rewritten)
@@ -371,21 +521,263 @@ static uint32_t pack_tables(const pim_sample_t *samples, const chunk_info_t *c, 
     return used;
 }
 
-int pim_dpu_run(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t n, const uint8_t *const *srcs,
-                const uint64_t *src_bytes, const uint8_t *tables, uint64_t tables_bytes, const void *lut,
-                uint32_t lut_bytes, uint8_t *dst, uint64_t dst_bytes, uint32_t debug, int32_t debug_dpu, char *err,
-                uint32_t err_len)
+/* ---- batches in flight --------------------------------------------------------------- */
+
+/* Queued behind a batch's gather on each rank (dpu_callback, DPU_CALLBACK_ASYNC): it runs only
+ * if every earlier job of the batch ran on that rank. libdpu drops the queued jobs behind a
+ * failed one without running them (dpu_thread_update_status), so after a dpu_sync a rank whose
+ * flag is still clear did not finish the batch. */
+static dpu_error_t batch_done_on_rank(struct dpu_set_t rank, uint32_t rank_index, void *arg)
+{
+    (void)rank;
+    batch_slot_t *sl = arg;
+    __atomic_store_n(&sl->rank_done[rank_index], 1, __ATOMIC_RELEASE);
+    return DPU_OK;
+}
+
+static void describe_rank_failure(pim_dpu_driver_t *drv, batch_slot_t *sl, uint32_t r);
+
+/* The outcome of a batch whose jobs have run or were dropped (in submit order). */
+static void settle(pim_dpu_driver_t *drv, batch_slot_t *sl)
+{
+    sl->rc = PIM_DPU_OK;
+    sl->dpu = -1;
+    sl->msg[0] = '\0';
+    /* a rank that did not finish the batch and reported an error first (the batch may also be
+     * unfinished on a healthy rank, when its submit met an earlier batch's error half-way) */
+    for (int pass = 0; pass < 2; pass++)
+        for (uint32_t r = 0; r < drv->nr_ranks; r++) {
+            if (__atomic_load_n(&sl->rank_done[r], __ATOMIC_ACQUIRE) || (pass == 0 && drv->rank_err[r] == DPU_OK))
+                continue;
+            describe_rank_failure(drv, sl, r);
+            return;
+        }
+    for (uint32_t d = 0; d < sl->active; d++) {
+        pim_dpu_status_t st;
+        memcpy(&st, sl->out + (size_t)d * sl->out_xfer, sizeof st);
+        if (st.code != PIM_DPU_STATUS_OK || st.batch_id != sl->batch_id) {
+            static const char *const what[] = { "no status (the kernel did not finish)", "a bad chunk header",
+                                                "a kernel built for other NR_TASKLETS/STACK_SIZE_DEFAULT",
+                                                "an invalid descriptor or table", "a segment larger than its WRAM" };
+            const uint32_t code = st.batch_id != sl->batch_id ? 0 : (st.code <= 4 ? st.code : 0);
+            sl->dpu = (int32_t)d;
+            set_err(sl->msg, sizeof sl->msg, "DPU %u kernel refused its chunk: %s (status 0x%x, sample %u of the "
+                    "batch, detail %u)", d, what[code], st.code, sl->chunks[d].first + st.sample, st.detail);
+            sl->rc = PIM_DPU_E_KERNEL;
+            return;
+        }
+    }
+}
+
+/* Batch `sl` did not finish on rank r. The first such batch of the rank is the one whose job
+ * failed (libdpu runs a rank's jobs in order); later ones were dropped behind it. */
+static void describe_rank_failure(pim_dpu_driver_t *drv, batch_slot_t *sl, uint32_t r)
+{
+    const dpu_error_t e = drv->rank_err[r];
+    char text[200];
+    error_text(e, text, sizeof text);
+    uint32_t first_dpu = 0, count = 0;
+    for (uint32_t d = 0; d < drv->nr_dpus; d++)
+        if (drv->rank_of[d] == r) {
+            if (count == 0)
+                first_dpu = d;
+            count++;
+        }
+    if (e == DPU_OK) {
+        sl->rc = PIM_DPU_E_LIBDPU;
+        set_err(sl->msg, sizeof sl->msg, "batch %u did not finish on DPUs %u..%u (rank %u) and libdpu reported "
+                "no error", sl->batch_id, first_dpu, first_dpu + count - 1, r);
+        return;
+    }
+    if (drv->rank_culprit[r] != 0 && drv->rank_culprit[r] != sl->batch_id) {
+        sl->rc = PIM_DPU_E_LIBDPU;
+        sl->dpu = drv->rank_fault_dpu[r];
+        set_err(sl->msg, sizeof sl->msg, "batch %u was not run on DPUs %u..%u (rank %u): libdpu dropped the rank's "
+                "queued jobs after batch %u failed there (%s)", sl->batch_id, first_dpu, first_dpu + count - 1, r,
+                drv->rank_culprit[r], text);
+        return;
+    }
+    drv->rank_culprit[r] = sl->batch_id;
+    int32_t bad = -1;
+    for (uint32_t d = first_dpu; d < first_dpu + count && bad < 0; d++) {
+        bool is_done = false, fault = false;
+        if (dpu_status(drv->dpus[d], &is_done, &fault) == DPU_OK && fault)
+            bad = (int32_t)d;
+    }
+    drv->rank_fault_dpu[r] = bad;
+    sl->dpu = bad;
+    if (bad >= 0 || plain_error(e) == DPU_ERR_DPU_FAULT) {
+        char detail[600] = "";
+#ifdef PIMLOADER_DPU_EMULATOR
+        if (bad >= 0) {
+            char buf[560];
+            if (dpuemu_fault_message(drv->dpus[bad], buf, sizeof buf) == DPU_OK && buf[0])
+                snprintf(detail, sizeof detail, ": %s", buf);
+        }
+#endif
+        if (bad >= 0) {
+            const uint32_t first = (uint32_t)bad < sl->active ? sl->chunks[bad].first : 0;
+            const uint32_t n = (uint32_t)bad < sl->active ? sl->chunks[bad].count : 0;
+            set_err(sl->msg, sizeof sl->msg, "dpu_launch: DPU %d faulted (batch %u, samples %u..%u): %s%s", bad,
+                    sl->batch_id, first, first + n - (n ? 1 : 0), text, detail);
+        } else {
+            set_err(sl->msg, sizeof sl->msg, "dpu_launch failed on DPUs %u..%u (rank %u), batch %u: %s", first_dpu,
+                    first_dpu + count - 1, r, sl->batch_id, text);
+        }
+        sl->rc = PIM_DPU_E_FAULT;
+        return;
+    }
+    /* not a fault: a transfer, a load or the callback failed; the job type is in the error */
+    static const char *const calls[] = { "dpu_launch", "dpu_launch", "dpu_sync", "dpu_push_xfer(TO_DPU, WRAM)",
+                                         "dpu_push_xfer(TO_DPU, IRAM)", "dpu_push_xfer(TO_DPU, chunks)",
+                                         "dpu_push_xfer(FROM_DPU, WRAM)", "dpu_push_xfer(FROM_DPU, IRAM)",
+                                         "dpu_push_xfer(FROM_DPU, outputs)", "dpu_broadcast_to", "dpu_broadcast_to",
+                                         "dpu_broadcast_to", "dpu_callback", "dpu_load" };
+    const uint32_t type = ((uint32_t)e & ~(uint32_t)DPU_ERR_ASYNC_JOBS) >> DPU_ERROR_ASYNC_JOB_TYPE_SHIFT;
+    const char *call = ((uint32_t)e & (uint32_t)DPU_ERR_ASYNC_JOBS) && type < sizeof calls / sizeof calls[0]
+                           ? calls[type] : "an asynchronous libdpu job";
+    sl->dpu = (int32_t)first_dpu;
+    set_err(sl->msg, sizeof sl->msg, "%s failed on DPUs %u..%u (rank %u), batch %u: %s", call, first_dpu,
+            first_dpu + count - 1, r, sl->batch_id, text);
+    sl->rc = PIM_DPU_E_LIBDPU;
+}
+
+/* Runs every queued job to its end: dpu_sync on each rank (a rank's failure does not stop the
+ * others', and a sync on one rank returns only once that rank's queue ran or was dropped);
+ * then settles the batches that were in flight, oldest first. */
+static void drain(pim_dpu_driver_t *drv)
+{
+    bool queued = false;
+    for (uint32_t k = 0; k < PIM_DPU_MAX_PENDING; k++)
+        queued |= drv->slots[k].state == SLOT_QUEUED;
+    if (!queued || drv->lost)
+        return;
+    for (uint32_t r = 0; r < drv->nr_ranks; r++) {
+        const dpu_error_t e = dpu_sync(drv->ranks[r]);
+        if (e != DPU_OK) {
+            if (drv->rank_err[r] == DPU_OK)
+                drv->rank_err[r] = e;
+            drv->recover = true;
+        }
+    }
+    for (;;) {
+        batch_slot_t *oldest = NULL;
+        for (uint32_t k = 0; k < PIM_DPU_MAX_PENDING; k++)
+            if (drv->slots[k].state == SLOT_QUEUED && (oldest == NULL || drv->slots[k].seq < oldest->seq))
+                oldest = &drv->slots[k];
+        if (oldest == NULL)
+            break;
+        settle(drv, oldest);
+        oldest->state = SLOT_DRAINED;
+        if (oldest->rc == PIM_DPU_E_FAULT)
+            drv->recover = true;
+    }
+}
+
+/* Before a new batch, once nothing is queued: after a failed asynchronous job libdpu keeps the
+ * rank's error (rank->api.job_error) and refuses every later job with it; only a synchronous
+ * call that was waiting when the job failed clears it, and only a new allocation clears it
+ * otherwise (dpu_thread_job.c: "we need to allocate the rank again"). So each rank is asked
+ * with dpu_sync: if one still answers an error the set is freed and allocated again; else the
+ * program is loaded again (a fault leaves WRAM, barriers included, as it stopped). */
+static int recover(pim_dpu_driver_t *drv, char *err, uint32_t err_len)
+{
+    bool sticky = false;
+    for (uint32_t r = 0; r < drv->nr_ranks; r++)
+        if (dpu_sync(drv->ranks[r]) != DPU_OK)
+            sticky = true;
+    if (sticky) {
+        const uint32_t before = drv->nr_dpus;
+        dpu_error_t e = dpu_free(drv->set);
+        unbind_set(drv);
+        if (e == DPU_OK)
+            e = dpu_alloc(drv->requested_dpus, drv->profile, &drv->set);
+        char text[200];
+        if (e != DPU_OK) {
+            error_text(e, text, sizeof text);
+            snprintf(drv->lost_msg, sizeof drv->lost_msg, "the DPUs could not be allocated again after a failure "
+                     "(dpu_free/dpu_alloc: %s)", text);
+            drv->lost = true;
+            set_err(err, err_len, "%s", drv->lost_msg);
+            return PIM_DPU_E_LIBDPU;
+        }
+        int rc = bind_set(drv, err, err_len);
+        if (rc == PIM_DPU_OK && drv->nr_dpus != before) {
+            set_err(err, err_len, "the new allocation after a failure has %u DPUs, not %u", drv->nr_dpus, before);
+            rc = PIM_DPU_E_LIBDPU;
+        }
+        if (rc != PIM_DPU_OK) {
+            snprintf(drv->lost_msg, sizeof drv->lost_msg, "the DPUs could not be allocated again after a failure");
+            dpu_free(drv->set);
+            unbind_set(drv);
+            drv->lost = true;
+            return rc;
+        }
+        drv->reallocs++;
+    }
+    dpu_error_t e = dpu_load(drv->set, drv->binary, NULL);
+    if (e != DPU_OK) {
+        char text[200];
+        error_text(e, text, sizeof text);
+        set_err(err, err_len, "dpu_load(%s) after a failure failed on the set of %u DPUs: %s", drv->binary,
+                drv->nr_dpus, text);
+        return PIM_DPU_E_LIBDPU;
+    }
+    drv->reloads++;
+    for (uint32_t r = 0; r < drv->nr_ranks; r++) {
+        drv->rank_err[r] = DPU_OK;
+        drv->rank_culprit[r] = 0;
+        drv->rank_fault_dpu[r] = -1;
+    }
+    drv->recover = false;
+    return PIM_DPU_OK;
+}
+
+static batch_slot_t *find_slot(pim_dpu_driver_t *drv, uint32_t ticket)
+{
+    for (uint32_t k = 0; k < PIM_DPU_MAX_PENDING; k++)
+        if (drv->slots[k].state != SLOT_FREE && drv->slots[k].batch_id == ticket)
+            return &drv->slots[k];
+    return NULL;
+}
+
+static int grow(void **p, size_t *cap, size_t need)
+{
+    if (need <= *cap)
+        return 1;
+    void *q = realloc(*p, need);
+    if (q == NULL)
+        return 0;
+    *p = q;
+    *cap = need;
+    return 1;
+}
+
+int pim_dpu_submit(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t n, const uint8_t *const *srcs,
+                   const uint64_t *src_bytes, const uint8_t *tables, uint64_t tables_bytes, const void *lut,
+                   uint32_t lut_bytes, uint8_t *dst, uint64_t dst_bytes, uint32_t debug, int32_t debug_dpu,
+                   uint32_t *ticket, char *err, uint32_t err_len)
 {
     if (err && err_len)
         err[0] = '\0';
+    if (ticket)
+        *ticket = 0;
     if (drv == NULL) {
         set_err(err, err_len, "the DPU driver is closed");
         return PIM_DPU_E_ARG;
     }
     drv->last_dpu = -1;
+    if (ticket == NULL) {
+        set_err(err, err_len, "no ticket pointer");
+        return PIM_DPU_E_ARG;
+    }
+    if (drv->lost) {
+        set_err(err, err_len, "%s", drv->lost_msg);
+        return PIM_DPU_E_LIBDPU;
+    }
     memset(&drv->info, 0, sizeof drv->info);
     if (n == 0)
-        return PIM_DPU_OK;
+        return PIM_DPU_OK; /* ticket 0: nothing to wait for */
     if (samples == NULL || srcs == NULL || tables == NULL || dst == NULL) {
         set_err(err, err_len, "null samples, sources, tables or output");
         return PIM_DPU_E_ARG;
@@ -395,19 +787,30 @@ int pim_dpu_run(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t n, 
                 PIM_DPU_LUT_MAX);
         return PIM_DPU_E_ARG;
     }
+    batch_slot_t *sl = NULL;
+    for (uint32_t k = 0; k < PIM_DPU_MAX_PENDING && sl == NULL; k++)
+        if (drv->slots[k].state == SLOT_FREE)
+            sl = &drv->slots[k];
+    if (sl == NULL) {
+        set_err(err, err_len, "%u batches are already in flight: wait for one first", PIM_DPU_MAX_PENDING);
+        return PIM_DPU_E_BUSY;
+    }
     const uint32_t D = drv->nr_dpus, active = n < D ? n : D;
     int rc = PIM_DPU_OK;
     plan_t *plans = calloc(n, sizeof *plans);
-    chunk_info_t *chunks = calloc(active, sizeof *chunks);
     uint32_t *old_off = malloc(2 * (size_t)n * sizeof(uint32_t));
     uint32_t *new_off = malloc(2 * (size_t)n * sizeof(uint32_t));
-    pim_dpu_header_t *headers = calloc(D, sizeof *headers);
-    uint8_t *in = NULL, *out = NULL;
-    if (!plans || !chunks || !old_off || !new_off || !headers) {
+    if (!plans || !old_off || !new_off || !grow((void **)&sl->chunks, &sl->chunks_cap, (size_t)n * sizeof(chunk_info_t)) ||
+        !grow((void **)&sl->gathers, &sl->gathers_cap, (size_t)n * sizeof(gather_info_t))) {
         set_err(err, err_len, "out of host memory");
         rc = PIM_DPU_E_NOMEM;
         goto done;
     }
+    gather_info_t *gathers = sl->gathers;
+    chunk_info_t *chunks = sl->chunks;
+    memset(chunks, 0, (size_t)active * sizeof *chunks);
+    pim_dpu_header_t *headers = sl->headers;
+    memset(headers, 0, (size_t)D * sizeof *headers);
 
     /* 1. check and plan every sample */
     for (uint32_t i = 0; i < n; i++) {
@@ -439,6 +842,8 @@ int pim_dpu_run(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t n, 
     }
 
     /* 3. sizes of each chunk, then the common transfer lengths */
+    pim_dpu_run_info_t info;
+    memset(&info, 0, sizeof info);
     uint64_t xfer = 0, out_xfer = 0;
     const uint32_t lut_len = lut ? pim_dpu_round8(lut_bytes) : 0;
     for (uint32_t d = 0; d < active; d++) {
@@ -457,8 +862,8 @@ int pim_dpu_run(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t n, 
             xfer = off;
         if (outs > out_xfer)
             out_xfer = outs;
-        drv->info.in_real_bytes += off;
-        drv->info.out_real_bytes += outs;
+        info.in_real_bytes += off;
+        info.out_real_bytes += outs;
     }
     xfer = (xfer + 7u) & ~7ull;
     out_xfer = (out_xfer + 7u) & ~7ull;
@@ -472,20 +877,27 @@ int pim_dpu_run(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t n, 
             goto done;
         }
     }
-    drv->info.active_dpus = active;
-    drv->info.arena_bytes = drv->arena;
-    drv->info.xfer_bytes = xfer;
-    drv->info.out_xfer_bytes = out_xfer;
-
-    in = malloc((size_t)active * xfer);
-    out = malloc((size_t)active * out_xfer);
-    if (!in || !out) {
+    info.active_dpus = active;
+    info.arena_bytes = drv->arena;
+    info.xfer_bytes = xfer;
+    info.out_xfer_bytes = out_xfer;
+    if (!grow((void **)&sl->in, &sl->in_cap, (size_t)active * xfer) ||
+        !grow((void **)&sl->out, &sl->out_cap, (size_t)active * out_xfer)) {
         set_err(err, err_len, "out of host memory for %llu bytes of DPU chunks",
                 (unsigned long long)((uint64_t)active * (xfer + out_xfer)));
         rc = PIM_DPU_E_NOMEM;
         goto done;
     }
-    drv->batch_id++;
+
+    /* a failure seen by an earlier wait: make the DPUs usable again before queuing more */
+    if (drv->recover) {
+        rc = recover(drv, err, err_len);
+        if (rc != PIM_DPU_OK)
+            goto done;
+        headers = sl->headers; /* a new allocation binds new arrays */
+    }
+    drv->batch_id = drv->batch_id + 1 ? drv->batch_id + 1 : 1; /* 0 means "no batch" */
+    uint8_t *in = sl->in, *out = sl->out;
 
     /* 4. pack */
     for (uint32_t d = 0; d < D; d++) {
@@ -559,135 +971,162 @@ int pim_dpu_run(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t n, 
         if ((debug & PIM_DPU_DEBUG_CORRUPT) && (int32_t)d == debug_dpu)
             ds[0].crop_h = ds[0].src_h + 1; /* the kernel must refuse it */
         memcpy(base, h, sizeof *h);
+        memset(out + (size_t)d * out_xfer, 0, sizeof(pim_dpu_status_t)); /* no status until the gather */
     }
+    for (uint32_t i = 0; i < n; i++) {
+        gathers[i].dst_offset = samples[i].dst_offset;
+        gathers[i].out_bytes = plans[i].out_bytes;
+        gathers[i].nrows = plans[i].planes * samples[i].out_h;
+        gathers[i].row_bytes = plans[i].row_bytes;
+        gathers[i].pitch = plans[i].pitch;
+    }
+    sl->batch_id = drv->batch_id;
+    sl->seq = ++drv->seq;
+    sl->n = n;
+    sl->active = active;
+    sl->xfer = xfer;
+    sl->out_xfer = out_xfer;
+    sl->dst = dst;
+    memset(sl->rank_done, 0, drv->nr_ranks);
+    drv->info = info;
 
-    /* 5. host -> DPUs: headers to every DPU, the rest to the DPUs with samples; first a fresh
-     *    copy of the program where the last launch faulted (drv->reload) */
-    dpu_error_t e;
-    if (drv->reload) {
-        e = dpu_load(drv->set, drv->binary, NULL);
-        if (e != DPU_OK) {
-            char text[160];
-            error_text(e, text, sizeof text);
-            set_err(err, err_len, "dpu_load(%s) after a DPU fault failed on the set of %u DPUs: %s", drv->binary,
-                    drv->nr_dpus, text);
-            rc = PIM_DPU_E_LIBDPU;
-            goto done;
+    /* 5. queue on every rank, in this order: headers to every DPU and chunks to the DPUs with
+     *    samples (DPU_XFER_ASYNC), the launch (DPU_ASYNCHRONOUS), the gather of status blocks +
+     *    outputs (DPU_XFER_ASYNC, FROM_DPU), and the rank's completion callback. Each rank runs
+     *    its queue in order: the next batch's transfers wait behind this launch and gather. */
+    sl->state = SLOT_QUEUED; /* from the first queued job on, the staging is libdpu's until a dpu_sync */
+    const char *call = NULL;
+    int32_t at = -1;
+    dpu_error_t e = DPU_OK;
+    for (uint32_t d = 0; d < D && e == DPU_OK; d++)
+        if ((e = dpu_prepare_xfer(drv->dpus[d], &headers[d])) != DPU_OK) {
+            call = "dpu_prepare_xfer(headers)";
+            at = (int32_t)d;
         }
-        drv->reload = false;
-    }
-    for (uint32_t d = 0; d < D; d++) {
-        e = dpu_prepare_xfer(drv->dpus[d], &headers[d]);
-        if (e != DPU_OK) {
-            rc = dpu_fail(drv, err, err_len, "dpu_prepare_xfer(headers)", (int32_t)d, e);
-            goto done;
+    if (e == DPU_OK &&
+        (e = dpu_push_xfer(drv->set, DPU_XFER_TO_DPU, DPU_MRAM_HEAP_POINTER_NAME, 0, sizeof(pim_dpu_header_t),
+                           DPU_XFER_ASYNC)) != DPU_OK)
+        call = "dpu_push_xfer(TO_DPU, headers)";
+    for (uint32_t d = 0; d < active && e == DPU_OK; d++)
+        if ((e = dpu_prepare_xfer(drv->dpus[d], in + (size_t)d * xfer + sizeof(pim_dpu_header_t))) != DPU_OK) {
+            call = "dpu_prepare_xfer(chunks)";
+            at = (int32_t)d;
         }
-    }
-    e = dpu_push_xfer(drv->set, DPU_XFER_TO_DPU, DPU_MRAM_HEAP_POINTER_NAME, 0, sizeof(pim_dpu_header_t),
-                      DPU_XFER_DEFAULT);
-    if (e != DPU_OK) {
-        rc = dpu_fail(drv, err, err_len, "dpu_push_xfer(TO_DPU, headers)", -1, e);
+    if (e == DPU_OK &&
+        (e = dpu_push_xfer(drv->set, DPU_XFER_TO_DPU, DPU_MRAM_HEAP_POINTER_NAME, sizeof(pim_dpu_header_t),
+                           xfer - sizeof(pim_dpu_header_t), DPU_XFER_ASYNC)) != DPU_OK)
+        call = "dpu_push_xfer(TO_DPU, chunks)";
+    if (e == DPU_OK && (e = dpu_launch(drv->set, DPU_ASYNCHRONOUS)) != DPU_OK)
+        call = "dpu_launch(DPU_ASYNCHRONOUS)";
+    for (uint32_t d = 0; d < active && e == DPU_OK; d++)
+        if ((e = dpu_prepare_xfer(drv->dpus[d], out + (size_t)d * out_xfer)) != DPU_OK) {
+            call = "dpu_prepare_xfer(outputs)";
+            at = (int32_t)d;
+        }
+    if (e == DPU_OK &&
+        (e = dpu_push_xfer(drv->set, DPU_XFER_FROM_DPU, DPU_MRAM_HEAP_POINTER_NAME, (uint32_t)xfer, out_xfer,
+                           DPU_XFER_ASYNC)) != DPU_OK)
+        call = "dpu_push_xfer(FROM_DPU, outputs)";
+    if (e == DPU_OK && (e = dpu_callback(drv->set, batch_done_on_rank, sl, DPU_CALLBACK_ASYNC)) != DPU_OK)
+        call = "dpu_callback(DPU_CALLBACK_ASYNC)";
+    if (e != DPU_OK && ((uint32_t)e & (uint32_t)DPU_ERR_ASYNC_JOBS)) {
+        /* libdpu refused the job with the sticky error of an earlier batch's failed job: this
+         * batch is accepted, and its wait reports it as not run behind that failure (what is
+         * queued of it is run out now; the batches in flight are settled in order) */
+        drv->recover = true;
+        drain(drv);
+        *ticket = sl->batch_id;
         goto done;
     }
-    for (uint32_t d = 0; d < active; d++) {
-        e = dpu_prepare_xfer(drv->dpus[d], in + (size_t)d * xfer + sizeof(pim_dpu_header_t));
-        if (e != DPU_OK) {
-            rc = dpu_fail(drv, err, err_len, "dpu_prepare_xfer(chunks)", (int32_t)d, e);
-            goto done;
-        }
-    }
-    e = dpu_push_xfer(drv->set, DPU_XFER_TO_DPU, DPU_MRAM_HEAP_POINTER_NAME, sizeof(pim_dpu_header_t),
-                      xfer - sizeof(pim_dpu_header_t), DPU_XFER_DEFAULT);
     if (e != DPU_OK) {
-        rc = dpu_fail(drv, err, err_len, "dpu_push_xfer(TO_DPU, chunks)", -1, e);
+        /* part of the batch may be queued: run it out before the staging is reused, and
+         * drop this batch (the jobs of the other batch in flight are settled as usual) */
+        rc = dpu_fail(drv, err, err_len, call, at, e);
+        drv->recover = true;
+        drain(drv);
+        sl->state = SLOT_FREE;
         goto done;
     }
-
-    /* 6. launch; a fault is traced to its DPU */
-    e = dpu_launch(drv->set, DPU_SYNCHRONOUS);
-    if (e != DPU_OK) {
-        drv->reload = true; /* whatever failed, the DPUs' WRAM is not trusted any more */
-        int32_t bad = -1;
-        for (uint32_t d = 0; d < D && bad < 0; d++) {
-            bool is_done = false, fault = false;
-            if (dpu_status(drv->dpus[d], &is_done, &fault) == DPU_OK && fault)
-                bad = (int32_t)d;
-        }
-        char text[160], detail[600] = "";
-#ifdef PIMLOADER_DPU_EMULATOR
-        if (bad >= 0) {
-            char buf[560];
-            if (dpuemu_fault_message(drv->dpus[bad], buf, sizeof buf) == DPU_OK && buf[0])
-                snprintf(detail, sizeof detail, ": %s", buf);
-        }
-#endif
-        error_text(e, text, sizeof text);
-        drv->last_dpu = bad;
-        if (bad >= 0) {
-            const uint32_t first = (uint32_t)bad < active ? chunks[bad].first : 0;
-            const uint32_t count = (uint32_t)bad < active ? chunks[bad].count : 0;
-            set_err(err, err_len, "dpu_launch: DPU %d faulted (batch samples %u..%u): %s%s", bad, first,
-                    first + count - (count ? 1 : 0), text, detail);
-            rc = PIM_DPU_E_FAULT;
-        } else {
-            set_err(err, err_len, "dpu_launch failed on the set of %u DPUs: %s", D, text);
-            rc = e == DPU_ERR_DPU_FAULT ? PIM_DPU_E_FAULT : PIM_DPU_E_LIBDPU;
-        }
-        goto done;
-    }
-
-    /* 7. DPUs -> host: status + outputs, then each sample into its slot */
-    for (uint32_t d = 0; d < active; d++) {
-        e = dpu_prepare_xfer(drv->dpus[d], out + (size_t)d * out_xfer);
-        if (e != DPU_OK) {
-            rc = dpu_fail(drv, err, err_len, "dpu_prepare_xfer(outputs)", (int32_t)d, e);
-            goto done;
-        }
-    }
-    e = dpu_push_xfer(drv->set, DPU_XFER_FROM_DPU, DPU_MRAM_HEAP_POINTER_NAME, (uint32_t)xfer, out_xfer,
-                      DPU_XFER_DEFAULT);
-    if (e != DPU_OK) {
-        rc = dpu_fail(drv, err, err_len, "dpu_push_xfer(FROM_DPU, outputs)", -1, e);
-        goto done;
-    }
-    for (uint32_t d = 0; d < active; d++) {
-        pim_dpu_status_t st;
-        memcpy(&st, out + (size_t)d * out_xfer, sizeof st);
-        if (st.code != PIM_DPU_STATUS_OK || st.batch_id != drv->batch_id) {
-            static const char *const what[] = { "no status (the kernel did not finish)", "a bad chunk header",
-                                                "a kernel built for other NR_TASKLETS/STACK_SIZE_DEFAULT",
-                                                "an invalid descriptor or table", "a segment larger than its WRAM" };
-            const uint32_t code = st.batch_id != drv->batch_id ? 0 : (st.code <= 4 ? st.code : 0);
-            drv->last_dpu = (int32_t)d;
-            set_err(err, err_len, "DPU %u kernel refused its chunk: %s (status 0x%x, sample %u of the batch, "
-                    "detail %u)", d, what[code], st.code, chunks[d].first + st.sample, st.detail);
-            rc = PIM_DPU_E_KERNEL;
-            goto done;
-        }
-        const uint8_t *o = out + (size_t)d * out_xfer + sizeof(pim_dpu_status_t);
-        for (uint32_t k = 0; k < chunks[d].count; k++) {
-            const uint32_t i = chunks[d].first + k;
-            const plan_t *p = &plans[i];
-            uint8_t *slot = dst + samples[i].dst_offset;
-            const uint32_t nrows = p->planes * samples[i].out_h;
-            if (p->pitch == p->row_bytes)
-                memcpy(slot, o, (size_t)nrows * p->row_bytes);
-            else
-                for (uint32_t r = 0; r < nrows; r++)
-                    memcpy(slot + (size_t)r * p->row_bytes, o + (size_t)r * p->pitch, p->row_bytes);
-            o += p->out_bytes;
-        }
-    }
+    *ticket = sl->batch_id;
 
 done:
     free(plans);
-    free(chunks);
     free(old_off);
     free(new_off);
-    free(headers);
-    free(in);
-    free(out);
     return rc;
+}
+
+/* Copies a settled batch's rows into its output batch, dropping the MRAM row padding. */
+static void scatter(const batch_slot_t *sl)
+{
+    for (uint32_t d = 0; d < sl->active; d++) {
+        const uint8_t *o = sl->out + (size_t)d * sl->out_xfer + sizeof(pim_dpu_status_t);
+        for (uint32_t k = 0; k < sl->chunks[d].count; k++) {
+            const gather_info_t *g = &sl->gathers[sl->chunks[d].first + k];
+            uint8_t *slot = sl->dst + g->dst_offset;
+            if (g->pitch == g->row_bytes)
+                memcpy(slot, o, (size_t)g->nrows * g->row_bytes);
+            else
+                for (uint32_t r = 0; r < g->nrows; r++)
+                    memcpy(slot + (size_t)r * g->row_bytes, o + (size_t)r * g->pitch, g->row_bytes);
+            o += g->out_bytes;
+        }
+    }
+}
+
+int pim_dpu_wait(pim_dpu_driver_t *drv, uint32_t ticket, char *err, uint32_t err_len)
+{
+    if (err && err_len)
+        err[0] = '\0';
+    if (drv == NULL) {
+        set_err(err, err_len, "the DPU driver is closed");
+        return PIM_DPU_E_ARG;
+    }
+    drv->last_dpu = -1;
+    if (ticket == 0)
+        return PIM_DPU_OK; /* an empty batch */
+    batch_slot_t *sl = find_slot(drv, ticket);
+    if (sl == NULL) {
+        set_err(err, err_len, "batch %u is not in flight (already waited for or cancelled)", ticket);
+        return PIM_DPU_E_ARG;
+    }
+    if (sl->state == SLOT_QUEUED)
+        drain(drv);
+    const int rc = sl->rc;
+    if (rc == PIM_DPU_OK)
+        scatter(sl);
+    else {
+        drv->last_dpu = sl->dpu;
+        set_err(err, err_len, "%s", sl->msg);
+    }
+    sl->state = SLOT_FREE;
+    return rc;
+}
+
+int pim_dpu_cancel(pim_dpu_driver_t *drv, uint32_t ticket)
+{
+    if (drv == NULL || ticket == 0)
+        return PIM_DPU_OK;
+    batch_slot_t *sl = find_slot(drv, ticket);
+    if (sl == NULL)
+        return PIM_DPU_E_ARG;
+    if (sl->state == SLOT_QUEUED)
+        drain(drv);
+    sl->state = SLOT_FREE;
+    return PIM_DPU_OK;
+}
+
+int pim_dpu_run(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t n, const uint8_t *const *srcs,
+                const uint64_t *src_bytes, const uint8_t *tables, uint64_t tables_bytes, const void *lut,
+                uint32_t lut_bytes, uint8_t *dst, uint64_t dst_bytes, uint32_t debug, int32_t debug_dpu, char *err,
+                uint32_t err_len)
+{
+    uint32_t ticket = 0;
+    int rc = pim_dpu_submit(drv, samples, n, srcs, src_bytes, tables, tables_bytes, lut, lut_bytes, dst, dst_bytes,
+                            debug, debug_dpu, &ticket, err, err_len);
+    if (rc != PIM_DPU_OK)
+        return rc;
+    return pim_dpu_wait(drv, ticket, err, err_len);
 }
 
 /* ---- optional emulator hooks (not libdpu) ------------------------------------------- */

@@ -9,13 +9,16 @@ built with dpu-upmem-dpurte-clang).
 
 `run` takes the arguments of `pimloader._kernels_api.resized_crop_batch` and reuses its
 `pack_batch` (descriptors + axis tables) and lookup tables, so both backends read the same
-plan and agree bit for bit. Errors come back as `DpuBackendError` (or a subclass) naming the
+plan and agree bit for bit. `submit` takes the same arguments, queues the batch on the DPUs
+(libdpu's asynchronous transfers and launch) and returns a `DpuBatch` whose `wait()` fills
+the output; `run` is `submit(...).wait()`. At most `max_pending` (2) batches are in flight. Errors come back as `DpuBackendError` (or a subclass) naming the
 libdpu call and the DPU. Speed under the emulator is not DPU speed.
 """
 from __future__ import annotations
 
 import importlib
 import os
+import threading
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -108,15 +111,23 @@ class DpuBackend:
         if rc != 0:
             raise DpuBackendError(f"DPU backend: {self.ffi.string(err).decode(errors='replace')}", rc)
         self._drv = out[0]
+        self._lock = threading.RLock()
         self.nr_dpus = int(self.lib.pim_dpu_nr_dpus(self._drv))
 
     # -- lifetime ------------------------------------------------------------------------
     def close(self) -> None:
-        drv, self._drv = getattr(self, "_drv", None), None
-        if drv is not None:
-            err = self.ffi.new("char[]", 512)
-            if self.lib.pim_dpu_close(drv, err, len(err)) != 0:
-                raise DpuBackendError(f"DPU backend: {self.ffi.string(err).decode(errors='replace')}")
+        """Frees the DPUs. Batches still in flight are run out and dropped (their `wait()`
+        then raises): libdpu can neither take back a queued job nor stop a launch."""
+        lock = getattr(self, "_lock", None)
+        if lock is None:
+            self._drv = None
+            return
+        with lock:
+            drv, self._drv = getattr(self, "_drv", None), None
+            if drv is not None:
+                err = self.ffi.new("char[]", 512)
+                if self.lib.pim_dpu_close(drv, err, len(err)) != 0:
+                    raise DpuBackendError(f"DPU backend: {self.ffi.string(err).decode(errors='replace')}")
 
     def __enter__(self) -> "DpuBackend":
         return self
@@ -141,6 +152,19 @@ class DpuBackend:
             windows=None, *, debug: int = 0, debug_dpu: int = -1):
         """As `pimloader._kernels_api.resized_crop_batch`, on the DPUs. Returns out.
         `debug`/`debug_dpu` are test hooks (PIM_DPU_DEBUG_HALT, PIM_DPU_DEBUG_CORRUPT)."""
+        return self.submit(sources, boxes, size, out, hflip, vflip, interpolation, layout, lut, windows,
+                           debug=debug, debug_dpu=debug_dpu).wait()
+
+    def submit(self, sources: Sequence, boxes, size: Sequence[int], out, hflip=None, vflip=None,
+               interpolation: str = "bilinear", layout: str = "NCHW", lut: Optional[np.ndarray] = None,
+               windows=None, *, debug: int = 0, debug_dpu: int = -1) -> "DpuBatch":
+        """Queues the batch on the DPUs and returns at once; `.wait()` on the result fills `out`.
+
+        The arguments are those of `run`. Everything but `out` is copied into the driver's host
+        staging before this returns (the sources may be released or reused at once); `out` is
+        kept by the returned handle and written only by its `wait()`. At most
+        `max_pending` batches may be in flight. Errors of the DPUs' work (a fault, a failed
+        transfer) are raised by `wait()`; errors of the arguments are raised here."""
         drv = self._driver()
         if isinstance(out, torch.Tensor):
             dtype = out.dtype
@@ -154,7 +178,7 @@ class DpuBackend:
                                       windows=windows)
         n = len(arrays)
         if n == 0:
-            return out
+            return DpuBatch(self, 0, out)
         c = arrays[0].shape[2]
         oh, ow = (int(v) for v in size)
         want = (n, c, oh, ow) if layout == "NCHW" else (n, oh, ow, c)
@@ -181,23 +205,57 @@ class DpuBackend:
         src_bytes = self.ffi.new("uint64_t[]", [(a.shape[0] - 1) * a.strides[0] + a.shape[1] * a.shape[2]
                                                 for a in arrays])
         err = self.ffi.new("char[]", 1024)
-        rc = self.lib.pim_dpu_run(drv, self.ffi.cast("pim_sample_t *", self.ffi.from_buffer(samples)), n, srcs,
-                                  src_bytes, self.ffi.cast("uint8_t *", self.ffi.from_buffer(tables)), tables.nbytes,
-                                  lut_ptr, lut_bytes, dst, dst_bytes, int(debug), int(debug_dpu), err, len(err))
-        if rc != 0:
-            message = f"DPU backend: {self.ffi.string(err).decode(errors='replace')}"
-            dpu = int(self.lib.pim_dpu_last_dpu(drv))
-            dpu = None if dpu < 0 else dpu
-            if rc == self.lib.PIM_DPU_E_FAULT:
-                raise DpuFaultError(message, rc, dpu)
-            if rc == self.lib.PIM_DPU_E_KERNEL:
-                raise DpuKernelError(message, rc, dpu)
-            if rc == self.lib.PIM_DPU_E_NOMEM:
-                raise MemoryError(message)
-            if rc == self.lib.PIM_DPU_E_ARG:
-                raise ValueError(message)
-            raise DpuBackendError(message, rc, dpu)
-        return out
+        ticket = self.ffi.new("uint32_t *")
+        with self._lock:
+            rc = self.lib.pim_dpu_submit(drv, self.ffi.cast("pim_sample_t *", self.ffi.from_buffer(samples)), n,
+                                         srcs, src_bytes, self.ffi.cast("uint8_t *", self.ffi.from_buffer(tables)),
+                                         tables.nbytes, lut_ptr, lut_bytes, dst, dst_bytes, int(debug),
+                                         int(debug_dpu), ticket, err, len(err))
+            if rc != 0:
+                self._raise(rc, err)
+        return DpuBatch(self, int(ticket[0]), out)
+
+    @property
+    def max_pending(self) -> int:
+        """Batches that may be in flight at once (double-buffered host staging)."""
+        return int(self.lib.PIM_DPU_MAX_PENDING)
+
+    def pending(self) -> int:
+        """Batches submitted and not yet waited for or cancelled."""
+        return int(self.lib.pim_dpu_pending(self._driver()))
+
+    def recoveries(self) -> dict:
+        """How often the driver reloaded the program (after a fault) and allocated the DPUs again
+        (after libdpu kept a failed asynchronous job's error on a rank)."""
+        reloads, reallocs = self.ffi.new("uint32_t *"), self.ffi.new("uint32_t *")
+        self.lib.pim_dpu_recoveries(self._driver(), reloads, reallocs)
+        return {"reloads": int(reloads[0]), "reallocs": int(reallocs[0])}
+
+    def _wait(self, ticket: int) -> None:
+        err = self.ffi.new("char[]", 1024)
+        with self._lock:
+            rc = self.lib.pim_dpu_wait(self._driver(), ticket, err, len(err))
+            if rc != 0:
+                self._raise(rc, err)
+
+    def _cancel(self, ticket: int) -> None:
+        with self._lock:
+            if self._drv is not None:
+                self.lib.pim_dpu_cancel(self._drv, ticket)
+
+    def _raise(self, rc: int, err) -> None:
+        message = f"DPU backend: {self.ffi.string(err).decode(errors='replace')}"
+        dpu = int(self.lib.pim_dpu_last_dpu(self._drv)) if self._drv is not None else -1
+        dpu = None if dpu < 0 else dpu
+        if rc == self.lib.PIM_DPU_E_FAULT:
+            raise DpuFaultError(message, rc, dpu)
+        if rc == self.lib.PIM_DPU_E_KERNEL:
+            raise DpuKernelError(message, rc, dpu)
+        if rc == self.lib.PIM_DPU_E_NOMEM:
+            raise MemoryError(message)
+        if rc == self.lib.PIM_DPU_E_ARG:
+            raise ValueError(message)
+        raise DpuBackendError(message, rc, dpu)
 
     def _out_pointer(self, out):
         if isinstance(out, torch.Tensor):
@@ -212,6 +270,7 @@ class DpuBackend:
 
     # -- what the last run did -----------------------------------------------------------
     def run_info(self) -> dict:
+        """What the last submitted batch was planned as (sizes of the transfers)."""
         info = self.ffi.new("pim_dpu_run_info_t *")
         self.lib.pim_dpu_run_info(self._driver(), info)
         return {k: int(getattr(info, k)) for k in ("active_dpus", "arena_bytes", "xfer_bytes", "out_xfer_bytes",
@@ -231,4 +290,55 @@ class DpuBackend:
             raise DpuBackendError("DMA counters are only available from the emulator build")
 
 
-__all__ = ["DpuBackend", "DpuBackendError", "DpuFaultError", "DpuKernelError", "DpuCounters"]
+class DpuBatch:
+    """A batch queued by `DpuBackend.submit`: `wait()` returns its output once the DPUs are done.
+
+    Holds the output batch until then. Dropping an unwaited handle cancels the batch (its
+    queued jobs run out; nothing is written to the output)."""
+
+    def __init__(self, backend: DpuBackend, ticket: int, out) -> None:
+        self.backend = backend
+        self.ticket = ticket
+        self.out = out
+        self._done = ticket == 0
+        self._error: Optional[BaseException] = None
+
+    @property
+    def done(self) -> bool:
+        """Whether wait() or cancel() has been called (not whether the DPUs have finished)."""
+        return self._done
+
+    def wait(self):
+        """Waits for the DPUs, checks them and copies the outputs into `out`; returns `out`.
+        Raises DpuFaultError / DpuKernelError / DpuBackendError naming the call and the DPU
+        when the batch failed (again on every later call)."""
+        if not self._done:
+            self._done = True
+            if self.backend._drv is None:
+                self._error = DpuBackendError(f"DPU backend was closed with batch {self.ticket} in flight: "
+                                              "the batch was dropped")
+            else:
+                try:
+                    self.backend._wait(self.ticket)
+                except BaseException as error:  # kept: a second wait() raises it again
+                    self._error = error
+        if self._error is not None:
+            raise self._error
+        return self.out
+
+    def cancel(self) -> None:
+        """Drops the batch: its queued jobs run out, `out` is not written."""
+        if not self._done:
+            self._done = True
+            self._error = DpuBackendError(f"batch {self.ticket} was cancelled")
+            self.backend._cancel(self.ticket)
+
+    def __del__(self) -> None:
+        try:
+            if not self._done and self.backend._drv is not None:
+                self.backend._cancel(self.ticket)
+        except Exception:
+            pass
+
+
+__all__ = ["DpuBackend", "DpuBatch", "DpuBackendError", "DpuFaultError", "DpuKernelError", "DpuCounters"]

@@ -53,15 +53,25 @@ class KernelBuildError(RuntimeError):
     """The host compiler rejected a DPU kernel (its output is in the message)."""
 
 
+ASYNC_JOBS = 1 << 31          # DPU_ERR_ASYNC_JOBS: a queued job of the rank failed earlier
+ASYNC_JOB_TYPE_SHIFT = 16     # DPU_ERROR_ASYNC_JOB_TYPE_SHIFT
+
+
 class DpuError(RuntimeError):
-    """A libdpu call on emulated DPUs returned an error."""
+    """A libdpu call on emulated DPUs returned an error.
+
+    `code` is the dpu_error_t as returned; `error` its plain error (the low 16 bits: a failed
+    asynchronous job comes back as DPU_ERR_ASYNC_JOBS | job type << 16 | error, as libdpu
+    does); `asynchronous` says whether it was such a job's sticky error."""
 
     def __init__(self, call: str, code: int, detail: str = "") -> None:
         self.call = call
-        self.code = code
+        self.code = int(code) & 0xFFFFFFFF
+        self.asynchronous = bool(self.code & ASYNC_JOBS)
+        self.error = self.code & ((1 << ASYNC_JOB_TYPE_SHIFT) - 1)
         self.detail = detail
-        text = ffi.string(lib.dpu_error_to_string(code)).decode()
-        super().__init__(f"{call}: {text} (dpu_error_t {code})" + (f": {detail}" if detail else ""))
+        text = ffi.string(lib.dpu_error_to_string(self.code)).decode()
+        super().__init__(f"{call}: {text} (dpu_error_t 0x{self.code:x})" + (f": {detail}" if detail else ""))
 
 
 class DpuFaultError(DpuError):
@@ -150,7 +160,8 @@ def _check(call: str, code: int, dpu_set=None) -> None:
         buf = ffi.new("char[]", 1024)
         if lib.dpuemu_fault_message(dpu_set, buf, len(buf)) == lib.DPU_OK:
             detail = ffi.string(buf).decode(errors="replace")
-    cls = DpuFaultError if code == lib.DPU_ERR_DPU_FAULT else DpuError
+    plain = int(code) & ((1 << ASYNC_JOB_TYPE_SHIFT) - 1)
+    cls = DpuFaultError if plain == lib.DPU_ERR_DPU_FAULT else DpuError
     raise cls(call, code, detail)
 
 
@@ -207,8 +218,39 @@ class DpuSet:
         policy = lib.DPU_SYNCHRONOUS if synchronous else lib.DPU_ASYNCHRONOUS
         _check("dpu_launch", lib.dpu_launch(self.set, policy), self.set)
 
-    def sync(self) -> None:
-        _check("dpu_sync", lib.dpu_sync(self.set), self.set)
+    def sync(self, rank: Optional[int] = None) -> None:
+        """dpu_sync on the set, or on one of its ranks (`rank`)."""
+        target = self.set if rank is None else self.rank(rank)
+        try:
+            _check("dpu_sync", lib.dpu_sync(target), target)
+        finally:
+            if rank is None:
+                self._buffers.clear()
+
+    def rank(self, index: int):
+        """The index-th rank of the set, as a one-rank set."""
+        if not 0 <= index < self.nr_ranks:
+            raise IndexError(f"no rank {index}")
+        out = ffi.new("struct dpu_set_t *")
+        out.kind = lib.DPU_SET_RANKS
+        out.list.nr_ranks = 1
+        out.list.ranks = self.set.list.ranks + index
+        return out[0]
+
+    # -- emulator-only views of the queues (no libdpu equivalent) ------------------------
+    def wait_idle(self) -> None:
+        """Waits until every rank's queue ran out, without consuming an error as sync would."""
+        _check("dpuemu_wait_idle", lib.dpuemu_wait_idle(self.set))
+
+    def nr_running(self, target=None) -> int:
+        n = ffi.new("uint32_t *")
+        _check("dpuemu_nr_running", lib.dpuemu_nr_running(self.set if target is None else target, n))
+        return int(n[0])
+
+    def queued_jobs(self, target=None) -> int:
+        n = ffi.new("uint32_t *")
+        _check("dpuemu_queued_jobs", lib.dpuemu_queued_jobs(self.set if target is None else target, n))
+        return int(n[0])
 
     def status(self) -> tuple:
         done, fault = ffi.new("bool *"), ffi.new("bool *")
@@ -253,8 +295,12 @@ class DpuSet:
         _check(f"dpu_broadcast_to({symbol})", lib.dpu_broadcast_to(
             self.set, symbol.encode(), offset, ffi.from_buffer(buf), buf.nbytes, lib.DPU_XFER_DEFAULT))
 
-    def push(self, symbol: str, per_dpu: Sequence, offset: int = 0, to_dpu: bool = True) -> None:
-        """dpu_prepare_xfer per DPU + one dpu_push_xfer; all buffers have the same length."""
+    def push(self, symbol: str, per_dpu: Sequence, offset: int = 0, to_dpu: bool = True,
+             asynchronous: bool = False) -> None:
+        """dpu_prepare_xfer per DPU + one dpu_push_xfer; all buffers have the same length.
+
+        `asynchronous`: DPU_XFER_ASYNC, queued behind the ranks' earlier jobs; the buffers
+        must stay alive (and, to the DPU, unchanged) until `sync()` returns."""
         buffers = [np.ascontiguousarray(b) for b in per_dpu]
         if len(buffers) != self.nr_dpus or len({b.nbytes for b in buffers}) != 1:
             raise ValueError("push needs one buffer per DPU, all of the same length")
@@ -263,8 +309,11 @@ class DpuSet:
                 raise ValueError("push from DPUs needs writable buffers")
             _check("dpu_prepare_xfer", lib.dpu_prepare_xfer(self.dpu(i), ffi.from_buffer(b)))
         xfer = lib.DPU_XFER_TO_DPU if to_dpu else lib.DPU_XFER_FROM_DPU
+        flags = lib.DPU_XFER_ASYNC if asynchronous else lib.DPU_XFER_DEFAULT
+        if asynchronous:
+            self._buffers.extend(buffers)
         _check(f"dpu_push_xfer({symbol})", lib.dpu_push_xfer(self.set, xfer, symbol.encode(), offset,
-                                                             buffers[0].nbytes, lib.DPU_XFER_DEFAULT))
+                                                             buffers[0].nbytes, flags), self.set)
 
     def gather(self, symbol: str, nbytes: int, offset: int = 0) -> np.ndarray:
         """One dpu_push_xfer(FROM_DPU) into a (nr_dpus, nbytes) array."""

@@ -3,6 +3,7 @@ tests/emulator_kernels run as UPMEM DPU C, checked against numpy; every hardware
 emulator enforces faults the DPU with the rule named; counters match the DMA done."""
 import os
 import re
+import time
 
 import numpy as np
 import pytest
@@ -171,9 +172,10 @@ def test_bad_kernel_faults_with_rule_named(rule):
             assert f"DPU {i} (rank 0" in dpus.fault_message(i)
             assert name in dpus.log(i)
             assert list(dpus.copy_from("reached", 4, index=i).view(np.uint32)) == [0]
-        with pytest.raises(E.DpuFaultError):
-            dpus.sync()
-        # an asynchronous launch reports the fault through dpu_status / dpu_sync
+        # the synchronous launch reported its fault: as libdpu (dpu_thread_job_do_jobs) it
+        # cleared the rank's job error, so a later dpu_sync has nothing to report
+        dpus.sync()
+        # an asynchronous launch reports the fault through dpu_sync (and dpu_status)
         dpus.launch(synchronous=False)
         with pytest.raises(E.DpuFaultError, match=re.escape(name)):
             dpus.sync()
@@ -269,3 +271,139 @@ def test_async_launch_then_status_and_sync():
         # a transfer after an asynchronous launch waits for it, as the SDK's rank queue does
         for i in range(8):
             assert dpus.copy_from("histogram", 1024, index=i).view(np.uint32)[i] == nbytes
+
+
+# -- libdpu's asynchronous operations: per-rank job queues ----------------------------------
+# As src/backends/api/src/api/dpu_thread_job.c of the SDK: every operation on a rank is a
+# job run in order by the rank's thread; a launch job ends when the rank's DPUs have stopped;
+# ranks run their queues independently; a failed job's error sticks to the rank.
+
+LONG = 6_000_000   # spins of ordered.c: ~0.2 s of emulated work, long next to queuing a job
+
+
+def ordered(dpus, spins, stamps, fault=0):
+    dpus.load(kernel("ordered.c", nr_tasklets=2))
+    for i, (n, stamp) in enumerate(zip(spins, stamps)):
+        dpus.copy_to("spins", np.array([n], np.uint32), index=i)
+        dpus.copy_to("stamp", np.array([stamp], np.uint64), index=i)
+    dpus.broadcast("fault", np.array([fault], np.uint32))
+
+
+def test_transfers_queued_behind_an_async_launch_run_after_it():
+    with E.DpuSet(2) as dpus:                     # one rank of 2 DPUs
+        ordered(dpus, [LONG, 0], [0xAAAA, 0xCCCC])
+        dpus.reset_counters()
+        before = [np.zeros(8, np.uint8) for _ in range(2)]
+        host = [np.frombuffer(np.array([0xBBBB], np.uint64).tobytes(), np.uint8).copy() for _ in range(2)]
+        after = [np.zeros(8, np.uint8) for _ in range(2)]
+        dpus.launch(synchronous=False)            # returns at once: the DPUs run in the background
+        dpus.push(HEAP, before, to_dpu=False, asynchronous=True)   # the kernel's stamps
+        dpus.push(HEAP, host, asynchronous=True)                   # then the host's word over them
+        dpus.push(HEAP, after, to_dpu=False, asynchronous=True)
+        assert dpus.queued_jobs() >= 3            # still queued: the launch has not ended
+        dpus.sync()
+        assert [b.view(np.uint64)[0] for b in before] == [0xAAAA, 0xCCCC]
+        assert [b.view(np.uint64)[0] for b in after] == [0xBBBB, 0xBBBB]
+        c = dpus.counters()                       # host-transfer counters count queued transfers
+        assert (c.host_to_dpu_bytes, c.dpu_to_host_bytes, c.launches) == (16, 32, 2)
+        assert c.mram_read_calls == LONG and c.mram_write_calls == 2
+
+
+def test_a_dpu_of_a_running_rank_waits_for_the_rank():
+    # the host cannot reach the MRAM of a rank while any of its DPUs runs (libdpu's
+    # dpu_copy_to_mrams: DPU_ERR_MRAM_BUSY); through the queue, DPU 1's copy waits for DPU 0
+    with E.DpuSet(2) as dpus:
+        ordered(dpus, [LONG, 0], [1, 2])
+        dpus.launch(synchronous=False)
+        assert dpus.copy_from(HEAP, 8, index=1).view(np.uint64)[0] == 2
+        assert dpus.nr_running() == 0             # DPU 0 had stopped before the copy ran
+        assert dpus.copy_from(HEAP, 8, index=0).view(np.uint64)[0] == 1
+
+
+def test_ranks_run_their_queues_independently():
+    with E.DpuSet(2, "nrDpusPerRank=1") as dpus:  # two ranks of one DPU
+        assert dpus.nr_ranks == 2
+        ordered(dpus, [4 * LONG, 0], [1, 2])
+        dpus.launch(synchronous=False)
+        dpus.sync(rank=1)                          # rank 1 is done ...
+        assert dpus.queued_jobs(dpus.rank(0)) >= 1  # ... while rank 0 still runs its launch
+        assert dpus.copy_from(HEAP, 8, index=1).view(np.uint64)[0] == 2   # rank 1 serves the host
+        assert dpus.queued_jobs(dpus.rank(0)) >= 1
+        dpus.sync()
+        assert dpus.copy_from(HEAP, 8, index=0).view(np.uint64)[0] == 1
+
+
+def test_a_rank_holds_nr_jobs_per_rank_jobs():
+    with E.DpuSet(1, "nrJobsPerRank=3") as dpus:
+        ordered(dpus, [LONG], [1])
+        dpus.launch(synchronous=False)
+        words = [np.zeros(8, np.uint8) for _ in range(3)]
+        dpus.push(HEAP, words[:1], to_dpu=False, asynchronous=True)
+        dpus.push(HEAP, words[1:2], to_dpu=False, asynchronous=True)
+        assert dpus.queued_jobs() == 3
+        dpus.push(HEAP, words[2:], to_dpu=False, asynchronous=True)   # waits for a free slot
+        assert dpus.nr_running() == 0             # the launch had to end first
+        dpus.sync()
+        assert [w.view(np.uint64)[0] for w in words] == [1, 1, 1]
+
+
+def test_a_failed_async_job_sticks_to_its_rank_and_drops_the_jobs_behind_it():
+    with E.DpuSet(1) as dpus:
+        ordered(dpus, [LONG], [5], fault=1)
+        word = np.zeros(8, np.uint8)
+        dpus.launch(synchronous=False)
+        dpus.push(HEAP, [word], to_dpu=False, asynchronous=True)     # dropped: behind the fault
+        dpus.wait_idle()                          # the launch failed before anyone synced
+        for _ in range(2):                        # libdpu keeps the rank's error: every call gets it
+            with pytest.raises(E.DpuFaultError, match=r"asynchronous operation error \(launch_rank\)") as info:
+                dpus.sync()
+            assert info.value.asynchronous and info.value.error == E.lib.DPU_ERR_DPU_FAULT
+            assert "rule 'halt'" in info.value.detail
+        with pytest.raises(E.DpuFaultError, match="launch_rank"):
+            dpus.launch()
+        assert word.view(np.uint64)[0] == 0       # the queued gather never ran
+        assert dpus.status() == (True, True)
+
+
+def test_a_sync_waiting_when_the_job_fails_gets_the_plain_error_and_clears_it():
+    with E.DpuSet(1) as dpus:
+        ordered(dpus, [LONG], [5], fault=1)
+        dpus.launch(synchronous=False)
+        with pytest.raises(E.DpuFaultError, match="rule 'halt'") as info:
+            dpus.sync()                           # queued while the DPU still ran
+        assert not info.value.asynchronous and info.value.code == E.lib.DPU_ERR_DPU_FAULT
+        dpus.sync()                               # cleared, as libdpu's dpu_thread_job_do_jobs does
+        dpus.broadcast("fault", np.array([0], np.uint32))
+        dpus.broadcast("spins", np.array([0], np.uint32))
+        dpus.launch()
+        assert dpus.copy_from(HEAP, 8).view(np.uint64)[0] == 5
+
+
+def test_a_forked_child_can_drop_its_parents_dpus_without_hanging():
+    # the rank threads stay in the parent: in the child, calls that need them fail, and
+    # dpu_free only frees memory (a condition variable a parent thread waited on would block)
+    with E.DpuSet(2) as dpus:
+        ordered(dpus, [0, 0], [1, 2])
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                try:
+                    dpus.launch()
+                except E.DpuError as error:
+                    code = 0 if error.error == E.lib.DPU_ERR_SYSTEM else 2
+                dpus.close()
+            finally:
+                os._exit(code)
+        for _ in range(200):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the child hung in dpu_free")
+        assert os.waitstatus_to_exitcode(status) == 0
+        dpus.launch()                               # the parent's DPUs are untouched
+        assert dpus.copy_from(HEAP, 8, index=1).view(np.uint64)[0] == 2

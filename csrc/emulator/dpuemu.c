@@ -42,6 +42,7 @@
 #define LOG_CAP (1u << 20)
 #define DEFAULT_NR_DPUS 64u
 #define DEFAULT_DPUS_PER_RANK 64u
+#define DEFAULT_JOBS_PER_RANK 16u /* libdpu: NR_JOBS_PER_RANK_DEFAULT (dpu_management.c) */
 
 /* ------------------------------------------------------------------------------------------ */
 /* Data structures                                                                            */
@@ -76,7 +77,7 @@ struct dpu_t {
 
     pthread_mutex_t mtx; /* run state, barriers, mutexes, heap, log */
     pthread_cond_t cond;
-    bool running;  /* guarded by g_lock */
+    bool running;  /* atomic: set by the launch job, cleared when the DPU stops */
     bool faulted;  /* written under mtx, read atomically */
     char fault_msg[640];
     struct tasklet *tasklets; /* of the current run */
@@ -97,11 +98,26 @@ struct dpu_t {
     struct dpuemu_counters ctr;
 };
 
+struct emu_job;
+
+/* A rank and its job FIFO (libdpu: rank->api.jobs, run by the rank's thread in
+ * dpu_thread_job.c).  Every operation on a rank is a job; a rank runs its jobs one after
+ * the other, ranks run theirs independently. */
 struct dpu_rank_t {
     uint32_t id;
     uint32_t nr_dpus;
     struct dpu_t *dpus;
     struct emu_alloc *alloc;
+
+    pthread_mutex_t qm; /* guards everything below */
+    pthread_cond_t qc;  /* a job was added or finished, a slot freed */
+    struct emu_job *head, *tail;
+    uint32_t nr_jobs;   /* reserved + queued + running (libdpu: nrJobsPerRank slots) */
+    dpu_error_t job_error; /* sticky error of a failed job (libdpu: rank->api.job_error) */
+    bool stop;
+    bool has_worker;
+    pthread_t worker;
+    uint32_t nr_running; /* DPUs of the rank running now (atomic) */
 };
 
 struct emu_alloc {
@@ -109,6 +125,11 @@ struct emu_alloc {
     struct dpu_rank_t **rank_list; /* what the set's list.ranks points to */
     struct dpu_rank_t *ranks;
     uint32_t parallel_dpus;
+    uint32_t max_jobs;           /* job slots per rank (profile nrJobsPerRank, libdpu default 16) */
+    pthread_mutex_t run_m;       /* at most parallel_dpus DPUs run at once, over all ranks */
+    pthread_cond_t run_c;
+    uint32_t run_free;
+    pid_t pid; /* the process whose threads run the queues (a forked child has none of them) */
 };
 
 enum { WAIT_NONE, WAIT_BARRIER, WAIT_MUTEX };
@@ -126,26 +147,15 @@ struct tasklet {
     void *alt_stack;
 };
 
-struct launch_job {
-    struct launch_job *next;
-    struct dpu_t **dpus;
-    uint32_t nr_dpus;
-    uint32_t next_idx; /* atomic */
-    uint32_t finished; /* guarded by g_lock */
-    uint32_t nr_workers;
-    pthread_t *workers;
-};
-
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* running flags, jobs */
-static pthread_cond_t g_done = PTHREAD_COND_INITIALIZER;
-static struct launch_job *g_jobs;
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER; /* load counter */
 static uint64_t g_load_counter;
 static __thread struct tasklet *tl_self;
+static __thread struct dpu_rank_t *tl_worker_rank; /* the rank whose job this thread runs */
 
 /* ------------------------------------------------------------------------------------------ */
 /* Errors                                                                                     */
 
-const char *dpu_error_to_string(dpu_error_t status)
+static const char *error_text_of(dpu_error_t status)
 {
     switch (status) {
         case DPU_OK: return "success";
@@ -184,10 +194,52 @@ const char *dpu_error_to_string(dpu_error_t status)
         case DPU_ERR_NO_THREAD_PER_RANK: return "no thread per rank";
         case DPU_ERR_INVALID_BUFFER_SIZE: return "invalid buffer size";
         case DPU_ERR_NONBLOCKING_SYNC_CALLBACK: return "non-blocking synchronous callback";
-        default:
-            if (status & DPU_ERR_ASYNC_JOBS) return "asynchronous job error";
-            return "unknown error";
+        default: return "unknown error";
     }
+}
+
+/* libdpu's job types (dpu_rank.h: enum dpu_thread_job_type), in its order: a failed
+ * asynchronous job leaves DPU_ERR_ASYNC_JOBS | type << DPU_ERROR_ASYNC_JOB_TYPE_SHIFT | error. */
+enum job_type {
+    JOB_LAUNCH_RANK,
+    JOB_LAUNCH_DPU,
+    JOB_SYNC,
+    JOB_COPY_WRAM_TO_MATRIX,
+    JOB_COPY_IRAM_TO_MATRIX,
+    JOB_COPY_MRAM_TO_MATRIX,
+    JOB_COPY_WRAM_FROM_MATRIX,
+    JOB_COPY_IRAM_FROM_MATRIX,
+    JOB_COPY_MRAM_FROM_MATRIX,
+    JOB_COPY_WRAM_TO_RANK,
+    JOB_COPY_IRAM_TO_RANK,
+    JOB_COPY_MRAM_TO_RANK,
+    JOB_CALLBACK,
+    JOB_LOAD,
+};
+
+static const char *job_type_name(uint32_t type)
+{
+    static const char *const names[] = { "launch_rank", "launch_dpu", "synchronization", "copy_wram_to_matrix",
+        "copy_iram_to_matrix", "copy_mram_to_matrix", "copy_wram_from_matrix", "copy_iram_from_matrix",
+        "copy_mram_from_matrix", "copy_wram_to_rank", "copy_iram_to_rank", "copy_mram_to_rank", "callback", "load" };
+    return type < sizeof names / sizeof names[0] ? names[type] : "unknown";
+}
+
+/* As the SDK's (dpu_error.c), which formats an asynchronous job's error as
+ * "asynchronous operation error (<job>): <error> (0x<bits>)"; the SDK returns a string the
+ * caller frees, the emulator a constant or a thread-local buffer. */
+const char *dpu_error_to_string(dpu_error_t status)
+{
+    if ((uint32_t)status & (uint32_t)DPU_ERR_ASYNC_JOBS) {
+        static __thread char text[160];
+        uint32_t bits = (uint32_t)status & ~(uint32_t)DPU_ERR_ASYNC_JOBS;
+        uint32_t type = bits >> DPU_ERROR_ASYNC_JOB_TYPE_SHIFT;
+        dpu_error_t error = (dpu_error_t)(bits & ((1u << DPU_ERROR_ASYNC_JOB_TYPE_SHIFT) - 1));
+        snprintf(text, sizeof text, "asynchronous operation error (%s): %s (0x%x)", job_type_name(type),
+            error_text_of(error), bits);
+        return text;
+    }
+    return error_text_of(status);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -721,7 +773,7 @@ dpu_error_t dpuemu_get_dpu(struct dpu_set_t set, uint32_t index, struct dpu_set_
 /* Allocation                                                                                 */
 
 struct profile {
-    uint32_t nr_dpus, dpus_per_rank, parallel;
+    uint32_t nr_dpus, dpus_per_rank, parallel, jobs_per_rank;
 };
 
 static bool parse_u32(const char *s, size_t n, uint32_t *out)
@@ -738,13 +790,15 @@ static bool parse_u32(const char *s, size_t n, uint32_t *out)
 
 /* "key=value,key=value".  Keys: backend (only "emulator"), nrDpus (DPUs of the emulated
  * machine, default 64), nrDpusPerRank (default 64), emuParallelDpus (DPUs run at once,
- * default: the number of CPUs).  Other keys (profiles written for the SDK) are ignored. */
+ * default: the number of CPUs), nrJobsPerRank (job slots of a rank's queue, as the SDK's
+ * property, default 16).  Other keys (profiles written for the SDK) are ignored. */
 static dpu_error_t parse_profile(const char *profile, struct profile *p)
 {
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     p->nr_dpus = DEFAULT_NR_DPUS;
     p->dpus_per_rank = DEFAULT_DPUS_PER_RANK;
     p->parallel = cpus > 0 ? (uint32_t)cpus : 1;
+    p->jobs_per_rank = DEFAULT_JOBS_PER_RANK;
     if (profile == NULL) return DPU_OK;
     const char *s = profile;
     while (*s) {
@@ -769,12 +823,18 @@ static dpu_error_t parse_profile(const char *profile, struct profile *p)
         } else if (KEY("emuParallelDpus")) {
             if (!parse_u32(v, vlen, &num) || num == 0) return DPU_ERR_INVALID_PROFILE;
             p->parallel = num;
+        } else if (KEY("nrJobsPerRank")) {
+            if (!parse_u32(v, vlen, &num) || num < 2) return DPU_ERR_INVALID_PROFILE; /* a sync call needs 2 */
+            p->jobs_per_rank = num;
         }
 #undef KEY
         s = end;
     }
     return DPU_OK;
 }
+
+static void *rank_worker(void *arg);
+static void stop_rank_workers(struct emu_alloc *a);
 
 static dpu_error_t alloc_dpus(uint32_t nr_dpus, const struct profile *p, struct dpu_set_t *set)
 {
@@ -783,6 +843,11 @@ static dpu_error_t alloc_dpus(uint32_t nr_dpus, const struct profile *p, struct 
     if (a == NULL) return DPU_ERR_SYSTEM;
     a->nr_ranks = nr_ranks;
     a->parallel_dpus = p->parallel;
+    a->max_jobs = p->jobs_per_rank;
+    a->run_free = p->parallel;
+    a->pid = getpid();
+    pthread_mutex_init(&a->run_m, NULL);
+    pthread_cond_init(&a->run_c, NULL);
     a->rank_list = calloc(nr_ranks, sizeof *a->rank_list);
     a->ranks = calloc(nr_ranks, sizeof *a->ranks);
     if (a->rank_list == NULL || a->ranks == NULL) goto fail;
@@ -792,6 +857,8 @@ static dpu_error_t alloc_dpus(uint32_t nr_dpus, const struct profile *p, struct 
         a->rank_list[r] = rank;
         rank->id = r;
         rank->alloc = a;
+        pthread_mutex_init(&rank->qm, NULL);
+        pthread_cond_init(&rank->qc, NULL);
         rank->nr_dpus = left < p->dpus_per_rank ? left : p->dpus_per_rank;
         left -= rank->nr_dpus;
         rank->dpus = calloc(rank->nr_dpus, sizeof *rank->dpus);
@@ -807,13 +874,33 @@ static dpu_error_t alloc_dpus(uint32_t nr_dpus, const struct profile *p, struct 
             pthread_cond_init(&d->cond, NULL);
         }
     }
+    /* one thread per rank runs the rank's jobs (libdpu: nrThreadsPerRank, default 1) */
+    for (uint32_t r = 0; r < nr_ranks; ++r) {
+        if (pthread_create(&a->ranks[r].worker, NULL, rank_worker, &a->ranks[r]) != 0) goto fail;
+        a->ranks[r].has_worker = true;
+    }
     set->kind = DPU_SET_RANKS;
     set->list.nr_ranks = nr_ranks;
     set->list.ranks = a->rank_list;
     return DPU_OK;
 fail:
-    if (a->ranks != NULL)
-        for (uint32_t r = 0; r < nr_ranks; ++r) free(a->ranks[r].dpus);
+    if (a->ranks != NULL) {
+        stop_rank_workers(a);
+        for (uint32_t r = 0; r < nr_ranks; ++r) {
+            if (a->ranks[r].dpus != NULL)
+                for (uint32_t i = 0; i < a->ranks[r].nr_dpus; ++i) {
+                    pthread_mutex_destroy(&a->ranks[r].dpus[i].mtx);
+                    pthread_cond_destroy(&a->ranks[r].dpus[i].cond);
+                }
+            free(a->ranks[r].dpus);
+            if (a->rank_list != NULL && a->rank_list[r] != NULL) {
+                pthread_mutex_destroy(&a->ranks[r].qm);
+                pthread_cond_destroy(&a->ranks[r].qc);
+            }
+        }
+    }
+    pthread_mutex_destroy(&a->run_m);
+    pthread_cond_destroy(&a->run_c);
     free(a->ranks);
     free(a->rank_list);
     free(a);
@@ -858,34 +945,318 @@ dpu_error_t dpu_get_nr_dpus(struct dpu_set_t set, uint32_t *nr_dpus)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Running state                                                                              */
+/* Rank job queues                                                                            */
+/*
+ * As libdpu (src/backends/api/src/api/dpu_thread_job.c): every operation on a rank -- a
+ * launch, a transfer, a load, a callback, a synchronisation -- is a job appended to the
+ * rank's FIFO, run in order by the rank's own thread.  A launch job boots the DPUs and
+ * waits until they have all stopped (dpu_sync_rank), so a transfer queued behind an
+ * asynchronous launch runs only once the launch is over; ranks run their queues
+ * independently.  A synchronous call appends its job(s) plus a SYNC job per rank and waits
+ * for the SYNC jobs.  A job that fails leaves the rank's sticky `job_error`
+ * (DPU_ERR_ASYNC_JOBS | type << 16 | error), drops every job queued behind it (SYNC jobs
+ * are released with the error), and makes every later call on the rank return that error
+ * at once -- except that a synchronous call whose own SYNC job received the error clears
+ * it (dpu_thread_job_do_jobs).  A rank has nrJobsPerRank job slots; a call waits for free
+ * slots.
+ */
 
-/* Joins the worker threads of every finished launch.  g_lock held. */
-static void reap_jobs_locked(void)
+struct emu_sync {
+    pthread_mutex_t m;
+    pthread_cond_t c;
+    uint32_t left; /* ranks whose SYNC job has not run yet */
+    dpu_error_t status;
+};
+
+struct elf_info;
+
+struct emu_load {
+    const uint8_t *buf;
+    size_t size;
+    const struct elf_info *info;
+    uint64_t load_id;
+    const char *path;
+};
+
+struct emu_single_call { /* one callback for a whole multi-rank set (DPU_CALLBACK_SINGLE_CALL) */
+    pthread_mutex_t m;
+    pthread_cond_t c;
+    uint32_t arrived, refs, nr_ranks;
+    bool done;
+    dpu_error_t (*fn)(struct dpu_set_t, uint32_t, void *);
+    void *args;
+    struct dpu_set_t set;
+    dpu_error_t status;
+};
+
+struct emu_job {
+    struct emu_job *next;
+    uint32_t type;
+    struct dpu_t *dpu;      /* LAUNCH_DPU, or the one DPU of a transfer to a DPU set */
+    struct emu_sync *sync;  /* SYNC */
+    /* transfers */
+    void **buffers;         /* per DPU of the rank (the prepared buffers when the job was queued) */
+    const void *common;     /* broadcast */
+    void *one;              /* the buffer of a one-DPU transfer */
+    struct dpu_symbol_t symbol;
+    uint32_t offset;
+    size_t length;
+    bool to_dpu;
+    /* load */
+    struct emu_load *load;
+    /* callback */
+    dpu_error_t (*fn)(struct dpu_set_t, uint32_t, void *);
+    void *args;
+    struct dpu_set_t cb_set;
+    uint32_t cb_idx;
+    struct emu_single_call *single;
+};
+
+static void sync_init(struct emu_sync *s, uint32_t nr_ranks)
 {
-    struct launch_job **pp = &g_jobs;
-    while (*pp) {
-        struct launch_job *j = *pp;
-        if (j->finished == j->nr_dpus) {
-            *pp = j->next;
-            for (uint32_t w = 0; w < j->nr_workers; ++w) pthread_join(j->workers[w], NULL);
-            free(j->workers);
-            free(j->dpus);
-            free(j);
-        } else {
-            pp = &j->next;
-        }
+    pthread_mutex_init(&s->m, NULL);
+    pthread_cond_init(&s->c, NULL);
+    s->left = nr_ranks;
+    s->status = DPU_OK;
+}
+
+static void sync_release(struct emu_sync *s, dpu_error_t status)
+{
+    pthread_mutex_lock(&s->m);
+    if (s->status == DPU_OK) s->status = status;
+    if (--s->left == 0) pthread_cond_broadcast(&s->c);
+    pthread_mutex_unlock(&s->m); /* the waiter may free s from here on */
+}
+
+static dpu_error_t sync_wait(struct emu_sync *s)
+{
+    pthread_mutex_lock(&s->m);
+    while (s->left != 0) pthread_cond_wait(&s->c, &s->m);
+    dpu_error_t status = s->status;
+    pthread_mutex_unlock(&s->m);
+    pthread_mutex_destroy(&s->m);
+    pthread_cond_destroy(&s->c);
+    return status;
+}
+
+static void single_call_unref(struct emu_single_call *sc)
+{
+    pthread_mutex_lock(&sc->m);
+    bool last = --sc->refs == 0;
+    pthread_mutex_unlock(&sc->m);
+    if (last) {
+        pthread_mutex_destroy(&sc->m);
+        pthread_cond_destroy(&sc->c);
+        free(sc);
     }
 }
 
-/* Waits until no DPU of v runs (later operations queue behind a launch, as on a rank). */
-static void wait_idle(struct dpu_t **v, uint32_t n)
+/* A participant of a single call that will never run (its rank's queue was dropped):
+ * count it as arrived, so that the other ranks do not wait for it forever. */
+static void single_call_abandon(struct emu_single_call *sc, dpu_error_t status)
 {
-    pthread_mutex_lock(&g_lock);
-    for (uint32_t i = 0; i < n; ++i)
-        while (v[i]->running) pthread_cond_wait(&g_done, &g_lock);
-    reap_jobs_locked();
-    pthread_mutex_unlock(&g_lock);
+    pthread_mutex_lock(&sc->m);
+    if (++sc->arrived == sc->nr_ranks && !sc->done) {
+        sc->done = true;
+        sc->status = status;
+        pthread_cond_broadcast(&sc->c);
+    }
+    pthread_mutex_unlock(&sc->m);
+    single_call_unref(sc);
+}
+
+static void free_job(struct emu_job *j)
+{
+    free(j->buffers);
+    free(j);
+}
+
+static dpu_error_t run_job(struct dpu_rank_t *r, struct emu_job *j);
+
+static void *rank_worker(void *arg)
+{
+    struct dpu_rank_t *r = arg;
+    tl_worker_rank = r;
+    pthread_mutex_lock(&r->qm);
+    for (;;) {
+        while (r->head == NULL && !r->stop) pthread_cond_wait(&r->qc, &r->qm);
+        if (r->head == NULL) break; /* stopped, nothing left */
+        struct emu_job *j = r->head;
+        pthread_mutex_unlock(&r->qm);
+        dpu_error_t status = run_job(r, j);
+        pthread_mutex_lock(&r->qm);
+        r->head = j->next;
+        if (r->head == NULL) r->tail = NULL;
+        r->nr_jobs--;
+        if (status != DPU_OK) {
+            r->job_error = (dpu_error_t)((uint32_t)DPU_ERR_ASYNC_JOBS | (j->type << DPU_ERROR_ASYNC_JOB_TYPE_SHIFT) |
+                ((uint32_t)status & ((1u << DPU_ERROR_ASYNC_JOB_TYPE_SHIFT) - 1)));
+            while (r->head != NULL) { /* dpu_thread_update_status: drop the rest of the queue */
+                struct emu_job *k = r->head;
+                r->head = k->next;
+                r->nr_jobs--;
+                if (k->type == JOB_SYNC) sync_release(k->sync, r->job_error);
+                else if (k->single != NULL) single_call_abandon(k->single, r->job_error);
+                free_job(k);
+            }
+            r->tail = NULL;
+        }
+        free_job(j);
+        pthread_cond_broadcast(&r->qc);
+    }
+    pthread_mutex_unlock(&r->qm);
+    tl_worker_rank = NULL;
+    return NULL;
+}
+
+static void stop_rank_workers(struct emu_alloc *a)
+{
+    const bool forked = getpid() != a->pid; /* the rank threads stayed in the parent */
+    for (uint32_t r = 0; r < a->nr_ranks; ++r) {
+        struct dpu_rank_t *rank = &a->ranks[r];
+        if (!rank->has_worker) continue;
+        if (forked) {
+            rank->has_worker = false;
+            continue;
+        }
+        pthread_mutex_lock(&rank->qm);
+        rank->stop = true;
+        pthread_cond_broadcast(&rank->qc);
+        pthread_mutex_unlock(&rank->qm);
+        pthread_join(rank->worker, NULL);
+        rank->has_worker = false;
+    }
+}
+
+/* The ranks a set's operations go to (a DPU set: its rank). */
+static dpu_error_t set_ranks(struct dpu_set_t *set, struct dpu_rank_t ***ranks, uint32_t *nr)
+{
+    if (set->kind == DPU_SET_DPU) {
+        if (set->dpu == NULL) return DPU_ERR_INVALID_DPU_SET;
+        *ranks = &set->dpu->rank;
+        *nr = 1;
+        return DPU_OK;
+    }
+    if (set->kind != DPU_SET_RANKS || set->list.ranks == NULL || set->list.nr_ranks == 0) return DPU_ERR_INVALID_DPU_SET;
+    *ranks = set->list.ranks;
+    *nr = set->list.nr_ranks;
+    return DPU_OK;
+}
+
+/* Waits until every queue of `ranks` is empty and idle; touches no error (emulator-only
+ * calls, dpu_free, dpu_log_read). */
+static void drain(struct dpu_rank_t **ranks, uint32_t nr)
+{
+    for (uint32_t i = 0; i < nr; ++i) {
+        struct dpu_rank_t *r = ranks[i];
+        if (r == tl_worker_rank) continue; /* called from one of this rank's callbacks */
+        if (getpid() != r->alloc->pid) continue; /* a forked child: no thread runs these queues */
+        pthread_mutex_lock(&r->qm);
+        while (r->nr_jobs != 0) pthread_cond_wait(&r->qc, &r->qm);
+        pthread_mutex_unlock(&r->qm);
+    }
+}
+
+/* libdpu's dpu_thread_job_do_jobs: reserves `per_rank` slots (+1 for the SYNC job when
+ * synchronous) on every rank, returning a rank's sticky error at once; appends the jobs
+ * (jobs[i * per_rank + k] for rank i); when synchronous, waits for the SYNC jobs and returns
+ * the plain error, clearing the ranks' sticky errors as libdpu does.  Frees the jobs it
+ * does not queue. */
+static dpu_error_t do_jobs(struct dpu_rank_t **ranks, uint32_t nr, struct emu_job **jobs, uint32_t per_rank, bool synchronous)
+{
+    const uint32_t need = per_rank + (synchronous ? 1 : 0);
+    if (nr > 0 && getpid() != ranks[0]->alloc->pid) { /* a forked child: the rank threads are the parent's */
+        for (uint32_t k = 0; k < nr * per_rank; ++k) {
+            if (jobs[k]->single != NULL) single_call_unref(jobs[k]->single);
+            free_job(jobs[k]);
+        }
+        return DPU_ERR_SYSTEM;
+    }
+    /* a synchronous call from a callback running on the rank's own thread: run it here */
+    if (synchronous && nr == 1 && ranks[0] == tl_worker_rank) {
+        dpu_error_t status = DPU_OK;
+        for (uint32_t k = 0; k < per_rank; ++k) {
+            if (status == DPU_OK) status = run_job(ranks[0], jobs[k]);
+            free_job(jobs[k]);
+        }
+        return status;
+    }
+    for (uint32_t i = 0; i < nr; ++i) {
+        struct dpu_rank_t *r = ranks[i];
+        pthread_mutex_lock(&r->qm);
+        while (r->job_error == DPU_OK && r->nr_jobs + need > r->alloc->max_jobs) pthread_cond_wait(&r->qc, &r->qm);
+        dpu_error_t sticky = r->job_error;
+        if (sticky == DPU_OK) r->nr_jobs += need;
+        pthread_mutex_unlock(&r->qm);
+        if (sticky != DPU_OK) {
+            for (uint32_t k = 0; k < i; ++k) { /* give back the slots taken */
+                pthread_mutex_lock(&ranks[k]->qm);
+                ranks[k]->nr_jobs -= need;
+                pthread_cond_broadcast(&ranks[k]->qc);
+                pthread_mutex_unlock(&ranks[k]->qm);
+            }
+            for (uint32_t k = 0; k < nr * per_rank; ++k) {
+                if (jobs[k]->single != NULL) single_call_unref(jobs[k]->single);
+                free_job(jobs[k]);
+            }
+            return sticky;
+        }
+    }
+    struct emu_sync sync;
+    if (synchronous) sync_init(&sync, nr);
+    for (uint32_t i = 0; i < nr; ++i) {
+        struct dpu_rank_t *r = ranks[i];
+        pthread_mutex_lock(&r->qm);
+        for (uint32_t k = 0; k < need; ++k) {
+            struct emu_job *j;
+            if (k < per_rank) {
+                j = jobs[i * per_rank + k];
+            } else {
+                j = calloc(1, sizeof *j);
+                if (j == NULL) abort(); /* a 200-byte allocation */
+                j->type = JOB_SYNC;
+                j->sync = &sync;
+            }
+            j->next = NULL;
+            if (r->tail != NULL) r->tail->next = j;
+            else r->head = j;
+            r->tail = j;
+        }
+        pthread_cond_broadcast(&r->qc);
+        pthread_mutex_unlock(&r->qm);
+    }
+    if (!synchronous) return DPU_OK;
+    dpu_error_t status = (dpu_error_t)((uint32_t)sync_wait(&sync) & ((1u << DPU_ERROR_ASYNC_JOB_TYPE_SHIFT) - 1));
+    if (status != DPU_OK)
+        for (uint32_t i = 0; i < nr; ++i) {
+            pthread_mutex_lock(&ranks[i]->qm);
+            ranks[i]->job_error = DPU_OK;
+            pthread_mutex_unlock(&ranks[i]->qm);
+        }
+    return status;
+}
+
+static struct emu_job *new_job(uint32_t type)
+{
+    struct emu_job *j = calloc(1, sizeof *j);
+    if (j != NULL) j->type = type;
+    return j;
+}
+
+/* nr jobs of `type`, or NULL (all freed) when out of memory. */
+static struct emu_job **new_jobs(uint32_t nr, uint32_t type)
+{
+    struct emu_job **jobs = calloc(nr, sizeof *jobs);
+    if (jobs == NULL) return NULL;
+    for (uint32_t i = 0; i < nr; ++i) {
+        jobs[i] = new_job(type);
+        if (jobs[i] == NULL) {
+            for (uint32_t k = 0; k < i; ++k) free_job(jobs[k]);
+            free(jobs);
+            return NULL;
+        }
+    }
+    return jobs;
 }
 
 static void unload_image(struct dpu_t *d)
@@ -900,26 +1271,38 @@ static void unload_image(struct dpu_t *d)
     d->load_fault = false;
 }
 
+/* Waits for every rank's queue to run out (the SDK stops the rank threads, which finish the
+ * job list they are on: a driver must dpu_sync before dpu_free), then frees everything. */
 dpu_error_t dpu_free(struct dpu_set_t set)
 {
     if (set.kind != DPU_SET_RANKS || set.list.nr_ranks == 0) return DPU_ERR_INVALID_DPU_SET;
     struct emu_alloc *a = set.list.ranks[0]->alloc;
     if (a == NULL || set.list.ranks != a->rank_list || set.list.nr_ranks != a->nr_ranks) return DPU_ERR_INVALID_DPU_SET;
-    uint32_t n;
-    struct dpu_t **v = set_dpus(set, &n);
-    if (v != NULL) {
-        wait_idle(v, n);
-        free(v);
-    }
+    /* In a forked child the rank threads stayed in the parent, where they may have been
+     * waiting on these condition variables: destroying one would wait for them forever
+     * (glibc), so the child only frees the memory. */
+    const bool forked = getpid() != a->pid;
+    drain(a->rank_list, a->nr_ranks);
+    stop_rank_workers(a);
     for (uint32_t r = 0; r < a->nr_ranks; ++r) {
         for (uint32_t i = 0; i < a->ranks[r].nr_dpus; ++i) {
             struct dpu_t *d = &a->ranks[r].dpus[i];
             unload_image(d);
             free(d->log);
-            pthread_mutex_destroy(&d->mtx);
-            pthread_cond_destroy(&d->cond);
+            if (!forked) {
+                pthread_mutex_destroy(&d->mtx);
+                pthread_cond_destroy(&d->cond);
+            }
         }
         free(a->ranks[r].dpus);
+        if (!forked) {
+            pthread_mutex_destroy(&a->ranks[r].qm);
+            pthread_cond_destroy(&a->ranks[r].qc);
+        }
+    }
+    if (!forked) {
+        pthread_mutex_destroy(&a->run_m);
+        pthread_cond_destroy(&a->run_c);
     }
     free(a->ranks);
     free(a->rank_list);
@@ -1089,49 +1472,65 @@ static dpu_error_t load_one(struct dpu_t *d, const uint8_t *buf, size_t size, co
     return DPU_OK;
 }
 
-dpu_error_t dpu_load(struct dpu_set_t set, const char *binary_path, struct dpu_program_t **program)
+static dpu_error_t run_load(struct dpu_rank_t *r, struct emu_job *j)
 {
-    uint32_t n;
-    struct dpu_t **v = set_dpus(set, &n);
-    if (v == NULL) return DPU_ERR_INVALID_DPU_SET;
-    wait_idle(v, n);
-    dpu_error_t err;
-    size_t size = 0;
-    uint8_t *buf = read_file(binary_path, &size, &err);
-    if (buf == NULL) {
-        free(v);
-        return err;
-    }
-    struct elf_info info;
-    if (!parse_elf(buf, size, &info)) {
-        free(buf);
-        free(v);
-        return DPU_ERR_ELF_INVALID_FILE;
-    }
-    pthread_mutex_lock(&g_lock);
-    uint64_t load_id = ++g_load_counter;
-    pthread_mutex_unlock(&g_lock);
-    err = DPU_OK;
-    for (uint32_t i = 0; i < n; ++i) {
-        struct dpu_t *d = v[i];
+    const struct emu_load *l = j->load;
+    dpu_error_t err = DPU_OK;
+    for (uint32_t i = 0; i < r->nr_dpus; ++i) {
+        struct dpu_t *d = &r->dpus[i];
+        if (j->dpu != NULL && j->dpu != d) continue;
         unload_image(d);
         char why[640] = "";
-        dpu_error_t e = load_one(d, buf, size, &info, load_id, why, sizeof why);
+        dpu_error_t e = load_one(d, l->buf, l->size, l->info, l->load_id, why, sizeof why);
         if (e != DPU_OK) {
             if (!d->load_fault) {
                 /* not a rule of the hardware: leave no program, keep the reason readable */
                 unload_image(d);
                 pthread_mutex_lock(&d->mtx);
-                snprintf(d->fault_msg, sizeof d->fault_msg, "dpu_load(%.200s) failed on DPU %u: %.400s", binary_path,
+                snprintf(d->fault_msg, sizeof d->fault_msg, "dpu_load(%.200s) failed on DPU %u: %.400s", l->path,
                     d->global_id, why);
                 pthread_mutex_unlock(&d->mtx);
             }
             if (err == DPU_OK) err = e;
         }
     }
-    if (program != NULL) *program = err == DPU_OK ? &v[0]->program : NULL;
+    return err;
+}
+
+/* A synchronous LOAD job per rank, as libdpu's dpu_load (dpu_loader.c). */
+dpu_error_t dpu_load(struct dpu_set_t set, const char *binary_path, struct dpu_program_t **program)
+{
+    struct dpu_rank_t **ranks;
+    uint32_t nr;
+    dpu_error_t err = set_ranks(&set, &ranks, &nr);
+    if (err != DPU_OK) return err;
+    if (program != NULL) *program = NULL;
+    size_t size = 0;
+    uint8_t *buf = read_file(binary_path, &size, &err);
+    if (buf == NULL) return err;
+    struct elf_info info;
+    if (!parse_elf(buf, size, &info)) {
+        free(buf);
+        return DPU_ERR_ELF_INVALID_FILE;
+    }
+    pthread_mutex_lock(&g_lock);
+    uint64_t load_id = ++g_load_counter;
+    pthread_mutex_unlock(&g_lock);
+    struct emu_load l = { .buf = buf, .size = size, .info = &info, .load_id = load_id, .path = binary_path };
+    struct emu_job **jobs = new_jobs(nr, JOB_LOAD);
+    if (jobs == NULL) {
+        free(buf);
+        return DPU_ERR_SYSTEM;
+    }
+    for (uint32_t i = 0; i < nr; ++i) {
+        jobs[i]->load = &l;
+        jobs[i]->dpu = set.kind == DPU_SET_DPU ? set.dpu : NULL;
+    }
+    err = do_jobs(ranks, nr, jobs, 1, true);
+    free(jobs);
+    if (err == DPU_OK && program != NULL)
+        *program = set.kind == DPU_SET_DPU ? &set.dpu->program : &ranks[0]->dpus[0].program;
     free(buf);
-    free(v);
     return err;
 }
 
@@ -1198,55 +1597,117 @@ static void count_host(struct dpu_t *d, size_t length, bool to_dpu)
     }
 }
 
-/* One buffer for every DPU (broadcast) or each DPU's prepared buffer (per_dpu). */
-static dpu_error_t transfer(struct dpu_t **v, uint32_t n, struct dpu_symbol_t symbol, uint32_t offset, size_t length,
-    bool to_dpu, void *common, bool per_dpu)
+static bool is_mram_job(uint32_t type)
 {
-    dpu_error_t err = DPU_OK;
-    for (uint32_t i = 0; i < n && err == DPU_OK; ++i) {
-        uint8_t *p;
-        void *host = per_dpu ? v[i]->xfer_buffer : common;
+    return type == JOB_COPY_MRAM_TO_MATRIX || type == JOB_COPY_MRAM_FROM_MATRIX || type == JOB_COPY_MRAM_TO_RANK;
+}
+
+/* A transfer job, run by the rank's thread.  As libdpu's dpu_copy_to_mrams /
+ * dpu_copy_from_mrams (src/backends/api/src/dpu_memory.c), MRAM is refused while any DPU of
+ * the rank runs (DPU_ERR_MRAM_BUSY: "Host does not have access to the MRAM because N DPUs
+ * are running"); through the queues that cannot happen, since a launch job ends only when
+ * the rank's DPUs have stopped. */
+static dpu_error_t run_transfer(struct dpu_rank_t *r, struct emu_job *j)
+{
+    if (is_mram_job(j->type) && __atomic_load_n(&r->nr_running, __ATOMIC_ACQUIRE) != 0) return DPU_ERR_MRAM_BUSY;
+    for (uint32_t i = 0; i < r->nr_dpus; ++i) {
+        struct dpu_t *d = &r->dpus[i];
+        void *host;
+        if (j->dpu != NULL) {
+            if (j->dpu != d) continue;
+            host = j->one;
+        } else {
+            host = j->common != NULL ? (void *)j->common : j->buffers[i];
+        }
         if (host == NULL) continue; /* no buffer prepared for this DPU: not transferred */
-        err = resolve(v[i], symbol, offset, length, &p);
-        if (err != DPU_OK) break;
-        if (to_dpu) memcpy(p, host, length);
-        else memcpy(host, p, length);
-        count_host(v[i], length, to_dpu);
+        uint8_t *p;
+        dpu_error_t err = resolve(d, j->symbol, j->offset, j->length, &p);
+        if (err != DPU_OK) return err;
+        if (j->to_dpu) memcpy(p, host, j->length);
+        else memcpy(host, p, j->length);
+        count_host(d, j->length, j->to_dpu);
     }
+    return DPU_OK;
+}
+
+/* The checks libdpu makes before queuing a transfer (CHECK_SYMBOL, a loaded program), and
+ * whether the symbol lies in MRAM. */
+static dpu_error_t check_transfer(struct dpu_set_t set, struct dpu_symbol_t symbol, uint32_t offset, size_t length,
+    bool *mram)
+{
+    uint32_t n;
+    struct dpu_t **v = set_dpus(set, &n);
+    if (v == NULL) return DPU_ERR_INVALID_DPU_SET;
+    dpu_error_t err = DPU_OK;
+    for (uint32_t i = 0; i < n && err == DPU_OK; ++i)
+        if (v[i]->load_id == 0) err = DPU_ERR_NO_PROGRAM_LOADED;
+    if (err == DPU_OK && (uint64_t)offset + length > symbol.size) err = DPU_ERR_INVALID_SYMBOL_ACCESS;
+    if (err == DPU_OK) {
+        struct dpu_t *d = v[0];
+        uint8_t *p = (uint8_t *)(d->image.base + symbol.address);
+        *mram = p >= d->image.mram && p < d->image.mram_end;
+        if (!*mram && (((symbol.address + offset) & 3u) != 0 || (length & 3u) != 0)) err = DPU_ERR_INVALID_WRAM_ACCESS;
+    }
+    free(v);
     return err;
 }
 
-static dpu_error_t with_set(struct dpu_set_t set, struct dpu_t ***v, uint32_t *n)
+/* One transfer job per rank of the set: each DPU's prepared buffer (per_dpu), or `common`. */
+static dpu_error_t queue_transfer(struct dpu_set_t set, struct dpu_symbol_t symbol, uint32_t offset, size_t length,
+    bool to_dpu, const void *common, void *one, bool per_dpu, bool synchronous)
 {
-    *v = set_dpus(set, n);
-    if (*v == NULL) return DPU_ERR_INVALID_DPU_SET;
-    wait_idle(*v, *n);
-    return DPU_OK;
+    bool mram = false;
+    dpu_error_t err = check_transfer(set, symbol, offset, length, &mram);
+    if (err != DPU_OK) return err;
+    struct dpu_rank_t **ranks;
+    uint32_t nr;
+    err = set_ranks(&set, &ranks, &nr);
+    if (err != DPU_OK) return err;
+    uint32_t type;
+    if (!per_dpu && common != NULL) type = mram ? JOB_COPY_MRAM_TO_RANK : JOB_COPY_WRAM_TO_RANK;
+    else if (to_dpu) type = mram ? JOB_COPY_MRAM_TO_MATRIX : JOB_COPY_WRAM_TO_MATRIX;
+    else type = mram ? JOB_COPY_MRAM_FROM_MATRIX : JOB_COPY_WRAM_FROM_MATRIX;
+    struct emu_job **jobs = new_jobs(nr, type);
+    if (jobs == NULL) return DPU_ERR_SYSTEM;
+    for (uint32_t i = 0; i < nr; ++i) {
+        struct emu_job *j = jobs[i];
+        j->symbol = symbol;
+        j->offset = offset;
+        j->length = length;
+        j->to_dpu = to_dpu;
+        if (set.kind == DPU_SET_DPU) {
+            j->dpu = set.dpu;
+            j->one = per_dpu ? set.dpu->xfer_buffer : common != NULL ? (void *)common : one;
+        } else if (per_dpu) { /* the transfer matrix is copied into the job (libdpu: dpu_transfer_matrix_copy) */
+            j->buffers = calloc(ranks[i]->nr_dpus, sizeof *j->buffers);
+            if (j->buffers == NULL) {
+                for (uint32_t k = 0; k < nr; ++k) free_job(jobs[k]);
+                free(jobs);
+                return DPU_ERR_SYSTEM;
+            }
+            for (uint32_t k = 0; k < ranks[i]->nr_dpus; ++k) j->buffers[k] = ranks[i]->dpus[k].xfer_buffer;
+        } else {
+            j->common = common;
+        }
+    }
+    err = do_jobs(ranks, nr, jobs, 1, synchronous);
+    free(jobs);
+    return err;
 }
 
 dpu_error_t dpu_broadcast_to_symbol(struct dpu_set_t set, struct dpu_symbol_t symbol, uint32_t symbol_offset, const void *src,
     size_t length, dpu_xfer_flags_t flags)
 {
-    (void)flags;
-    struct dpu_t **v;
-    uint32_t n;
-    dpu_error_t err = with_set(set, &v, &n);
-    if (err != DPU_OK) return err;
-    for (uint32_t i = 0; i < n && err == DPU_OK; ++i)
-        if (v[i]->load_id == 0) err = DPU_ERR_NO_PROGRAM_LOADED;
-    if (err == DPU_OK) err = transfer(v, n, symbol, symbol_offset, length, true, (void *)src, false);
-    free(v);
-    return err;
+    return queue_transfer(set, symbol, symbol_offset, length, true, src, NULL, false, (flags & DPU_XFER_ASYNC) == 0);
 }
 
 /* The symbol `name` as every DPU of the set has it (the same program loaded on all). */
 static dpu_error_t set_symbol(struct dpu_set_t set, const char *name, struct dpu_symbol_t *symbol)
 {
-    struct dpu_t **v;
     uint32_t n;
-    dpu_error_t err = with_set(set, &v, &n);
-    if (err != DPU_OK) return err;
-    err = common_symbol(v, n, name, symbol);
+    struct dpu_t **v = set_dpus(set, &n);
+    if (v == NULL) return DPU_ERR_INVALID_DPU_SET;
+    dpu_error_t err = common_symbol(v, n, name, symbol);
     free(v);
     return err;
 }
@@ -1275,24 +1736,21 @@ dpu_error_t dpu_copy_from_symbol(struct dpu_set_t set, struct dpu_symbol_t symbo
     size_t length)
 {
     if (set.kind != DPU_SET_DPU) return set.kind == DPU_SET_RANKS ? DPU_ERR_INVALID_DPU_SET : DPU_ERR_INTERNAL;
-    struct dpu_t **v;
-    uint32_t n;
-    dpu_error_t err = with_set(set, &v, &n);
-    if (err != DPU_OK) return err;
-    err = transfer(v, n, symbol, symbol_offset, length, false, dst, false);
-    free(v);
-    return err;
+    return queue_transfer(set, symbol, symbol_offset, length, false, NULL, dst, false, true);
 }
 
 dpu_error_t dpu_copy_from(struct dpu_set_t set, const char *symbol_name, uint32_t symbol_offset, void *dst, size_t length)
 {
     if (set.kind != DPU_SET_DPU) return set.kind == DPU_SET_RANKS ? DPU_ERR_INVALID_DPU_SET : DPU_ERR_INTERNAL;
+    if (set.dpu == NULL) return DPU_ERR_INVALID_DPU_SET;
     struct dpu_symbol_t symbol;
     dpu_error_t err = symbol_of(set.dpu, symbol_name, &symbol);
     if (err != DPU_OK) return err;
     return dpu_copy_from_symbol(set, symbol, symbol_offset, dst, length);
 }
 
+/* Records the buffer at once (libdpu's transfer matrix); a queued transfer keeps the
+ * buffers it was queued with. */
 dpu_error_t dpu_prepare_xfer(struct dpu_set_t set, void *buffer)
 {
     uint32_t n;
@@ -1303,18 +1761,20 @@ dpu_error_t dpu_prepare_xfer(struct dpu_set_t set, void *buffer)
     return DPU_OK;
 }
 
+/* Queued on every rank of the set; synchronous unless DPU_XFER_ASYNC (then the host buffers
+ * must stay valid and unchanged until a dpu_sync has returned). */
 dpu_error_t dpu_push_xfer_symbol(struct dpu_set_t set, dpu_xfer_t xfer, struct dpu_symbol_t symbol, uint32_t symbol_offset,
     size_t length, dpu_xfer_flags_t flags)
 {
     if (xfer != DPU_XFER_TO_DPU && xfer != DPU_XFER_FROM_DPU) return DPU_ERR_INVALID_MEMORY_TRANSFER;
-    struct dpu_t **v;
-    uint32_t n;
-    dpu_error_t err = with_set(set, &v, &n);
-    if (err != DPU_OK) return err;
-    err = transfer(v, n, symbol, symbol_offset, length, xfer == DPU_XFER_TO_DPU, NULL, true);
-    if (flags != DPU_XFER_NO_RESET) /* as the SDK: any other flags value clears the buffers */
-        for (uint32_t i = 0; i < n; ++i) v[i]->xfer_buffer = NULL;
-    free(v);
+    dpu_error_t err = queue_transfer(set, symbol, symbol_offset, length, xfer == DPU_XFER_TO_DPU, NULL, NULL, true,
+        (flags & DPU_XFER_ASYNC) == 0);
+    if (flags != DPU_XFER_NO_RESET) { /* as the SDK: any other flags value clears the buffers */
+        uint32_t n;
+        struct dpu_t **v = set_dpus(set, &n);
+        for (uint32_t i = 0; v != NULL && i < n; ++i) v[i]->xfer_buffer = NULL;
+        free(v);
+    }
     return err;
 }
 
@@ -1411,18 +1871,33 @@ static void run_dpu(struct dpu_t *d)
     free(ts);
 }
 
-static void *worker_main(void *arg)
+struct launch_pool {
+    struct dpu_rank_t *rank;
+    struct dpu_t **dpus;
+    uint32_t nr_dpus;
+    uint32_t next_idx; /* atomic */
+};
+
+/* Runs DPUs of a launch, at most parallel_dpus at once over the whole allocation. */
+static void *launch_worker(void *arg)
 {
-    struct launch_job *j = arg;
+    struct launch_pool *pool = arg;
+    struct emu_alloc *a = pool->rank->alloc;
     for (;;) {
-        uint32_t i = __atomic_fetch_add(&j->next_idx, 1, __ATOMIC_RELAXED);
-        if (i >= j->nr_dpus) break;
-        run_dpu(j->dpus[i]);
-        pthread_mutex_lock(&g_lock);
-        j->dpus[i]->running = false;
-        j->finished++;
-        pthread_cond_broadcast(&g_done);
-        pthread_mutex_unlock(&g_lock);
+        uint32_t i = __atomic_fetch_add(&pool->next_idx, 1, __ATOMIC_RELAXED);
+        if (i >= pool->nr_dpus) break;
+        struct dpu_t *d = pool->dpus[i];
+        pthread_mutex_lock(&a->run_m);
+        while (a->run_free == 0) pthread_cond_wait(&a->run_c, &a->run_m);
+        a->run_free--;
+        pthread_mutex_unlock(&a->run_m);
+        run_dpu(d);
+        pthread_mutex_lock(&a->run_m);
+        a->run_free++;
+        pthread_cond_signal(&a->run_c);
+        pthread_mutex_unlock(&a->run_m);
+        __atomic_store_n(&d->running, false, __ATOMIC_RELEASE);
+        __atomic_sub_fetch(&pool->rank->nr_running, 1, __ATOMIC_ACQ_REL);
     }
     return NULL;
 }
@@ -1434,33 +1909,27 @@ static dpu_error_t faults_of(struct dpu_t **v, uint32_t n)
     return DPU_OK;
 }
 
-dpu_error_t dpu_launch(struct dpu_set_t set, dpu_launch_policy_t policy)
+/* A launch job (libdpu: dpu_boot_rank / dpu_boot_dpu, then dpu_sync_rank / dpu_sync_dpu):
+ * boots the DPUs, waits until every one has stopped, reports a fault. */
+static dpu_error_t run_launch(struct dpu_rank_t *r, struct emu_job *j)
 {
-    if (policy != DPU_SYNCHRONOUS && policy != DPU_ASYNCHRONOUS) return DPU_ERR_INVALID_LAUNCH_POLICY;
-    struct dpu_t **v;
-    uint32_t n;
-    dpu_error_t err = with_set(set, &v, &n);
-    if (err != DPU_OK) return err;
+    struct dpu_t *one[1] = { j->dpu };
+    struct dpu_t **v = one;
+    uint32_t n = 1;
+    if (j->dpu == NULL) {
+        v = malloc(r->nr_dpus * sizeof *v);
+        if (v == NULL) return DPU_ERR_SYSTEM;
+        for (uint32_t i = 0; i < r->nr_dpus; ++i) v[i] = &r->dpus[i];
+        n = r->nr_dpus;
+    }
+    dpu_error_t err = DPU_OK;
     for (uint32_t i = 0; i < n && err == DPU_OK; ++i) {
-        if (v[i]->load_fault) err = DPU_ERR_DPU_FAULT;
+        if (__atomic_load_n(&v[i]->running, __ATOMIC_ACQUIRE)) err = DPU_ERR_DPU_ALREADY_RUNNING;
+        else if (v[i]->load_fault) err = DPU_ERR_DPU_FAULT;
         else if (v[i]->load_id == 0) err = DPU_ERR_NO_PROGRAM_LOADED;
     }
-    if (err != DPU_OK) {
-        free(v);
-        return err;
-    }
+    if (err != DPU_OK) goto out;
     pthread_once(&g_signals_once, install_signal_handlers);
-    struct launch_job *j = calloc(1, sizeof *j);
-    uint32_t parallel = v[0]->rank->alloc->parallel_dpus;
-    if (set.kind == DPU_SET_DPU) parallel = 1;
-    uint32_t nw = n < parallel ? n : parallel;
-    if (j == NULL || (j->workers = calloc(nw, sizeof *j->workers)) == NULL) {
-        free(j);
-        free(v);
-        return DPU_ERR_SYSTEM;
-    }
-    j->dpus = v;
-    j->nr_dpus = n;
     for (uint32_t i = 0; i < n; ++i) {
         struct dpu_t *d = v[i];
         pthread_mutex_lock(&d->mtx);
@@ -1469,85 +1938,159 @@ dpu_error_t dpu_launch(struct dpu_set_t set, dpu_launch_policy_t policy)
         d->log_len = 0;
         d->log_truncated = false;
         pthread_mutex_unlock(&d->mtx);
+        __atomic_store_n(&d->running, true, __ATOMIC_RELEASE);
     }
-    pthread_mutex_lock(&g_lock);
-    for (uint32_t i = 0; i < n; ++i) v[i]->running = true;
-    for (uint32_t w = 0; w < nw; ++w) {
-        if (pthread_create(&j->workers[w], NULL, worker_main, j) != 0) break;
-        j->nr_workers++;
-    }
-    if (j->nr_workers == 0) {
-        for (uint32_t i = 0; i < n; ++i) v[i]->running = false;
-        pthread_mutex_unlock(&g_lock);
-        free(j->workers);
-        free(j);
-        free(v);
-        return DPU_ERR_SYSTEM;
-    }
-    j->next = g_jobs;
-    g_jobs = j;
-    pthread_mutex_unlock(&g_lock);
-    if (policy == DPU_ASYNCHRONOUS) return DPU_OK;
-    return dpu_sync(set);
-}
-
-dpu_error_t dpu_sync(struct dpu_set_t set)
-{
-    struct dpu_t **v;
-    uint32_t n;
-    dpu_error_t err = with_set(set, &v, &n);
-    if (err != DPU_OK) return err;
+    __atomic_add_fetch(&r->nr_running, n, __ATOMIC_ACQ_REL);
+    struct launch_pool pool = { .rank = r, .dpus = v, .nr_dpus = n, .next_idx = 0 };
+    uint32_t nw = n < r->alloc->parallel_dpus ? n : r->alloc->parallel_dpus;
+    pthread_t workers[64];
+    if (nw > 64) nw = 64;
+    uint32_t started = 0;
+    for (; started + 1 < nw; ++started)
+        if (pthread_create(&workers[started], NULL, launch_worker, &pool) != 0) break;
+    launch_worker(&pool); /* this thread is a worker too */
+    for (uint32_t w = 0; w < started; ++w) pthread_join(workers[w], NULL);
     err = faults_of(v, n);
-    free(v);
+out:
+    if (v != one) free(v);
     return err;
 }
 
-/* Does not wait (the SDK's dpu_status also synchronises first; polling works with both). */
+dpu_error_t dpu_launch(struct dpu_set_t set, dpu_launch_policy_t policy)
+{
+    if (policy != DPU_SYNCHRONOUS && policy != DPU_ASYNCHRONOUS) return DPU_ERR_INVALID_LAUNCH_POLICY;
+    struct dpu_rank_t **ranks;
+    uint32_t nr;
+    dpu_error_t err = set_ranks(&set, &ranks, &nr);
+    if (err != DPU_OK) return err;
+    struct emu_job **jobs = new_jobs(nr, set.kind == DPU_SET_DPU ? JOB_LAUNCH_DPU : JOB_LAUNCH_RANK);
+    if (jobs == NULL) return DPU_ERR_SYSTEM;
+    if (set.kind == DPU_SET_DPU) jobs[0]->dpu = set.dpu;
+    err = do_jobs(ranks, nr, jobs, 1, policy == DPU_SYNCHRONOUS);
+    free(jobs);
+    return err;
+}
+
+/* A SYNC job on every rank of the set (libdpu's dpu_sync, dpu_polling.c): returns once each
+ * rank has run the jobs queued before it, with the first failure among them; a rank whose
+ * queue already failed answers its sticky error at once. */
+dpu_error_t dpu_sync(struct dpu_set_t set)
+{
+    struct dpu_rank_t **ranks;
+    uint32_t nr;
+    dpu_error_t err = set_ranks(&set, &ranks, &nr);
+    if (err != DPU_OK) return err;
+    return do_jobs(ranks, nr, NULL, 0, true);
+}
+
+/* As the SDK's (dpu_runner.c): dpu_sync first (its error ignored), then the DPUs' state. */
 dpu_error_t dpu_status(struct dpu_set_t set, bool *done, bool *fault)
 {
     uint32_t n;
     struct dpu_t **v = set_dpus(set, &n);
     if (v == NULL) return DPU_ERR_INVALID_DPU_SET;
+    (void)dpu_sync(set);
     *done = true;
     *fault = false;
-    pthread_mutex_lock(&g_lock);
     for (uint32_t i = 0; i < n; ++i) {
-        if (v[i]->running) *done = false;
+        if (__atomic_load_n(&v[i]->running, __ATOMIC_ACQUIRE)) *done = false;
         else if (is_faulted(v[i])) *fault = true;
     }
-    reap_jobs_locked();
-    pthread_mutex_unlock(&g_lock);
     free(v);
     return DPU_OK;
 }
 
+static dpu_error_t run_callback(struct dpu_rank_t *r, struct emu_job *j)
+{
+    struct emu_single_call *sc = j->single;
+    if (sc == NULL) {
+        if (j->cb_idx == UINT32_MAX && j->cb_set.kind == DPU_SET_RANKS && j->cb_set.list.nr_ranks > 1) {
+            /* a synchronous single call: libdpu locks every rank of the set first */
+            struct dpu_set_t s = j->cb_set;
+            struct dpu_rank_t **ranks;
+            uint32_t nr;
+            if (set_ranks(&s, &ranks, &nr) == DPU_OK) drain(ranks, nr);
+        }
+        return j->fn(j->cb_set, j->cb_idx, j->args);
+    }
+    (void)r;
+    dpu_error_t status = DPU_OK;
+    pthread_mutex_lock(&sc->m);
+    if (++sc->arrived == sc->nr_ranks && !sc->done) {
+        pthread_mutex_unlock(&sc->m);
+        status = sc->fn(sc->set, UINT32_MAX, sc->args); /* the last rank to get there calls it */
+        pthread_mutex_lock(&sc->m);
+        sc->done = true;
+        sc->status = status;
+        pthread_cond_broadcast(&sc->c);
+    } else {
+        while (!sc->done) pthread_cond_wait(&sc->c, &sc->m); /* blocking: the rank waits for the call */
+    }
+    pthread_mutex_unlock(&sc->m);
+    single_call_unref(sc);
+    return status;
+}
+
+/* Queued like libdpu's (dpu_set.c): one CALLBACK job per rank, called with the rank and its
+ * index in the set, after the jobs queued before it; DPU_CALLBACK_ASYNC returns at once.
+ * DPU_CALLBACK_SINGLE_CALL: once, with the whole set (index -1), when every rank got there
+ * (synchronous: on the first rank, once the others are idle).  DPU_CALLBACK_NONBLOCKING is
+ * not emulated: the rank waits for its callback as with a blocking one. */
 dpu_error_t dpu_callback(struct dpu_set_t set, dpu_error_t (*callback)(struct dpu_set_t, uint32_t, void *), void *args,
     dpu_callback_flags_t flags)
 {
-    struct dpu_t **v;
-    uint32_t n;
-    dpu_error_t err = with_set(set, &v, &n);
+    bool is_sync = (flags & DPU_CALLBACK_ASYNC) == 0;
+    bool nonblocking = (flags & DPU_CALLBACK_NONBLOCKING) != 0;
+    bool single = (flags & DPU_CALLBACK_SINGLE_CALL) != 0;
+    if (is_sync && nonblocking) return DPU_ERR_NONBLOCKING_SYNC_CALLBACK;
+    if (callback == NULL) return DPU_ERR_INTERNAL;
+    struct dpu_rank_t **ranks;
+    uint32_t nr;
+    dpu_error_t err = set_ranks(&set, &ranks, &nr);
     if (err != DPU_OK) return err;
-    free(v);
-    /* run in the calling thread, after the set's pending work, whatever the flags */
-    if ((flags & DPU_CALLBACK_SINGLE_CALL) && (flags & DPU_CALLBACK_ASYNC) && (flags & DPU_CALLBACK_NONBLOCKING))
-        return callback(set, 0, args);
-    struct dpu_set_t rank;
-    uint32_t i;
-    DPU_RANK_FOREACH(set, rank, i)
-    {
-        err = callback(rank, i, args);
-        if (err != DPU_OK) return err;
+    const bool whole_set = set.kind == DPU_SET_DPU || single;
+    if (single && is_sync) nr = 1;
+    struct emu_job **jobs = new_jobs(nr, JOB_CALLBACK);
+    if (jobs == NULL) return DPU_ERR_SYSTEM;
+    struct emu_single_call *sc = NULL;
+    if (single && nr > 1) {
+        sc = calloc(1, sizeof *sc);
+        if (sc == NULL) {
+            for (uint32_t i = 0; i < nr; ++i) free_job(jobs[i]);
+            free(jobs);
+            return DPU_ERR_SYSTEM;
+        }
+        pthread_mutex_init(&sc->m, NULL);
+        pthread_cond_init(&sc->c, NULL);
+        sc->nr_ranks = sc->refs = nr;
+        sc->fn = callback;
+        sc->args = args;
+        sc->set = set;
     }
-    return DPU_OK;
+    for (uint32_t i = 0; i < nr; ++i) {
+        jobs[i]->fn = callback;
+        jobs[i]->args = args;
+        jobs[i]->single = sc;
+        if (whole_set) {
+            jobs[i]->cb_set = set;
+            jobs[i]->cb_idx = UINT32_MAX;
+        } else {
+            jobs[i]->cb_set.kind = DPU_SET_RANKS;
+            jobs[i]->cb_set.list.nr_ranks = 1;
+            jobs[i]->cb_set.list.ranks = &ranks[i];
+            jobs[i]->cb_idx = i;
+        }
+    }
+    err = do_jobs(ranks, nr, jobs, 1, is_sync);
+    free(jobs);
+    return err;
 }
 
 dpu_error_t dpu_log_read(struct dpu_set_t set, FILE *stream)
 {
     if (set.kind != DPU_SET_DPU || set.dpu == NULL) return DPU_ERR_INVALID_DPU_SET;
     struct dpu_t *d = set.dpu;
-    struct dpu_t *v[1] = { d };
-    wait_idle(v, 1);
+    drain(&d->rank, 1);
     fprintf(stream, "=== DPU#0x%x ===\n", d->global_id);
     pthread_mutex_lock(&d->mtx);
     if (d->log_len) fwrite(d->log, 1, d->log_len, stream);
@@ -1557,14 +2100,77 @@ dpu_error_t dpu_log_read(struct dpu_set_t set, FILE *stream)
     return DPU_OK;
 }
 
+static dpu_error_t run_job(struct dpu_rank_t *r, struct emu_job *j)
+{
+    switch (j->type) {
+        case JOB_LAUNCH_RANK:
+        case JOB_LAUNCH_DPU: return run_launch(r, j);
+        case JOB_SYNC: sync_release(j->sync, DPU_OK); return DPU_OK;
+        case JOB_LOAD: return run_load(r, j);
+        case JOB_CALLBACK: return run_callback(r, j);
+        default: return run_transfer(r, j);
+    }
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Emulator-only API                                                                          */
+
+/* The DPUs of the set once the queues of its ranks have run out (no error is consumed):
+ * counters and messages are read when no job of the set is running. */
+static dpu_error_t drained_set(struct dpu_set_t set, struct dpu_t ***v, uint32_t *n)
+{
+    struct dpu_rank_t **ranks;
+    uint32_t nr;
+    dpu_error_t err = set_ranks(&set, &ranks, &nr);
+    if (err != DPU_OK) return err;
+    drain(ranks, nr);
+    *v = set_dpus(set, n);
+    return *v == NULL ? DPU_ERR_INVALID_DPU_SET : DPU_OK;
+}
+
+dpu_error_t dpuemu_wait_idle(struct dpu_set_t set)
+{
+    struct dpu_rank_t **ranks;
+    uint32_t nr;
+    dpu_error_t err = set_ranks(&set, &ranks, &nr);
+    if (err != DPU_OK) return err;
+    drain(ranks, nr);
+    return DPU_OK;
+}
+
+dpu_error_t dpuemu_nr_running(struct dpu_set_t set, uint32_t *nr_running)
+{
+    uint32_t n;
+    struct dpu_t **v = set_dpus(set, &n);
+    if (v == NULL) return DPU_ERR_INVALID_DPU_SET;
+    uint32_t running = 0;
+    for (uint32_t i = 0; i < n; ++i) running += __atomic_load_n(&v[i]->running, __ATOMIC_ACQUIRE) ? 1u : 0u;
+    *nr_running = running;
+    free(v);
+    return DPU_OK;
+}
+
+dpu_error_t dpuemu_queued_jobs(struct dpu_set_t set, uint32_t *nr_jobs)
+{
+    struct dpu_rank_t **ranks;
+    uint32_t nr;
+    dpu_error_t err = set_ranks(&set, &ranks, &nr);
+    if (err != DPU_OK) return err;
+    uint32_t jobs = 0;
+    for (uint32_t i = 0; i < nr; ++i) {
+        pthread_mutex_lock(&ranks[i]->qm);
+        jobs += ranks[i]->nr_jobs;
+        pthread_mutex_unlock(&ranks[i]->qm);
+    }
+    *nr_jobs = jobs;
+    return DPU_OK;
+}
 
 dpu_error_t dpuemu_get_counters(struct dpu_set_t set, struct dpuemu_counters *c)
 {
     struct dpu_t **v;
     uint32_t n;
-    dpu_error_t err = with_set(set, &v, &n);
+    dpu_error_t err = drained_set(set, &v, &n);
     if (err != DPU_OK) return err;
     memset(c, 0, sizeof *c);
     c->nr_dpus = n;
@@ -1600,7 +2206,7 @@ dpu_error_t dpuemu_reset_counters(struct dpu_set_t set)
 {
     struct dpu_t **v;
     uint32_t n;
-    dpu_error_t err = with_set(set, &v, &n);
+    dpu_error_t err = drained_set(set, &v, &n);
     if (err != DPU_OK) return err;
     for (uint32_t i = 0; i < n; ++i) {
         uint32_t statics = v[i]->ctr.wram_static_bytes;
@@ -1617,7 +2223,7 @@ dpu_error_t dpuemu_fault_message(struct dpu_set_t set, char *buffer, size_t size
 {
     struct dpu_t **v;
     uint32_t n;
-    dpu_error_t err = with_set(set, &v, &n);
+    dpu_error_t err = drained_set(set, &v, &n);
     if (err != DPU_OK) return err;
     if (size > 0) buffer[0] = 0;
     for (uint32_t i = 0; i < n; ++i) {
@@ -1635,8 +2241,9 @@ dpu_error_t dpuemu_program_info(struct dpu_set_t set, uint32_t *nr_tasklets, uin
     uint32_t *stack_bytes_per_tasklet)
 {
     uint32_t n;
-    struct dpu_t **v = set_dpus(set, &n);
-    if (v == NULL) return DPU_ERR_INVALID_DPU_SET;
+    struct dpu_t **v;
+    dpu_error_t err = drained_set(set, &v, &n);
+    if (err != DPU_OK) return err;
     struct dpu_t *d = v[0];
     free(v);
     if (d->load_id == 0) return DPU_ERR_NO_PROGRAM_LOADED;

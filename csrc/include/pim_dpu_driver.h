@@ -23,6 +23,9 @@
 #define PIM_DPU_E_FAULT 3    /* a DPU faulted during the launch */
 #define PIM_DPU_E_KERNEL 4   /* the kernel reported an error in its status block */
 #define PIM_DPU_E_NOMEM 5    /* host memory */
+#define PIM_DPU_E_BUSY 6     /* PIM_DPU_MAX_PENDING batches already in flight */
+
+#define PIM_DPU_MAX_PENDING 2 /* batches in flight at once: double-buffered host staging */
 
 #define PIM_DPU_DEBUG_CORRUPT 256 /* test hook: the driver corrupts the first descriptor sent to debug_dpu */
 
@@ -44,11 +47,43 @@ typedef struct pim_dpu_run_info {
 int pim_dpu_open(const char *profile, uint32_t nr_dpus, const char *binary, uint32_t nr_tasklets,
                  uint32_t stack_bytes, pim_dpu_driver_t **out, char *err, uint32_t err_len);
 
-/* Runs one batch. samples / srcs / src_bytes / tables / lut / dst as pim_cpu_crop_resize
- * (pim_cpu.h); lut_bytes is the lookup table's size (0 without one). `debug` (0 normally):
- * PIM_DPU_DEBUG_HALT (pim_dpu_layout.h) makes the kernel on DPU debug_dpu fault,
- * PIM_DPU_DEBUG_CORRUPT corrupts the first descriptor sent to it. Returns PIM_DPU_OK or a
- * PIM_DPU_E_* code with a message naming the call and the DPU (pim_dpu_last_dpu). */
+/* Queues one batch and returns at once: checks and plans every sample, packs each DPU's chunk
+ * into host staging (the sources, tables and lookup table are read here and may be released
+ * when it returns; `dst` must stay valid until the batch is waited for or cancelled), then
+ * queues on every rank, with libdpu's asynchronous calls, the transfer of the chunks, the
+ * launch, the gather of the outputs into staging and a completion callback. samples / srcs /
+ * src_bytes / tables / lut / dst as pim_cpu_crop_resize (pim_cpu.h); lut_bytes is the lookup
+ * table's size (0 without one). `debug` (0 normally): PIM_DPU_DEBUG_HALT (pim_dpu_layout.h)
+ * makes the kernel on DPU debug_dpu fault, PIM_DPU_DEBUG_CORRUPT corrupts the first descriptor
+ * sent to it. On success *ticket names the batch (0: an empty batch, nothing to wait for).
+ * Returns PIM_DPU_OK, or a PIM_DPU_E_* code with a message naming the call and the DPU
+ * (pim_dpu_last_dpu); PIM_DPU_E_BUSY when PIM_DPU_MAX_PENDING batches are in flight. */
+int pim_dpu_submit(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t n_samples,
+                   const uint8_t *const *srcs, const uint64_t *src_bytes, const uint8_t *tables,
+                   uint64_t tables_bytes, const void *lut, uint32_t lut_bytes, uint8_t *dst,
+                   uint64_t dst_bytes, uint32_t debug, int32_t debug_dpu, uint32_t *ticket, char *err,
+                   uint32_t err_len);
+
+/* Waits for batch `ticket`: dpu_sync on every rank (which also completes any batch queued
+ * after it: libdpu's dpu_sync waits for everything queued on a rank), checks that its jobs ran
+ * on every rank and each DPU's status, and copies the outputs into its output batch. Errors of
+ * the asynchronous jobs (a DPU fault, a failed transfer) are reported here, naming the call
+ * and the DPU; a batch queued behind a failed one on the same rank is reported as not run.
+ * The batch is no longer in flight afterwards, whatever the outcome. */
+int pim_dpu_wait(pim_dpu_driver_t *drv, uint32_t ticket, char *err, uint32_t err_len);
+
+/* Drops batch `ticket`: its queued jobs are run out (libdpu cannot take back a queued job or
+ * stop a launch), its outputs are not copied. PIM_DPU_E_ARG if it is not in flight. */
+int pim_dpu_cancel(pim_dpu_driver_t *drv, uint32_t ticket);
+
+/* Batches in flight (submitted, not yet waited for or cancelled). */
+uint32_t pim_dpu_pending(const pim_dpu_driver_t *drv);
+
+/* How often the driver loaded the program again after a fault (reloads) and allocated the
+ * DPUs again after libdpu kept a failed asynchronous job's error on a rank (reallocs). */
+void pim_dpu_recoveries(const pim_dpu_driver_t *drv, uint32_t *reloads, uint32_t *reallocs);
+
+/* submit + wait. */
 int pim_dpu_run(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t n_samples,
                 const uint8_t *const *srcs, const uint64_t *src_bytes, const uint8_t *tables,
                 uint64_t tables_bytes, const void *lut, uint32_t lut_bytes, uint8_t *dst,
@@ -56,9 +91,10 @@ int pim_dpu_run(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t n_s
 
 uint32_t pim_dpu_nr_dpus(const pim_dpu_driver_t *drv);
 int32_t pim_dpu_last_dpu(const pim_dpu_driver_t *drv); /* DPU the last error was about, -1: none */
-void pim_dpu_run_info(const pim_dpu_driver_t *drv, pim_dpu_run_info_t *info);
+void pim_dpu_run_info(const pim_dpu_driver_t *drv, pim_dpu_run_info_t *info); /* of the last submit */
 
-/* Frees the DPUs and the driver (NULL is fine). Returns 0, or a PIM_DPU_E_* code. */
+/* Runs out the batches in flight (their outputs are dropped), then frees the DPUs and the
+ * driver (NULL is fine). Returns 0, or a PIM_DPU_E_* code. */
 int pim_dpu_close(pim_dpu_driver_t *drv, char *err, uint32_t err_len);
 
 /* Optional emulator hook (not part of libdpu): 1 when built against pimloader's emulator. */

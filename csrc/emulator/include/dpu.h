@@ -30,7 +30,7 @@ typedef enum _dpu_xfer_t {
 typedef enum _dpu_xfer_flags_t {
     DPU_XFER_DEFAULT = 0,       /* transfer, then clear the prepared buffers */
     DPU_XFER_NO_RESET = 1 << 0, /* transfer, keep the prepared buffers */
-    DPU_XFER_ASYNC = 1 << 1,    /* enqueue (the emulator completes it before returning) */
+    DPU_XFER_ASYNC = 1 << 1,    /* queue on the ranks' job lists and return; done by a later dpu_sync */
 } dpu_xfer_flags_t;
 
 typedef enum _dpu_callback_flags_t {

@@ -51,4 +51,13 @@ dpu_error_t dpuemu_get_dpu(struct dpu_set_t dpu_set, uint32_t index, struct dpu_
 dpu_error_t dpuemu_program_info(struct dpu_set_t dpu_set, uint32_t *nr_tasklets, uint32_t *wram_globals_bytes,
     uint32_t *stack_bytes_per_tasklet);
 
+/* Waits until the job queues of the set's ranks have run out, without consuming a failed
+ * job's error (dpu_sync would); for tests. */
+dpu_error_t dpuemu_wait_idle(struct dpu_set_t dpu_set);
+
+/* DPUs of the set running now, and jobs reserved, queued or running on its ranks: a
+ * snapshot, without waiting (tests of what overlaps). */
+dpu_error_t dpuemu_nr_running(struct dpu_set_t dpu_set, uint32_t *nr_running);
+dpu_error_t dpuemu_queued_jobs(struct dpu_set_t dpu_set, uint32_t *nr_jobs);
+
 #endif /* PIMLOADER_DPU_EMULATOR_H */

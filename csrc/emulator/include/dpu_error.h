@@ -40,8 +40,12 @@ typedef enum dpu_error_t {
     DPU_ERR_NO_THREAD_PER_RANK,
     DPU_ERR_INVALID_BUFFER_SIZE,
     DPU_ERR_NONBLOCKING_SYNC_CALLBACK,
-    DPU_ERR_ASYNC_JOBS = 1u << 31,
+    DPU_ERR_ASYNC_JOBS = 1u << 31, /* | job type << DPU_ERROR_ASYNC_JOB_TYPE_SHIFT | the job's error */
 } dpu_error_t;
+
+/* As the SDK: a failed asynchronous job is reported (by later calls on its rank) as
+ * DPU_ERR_ASYNC_JOBS | (job type << 16) | error; the low 16 bits are the plain dpu_error_t. */
+#define DPU_ERROR_ASYNC_JOB_TYPE_SHIFT (16)
 
 const char *dpu_error_to_string(dpu_error_t status);
 
