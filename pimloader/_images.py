@@ -299,7 +299,10 @@ class _KernelBatch:
         return max(1, min(max(nr_dpus, cls.MIN_DPU_RUN), -(-batch_rows // 2)))
 
     def accepts(self, geometry: Geometry | None) -> bool:
+        """Whether the row joins this run (rows the DPU kernel cannot do, padding or
+        colour, are rendered one by one on the CPU kernel instead)."""
         return (geometry is not None and geometry.size == self.pipeline.plan.output_size
+                and (self.dpus is None or not _cpu_only(geometry))
                 and (not self.rows or geometry.interpolation == self.rows[0][3].interpolation))
 
     def add(self, row: int, source, box, geometry: Geometry) -> None:
