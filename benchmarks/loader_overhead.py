@@ -6,6 +6,12 @@ starting workers. Both loaders run in the same process, epoch by epoch in altern
 so that they share the machine's noise; the figures are medians over the timed epochs.
 
     python -m benchmarks.loader_overhead --samples 4096 --epochs 7 --touch
+
+A second, separate measurement (`--transform`, on by default; `--no-transform` skips it)
+has both loaders apply a training pipeline to the same in-memory images: torch's
+DataLoader over a dataset that applies torchvision v2 itself, against
+PIMDataLoader(transform=...) with backend "cpu" (the fused kernel) and "emulator" (the DPU
+kernel on pimloader's emulator: its speed is not DPU speed). It uses fewer samples.
 """
 from __future__ import annotations
 
@@ -32,7 +38,11 @@ except ImportError as error:
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 IMAGE_SHAPE = (3, 224, 224)
 NUM_CLASSES = 1000
-QUICK = {"samples": 256, "epochs": 3, "warmup": 1, "batch_sizes": [64], "workers": [0, 2]}
+QUICK = {"samples": 256, "epochs": 3, "warmup": 1, "batch_sizes": [64], "workers": [0, 2],
+         "transform_samples": 64}
+TRANSFORM_BATCH = 64
+TRANSFORM_BACKENDS = ("cpu", "emulator")
+EMULATOR_LABEL = "emulator (not DPU speed)"
 
 
 class InMemoryImages(Dataset):
@@ -49,6 +59,28 @@ class InMemoryImages(Dataset):
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         return self.data[index], self.labels[index]
+
+
+class TransformedImages(Dataset):
+    """The same images with a torchvision transform applied by the dataset (torch's side)."""
+
+    def __init__(self, images: InMemoryImages, transform) -> None:
+        self.images = images
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        image, label = self.images[index]
+        return self.transform(image), label
+
+
+def training_pipeline():
+    from torchvision.transforms import v2
+    return v2.Compose([v2.RandomResizedCrop(224), v2.RandomHorizontalFlip(),
+                       v2.ToDtype(torch.float32, scale=True),
+                       v2.Normalize([0.485, 0.456, 0.406], [0.229, 0.224, 0.225])])
 
 
 @dataclass(frozen=True)
@@ -152,6 +184,57 @@ def measure(dataset: Dataset, config: Config, epochs: int, warmup: int, touch: b
     return summarize(config, len(dataset), seconds, stats, phases)
 
 
+def transform_loaders(images: InMemoryImages, workers: int) -> dict[str, DataLoader]:
+    """torch + torchvision in the dataset, and PIMDataLoader(transform=) per backend."""
+    options = dict(batch_size=TRANSFORM_BATCH, shuffle=True, num_workers=workers)
+    loaders = {"torch": DataLoader(TransformedImages(images, training_pipeline()), **options)}
+    if PIMDataLoader is not None:
+        for backend in TRANSFORM_BACKENDS:
+            loaders[backend] = PIMDataLoader(images, transform=training_pipeline(),
+                                             backend=backend, **options)
+    return loaders
+
+
+def measure_transform(images: InMemoryImages, workers: int, epochs: int,
+                      warmup: int) -> dict:
+    """Median images/s of each loader over `epochs` epochs, alternating their order."""
+    loaders = transform_loaders(images, workers)
+    seconds = {name: [] for name in loaders}
+    for repeat in range(warmup + epochs):
+        order = list(loaders) if repeat % 2 == 0 else list(reversed(loaders))
+        for name in order:
+            epoch_s = sum(run_epoch(loaders[name], touch=True).values())
+            if repeat >= warmup:
+                seconds[name].append(epoch_s)
+    row = {"batch_size": TRANSFORM_BATCH, "workers": workers}
+    for name, times in seconds.items():
+        row[name] = {"median_img_s": len(images) / statistics.median(times), "epoch_s": times}
+        stats = last_epoch_stats(loaders[name])
+        if stats is not None:
+            row[name]["kernel_samples"] = stats["kernel_samples"]
+    for backend in TRANSFORM_BACKENDS:
+        if backend in row:
+            row[f"ratio_{backend}"] = row[backend]["median_img_s"] / row["torch"]["median_img_s"]
+    return row
+
+
+def format_transform_table(transform: dict) -> str:
+    header = (f"{'batch':>6} {'workers':>8} {'torch+tv img/s':>15} {'cpu img/s':>10} "
+              f"{'ratio':>6} {EMULATOR_LABEL + ' img/s':>31} {'ratio':>6}")
+    lines = [header, "-" * len(header)]
+    for row in transform["rows"]:
+        cells = [f"{row['batch_size']:>6} {row['workers']:>8} "
+                 f"{row['torch']['median_img_s']:15.0f}"]
+        for backend, width in (("cpu", 10), ("emulator", 31)):
+            if backend in row:
+                cells.append(f"{row[backend]['median_img_s']:{width}.0f} "
+                             f"{row[f'ratio_{backend}']:6.2f}")
+            else:
+                cells.append(f"{'n/a':>{width}} {'n/a':>6}")
+        lines.append(" ".join(cells))
+    return "\n".join(lines)
+
+
 def summarize(config: Config, samples: int, seconds: dict, stats: dict,
               phases: dict) -> dict:
     row = dataclasses.asdict(config)
@@ -226,8 +309,18 @@ def run(args: argparse.Namespace) -> dict:
     rows = [measure(dataset, config, args.epochs, args.warmup, args.touch)
             for config in configs(args.batch_sizes, args.workers)]
     settings = {key: value for key, value in vars(args).items() if key not in ("out", "quick")}
-    return {"benchmark": "loader_overhead", "settings": settings,
-            "environment": environment(), "rows": rows, "fork_exit": fork_exit_cost()}
+    results = {"benchmark": "loader_overhead", "settings": settings,
+               "environment": environment(), "rows": rows, "fork_exit": fork_exit_cost()}
+    if args.transform:
+        del dataset
+        images = InMemoryImages(args.transform_samples, args.seed)
+        results["transform"] = {
+            "pipeline": "RandomResizedCrop(224), RandomHorizontalFlip(), "
+                        "ToDtype(float32, scale=True), Normalize(ImageNet)",
+            "samples": args.transform_samples, "batch_size": TRANSFORM_BATCH,
+            "rows": [measure_transform(images, workers, args.epochs, args.warmup)
+                     for workers in args.workers]}
+    return results
 
 
 def report(results: dict) -> None:
@@ -241,6 +334,13 @@ def report(results: dict) -> None:
     else:
         print(format_pim_stats(results["rows"]))
     print(format_phases(results["rows"], results["fork_exit"]))
+    if "transform" in results:
+        transform = results["transform"]
+        print(f"\nwith a transform: {transform['pipeline']}, {transform['samples']} samples "
+              f"of 3x224x224 uint8, median of {settings['epochs']} epochs; torch+tv = "
+              f"DataLoader with torchvision v2 in the dataset, cpu / emulator = "
+              f"PIMDataLoader(transform=, backend=); the emulator's speed is not DPU speed")
+        print(format_transform_table(transform))
 
 
 def write_json(results: dict, path: Path) -> None:
@@ -265,6 +365,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--touch", action="store_true",
                         help="also read the first byte of every batch, not only its shape")
     parser.add_argument("--seed", type=int, default=0, help="seed of the dataset's pixels")
+    parser.add_argument("--transform", action=argparse.BooleanOptionalAction, default=True,
+                        help="also measure both loaders applying a training pipeline "
+                             "(default: on; --no-transform skips it)")
+    parser.add_argument("--transform-samples", type=int, default=512,
+                        help="images of the transform measurement (default: %(default)s)")
     parser.add_argument("--out", type=Path,
                         help="JSON file for the results (default: results/loader_overhead.json, "
                              "or loader_overhead.quick.json with --quick)")
@@ -273,8 +378,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.quick:
         vars(args).update(QUICK)
-    if args.epochs < 1 or args.samples < 1:
-        parser.error("--epochs and --samples must be at least 1")
+    if args.epochs < 1 or args.samples < 1 or args.transform_samples < 1:
+        parser.error("--epochs, --samples and --transform-samples must be at least 1")
     if args.out is None:
         args.out = RESULTS_DIR / ("loader_overhead.quick.json" if args.quick
                                   else "loader_overhead.json")

@@ -78,13 +78,33 @@ def create_fetcher(is_iterable: bool, dataset, auto_collation: bool, drop_last: 
     return MapFetcher(dataset, auto_collation)
 
 
+def image_of(sample):
+    """What the loader's `transform` acts on: a sample's first element, or the sample
+    itself when it is not a tuple or list."""
+    if isinstance(sample, (tuple, list)) and sample:
+        return sample[0]
+    return sample
+
+
+def with_image(sample, image):
+    """`sample` with `image_of(sample)` replaced by `image`."""
+    if isinstance(sample, (tuple, list)) and sample:
+        return type(sample)([image, *sample[1:]])
+    return image
+
+
 class TransformingFetcher:
     """Applies the loader's `transform` to each fetched sample's image (its first element,
-    or the sample itself when it is not a tuple or list), as a dataset transform would."""
+    or the sample itself when it is not a tuple or list), as a dataset transform would.
+
+    A transform that lowers to the fused kernel (an `InMemoryImages`) transforms a batch's
+    eligible in-memory images natively, in runs; the others as Python."""
 
     def __init__(self, fetcher, transform) -> None:
         self.fetcher = fetcher
         self.transform = transform
+        self.native = hasattr(transform, "transform_samples")
+        self.kernel_samples = 0
 
     @property
     def auto_collation(self) -> bool:
@@ -98,13 +118,32 @@ class TransformingFetcher:
     def current(self, value: str) -> None:
         self.fetcher.current = value
 
+    def take_kernel_samples(self) -> int:
+        count, self.kernel_samples = self.kernel_samples, 0
+        return count
+
     def fetch(self, index):
         samples = self.fetcher.fetch(index)
         if not self.auto_collation:
-            return self._transformed(samples)
-        return [self._transformed(sample) for sample in samples]
+            return self._transformed([samples], [self.current])[0]
+        if isinstance(index, (list, tuple)) and len(index) == len(samples) and \
+                all(i is not None for i in index):
+            names = [f"sample {i!r}" for i in index]
+        else:
+            names = [f"sample {position} of the batch" for position in range(len(samples))]
+        return self._transformed(samples, names)
 
-    def _transformed(self, sample):
-        if isinstance(sample, (tuple, list)) and sample:
-            return type(sample)([self.transform(sample[0]), *sample[1:]])
-        return self.transform(sample)
+    def _transformed(self, samples: list, names: list[str]) -> list:
+        if self.native:
+            samples, kernel_samples = self.transform.transform_samples(
+                samples, names, on_sample=self._naming)
+            self.kernel_samples += kernel_samples
+            return samples
+        transformed = []
+        for sample, name in zip(samples, names):
+            self._naming(name)
+            transformed.append(with_image(sample, self.transform(image_of(sample))))
+        return transformed
+
+    def _naming(self, name: str) -> None:
+        self.current = f"{name} (its transform)"

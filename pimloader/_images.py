@@ -150,7 +150,12 @@ class ImagePipeline:
     def _replayed(self, sample, params: SampleParams) -> torch.Tensor:
         """torchvision's own ops on the fully decoded image (padding crops and the like)."""
         pixels = decode.decode_image(sample.data, channels=self.channels, name=sample.name)
-        image = params.replay(torch.from_numpy(pixels).permute(2, 0, 1))
+        return self.replayed_image(torch.from_numpy(pixels).permute(2, 0, 1), params)
+
+    def replayed_image(self, image: torch.Tensor, params: SampleParams) -> torch.Tensor:
+        """torchvision's own ops for the draw `params` on a uint8 CHW image, then the
+        plan's elementwise steps (the tail is the caller's)."""
+        image = params.replay(image)
         for transform in self.plan.elementwise:
             image = transform(image)
         return image
@@ -448,12 +453,13 @@ def _native_available(backend: str) -> bool:
     return True
 
 
-def _lookup_table(plan: Plan) -> np.ndarray | None:
-    """The plan's elementwise table as the kernel's bit patterns (None: not a kernel dtype)."""
+def _lookup_table(plan: Plan, channels: int = 3) -> np.ndarray | None:
+    """The plan's elementwise table as the kernel's bit patterns for images of `channels`
+    channels (None: not a kernel dtype)."""
     from ._kernels_api import OUT_DTYPES
     element_size, bits = OUT_DTYPES.get(plan.output_dtype, (None, None))
     if bits is None:
         return None
-    table = plan.lookup_table(plan.output_channels(3))
+    table = plan.lookup_table(plan.output_channels(channels))
     as_ints = table.view(torch.int16 if element_size == 2 else torch.int32)
     return np.ascontiguousarray(as_ints.numpy().view(bits))

@@ -20,6 +20,7 @@ class Produced:
     write_s: float
     skipped: int = 0     # samples dropped by on_error="skip"
     decode_s: float = 0.0  # of the write time, seconds spent decoding images natively
+    kernel_samples: int = 0  # in-memory images the fused kernel transformed
 
 
 class BatchProducer:
@@ -44,7 +45,10 @@ class BatchProducer:
             data = self.collate_fn(samples)
         count = len(samples) if self.fetcher.auto_collation else 1
         skipped = self.fetcher.take_skipped() if hasattr(self.fetcher, "take_skipped") else 0
-        return Produced(data, count, fetched - start, time.perf_counter() - fetched, skipped)
+        kernel_samples = (self.fetcher.take_kernel_samples()
+                          if hasattr(self.fetcher, "take_kernel_samples") else 0)
+        return Produced(data, count, fetched - start, time.perf_counter() - fetched, skipped,
+                        kernel_samples=kernel_samples)
 
 
 def _describe(index, samples) -> str:

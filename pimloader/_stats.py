@@ -17,6 +17,8 @@ class EpochStats:
     shared_batches:   batches delivered as views over shared slots.
     collated_batches: batches delivered through the ordinary collate_fn path.
     skipped_samples:  samples dropped because they could not be decoded (on_error="skip").
+    kernel_samples:   in-memory images (datasets of tensors, `transform=`) that the fused
+                      kernel transformed; the others of such datasets ran as Python.
     """
 
     epoch: int
@@ -29,12 +31,14 @@ class EpochStats:
     shared_batches: int = 0
     collated_batches: int = 0
     skipped_samples: int = 0
+    kernel_samples: int = 0
 
     def add_batch(self, produced, shared: bool) -> None:
         """Account for one delivered batch (a _produce.Produced)."""
         self.batches += 1
         self.samples += produced.count
         self.skipped_samples += produced.skipped
+        self.kernel_samples += produced.kernel_samples
         self.fetch_s += produced.fetch_s
         self.decode_s += produced.decode_s
         self.write_s += produced.write_s

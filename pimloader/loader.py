@@ -10,6 +10,7 @@ from torch.utils.data import DataLoader
 from ._images import build_image_pipeline
 from ._multi import MultiProcessIter
 from ._single import SingleProcessIter
+from ._tensor_images import build_in_memory_images
 from ._state import LoaderState
 from ._stats import EpochStats
 
@@ -34,9 +35,11 @@ class PIMDataLoader(DataLoader[_T_co]):
         DatasetFolder, pimloader.datasets.ImageFolder, a list of (path, target) pairs), the
         transform is lowered to native code: region-of-interest JPEG decoding and one fused
         crop/resize/flip/convert/normalize kernel writing into the batch slot. A dataset's
-        own `transform` is taken over the same way. For other datasets the transform runs
-        as Python on each sample's image (its first element), in the workers. Parameters are drawn as torchvision
-        draws them, so a seed gives the same crops and flips.
+        own `transform` is taken over the same way. For other datasets the transform acts
+        on each sample's image (its first element), in the workers: uint8 CHW tensors (or
+        tv_tensors.Image) of 1 or 3 channels go through the same fused kernel, anything
+        else through the transform as Python. Parameters are drawn as torchvision draws
+        them, so a seed gives the same crops and flips.
     backend: "auto" (UPMEM DPUs when the SDK build is present, else the native CPU kernels,
         else torch's path), "cpu" (native kernels; an error if they are not built),
         "upmem" (the fused kernel on UPMEM DPUs; an error without the SDK build) or
@@ -63,7 +66,11 @@ class PIMDataLoader(DataLoader[_T_co]):
         self._image_pipeline = build_image_pipeline(
             dataset, transform, backend=backend, on_error=on_error, reduced_dct=reduced_dct,
             memory_format=memory_format, nr_dpus=nr_dpus, nr_tasklets=nr_tasklets)
-        self._sample_transform = transform if self._image_pipeline is None else None
+        self._sample_transform = None
+        if self._image_pipeline is None and transform is not None:
+            self._sample_transform = build_in_memory_images(
+                transform, backend=backend, nr_dpus=nr_dpus, nr_tasklets=nr_tasklets) \
+                or transform
 
     def _get_iterator(self):
         if self.num_workers == 0:
