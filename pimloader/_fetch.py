@@ -9,6 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 
+def _as_is(sample):
+    return sample
+
+
 class MapFetcher:
     def __init__(self, dataset, auto_collation: bool) -> None:
         self.dataset = dataset
@@ -26,17 +30,21 @@ class MapFetcher:
     def current(self, value: str) -> None:
         self._described, self._sample_index = value, None
 
-    def fetch(self, index) -> Any:
+    def fetch(self, index, each=_as_is) -> Any:
+        """The samples at `index`, each passed through `each` as soon as it is fetched (so
+        that a per-sample transform draws its random numbers between the dataset's calls,
+        as a transform inside the dataset would)."""
         if not self.auto_collation:
             self._sample_index = index
-            return self.dataset[index]
+            return each(self.dataset[index])
         if getattr(self.dataset, "__getitems__", None):
             self.current = f"samples {list(index)!r} (through __getitems__)"
-            return self.dataset.__getitems__(index)
+            samples = self.dataset.__getitems__(index)
+            return [each(sample) for sample in samples]
         samples = []
         for sample_index in index:
             self._sample_index = sample_index
-            samples.append(self.dataset[sample_index])
+            samples.append(each(self.dataset[sample_index]))
         return samples
 
 
@@ -49,18 +57,19 @@ class IterableFetcher:
         self.ended = False
         self.fetched = 0
 
-    def fetch(self, index) -> Any:
+    def fetch(self, index, each=_as_is) -> Any:
         if self.ended:
             raise StopIteration
         if not self.auto_collation:
-            return self._next()
+            return each(self._next())
         samples = []
         for _ in index:
             try:
-                samples.append(self._next())
+                sample = self._next()
             except StopIteration:
                 self.ended = True
                 break
+            samples.append(each(sample))
         if not samples or (self.drop_last and len(samples) < len(index)):
             raise StopIteration
         return samples
@@ -95,16 +104,19 @@ def with_image(sample, image):
 
 class TransformingFetcher:
     """Applies the loader's `transform` to each fetched sample's image (its first element,
-    or the sample itself when it is not a tuple or list), as a dataset transform would.
+    or the sample itself when it is not a tuple or list), as a dataset transform would:
+    right after the dataset returns the sample, before the next one is fetched.
 
-    A transform that lowers to the fused kernel (an `InMemoryImages`) transforms a batch's
-    eligible in-memory images natively, in runs; the others as Python."""
+    A transform that lowers to the fused kernel (an `InMemoryImages`) draws each eligible
+    sample's parameters at that moment and renders the batch's eligible images in runs
+    once the batch is fetched; the other samples are transformed as Python at once."""
 
     def __init__(self, fetcher, transform) -> None:
         self.fetcher = fetcher
         self.transform = transform
-        self.native = hasattr(transform, "transform_samples")
+        self.native = hasattr(transform, "begin_batch")
         self.kernel_samples = 0
+        self._stage = ""
 
     @property
     def auto_collation(self) -> bool:
@@ -112,10 +124,11 @@ class TransformingFetcher:
 
     @property
     def current(self) -> str:
-        return self.fetcher.current
+        return self.fetcher.current + self._stage
 
     @current.setter
     def current(self, value: str) -> None:
+        self._stage = ""
         self.fetcher.current = value
 
     def take_kernel_samples(self) -> int:
@@ -123,27 +136,23 @@ class TransformingFetcher:
         return count
 
     def fetch(self, index):
-        samples = self.fetcher.fetch(index)
-        if not self.auto_collation:
-            return self._transformed([samples], [self.current])[0]
-        if isinstance(index, (list, tuple)) and len(index) == len(samples) and \
-                all(i is not None for i in index):
-            names = [f"sample {i!r}" for i in index]
-        else:
-            names = [f"sample {position} of the batch" for position in range(len(samples))]
-        return self._transformed(samples, names)
+        self._stage = ""
+        if not self.native:
+            return self.fetcher.fetch(index, self._transformed)
+        batch = self.transform.begin_batch()
+        fetched = self.fetcher.fetch(index, lambda sample: self._in_stage(batch.add, sample))
+        self._stage = " (the batch's kernel run)"
+        samples = batch.finish()
+        self._stage = ""
+        self.kernel_samples += batch.kernel_samples
+        return samples if self.auto_collation else samples[0]
 
-    def _transformed(self, samples: list, names: list[str]) -> list:
-        if self.native:
-            samples, kernel_samples = self.transform.transform_samples(
-                samples, names, on_sample=self._naming)
-            self.kernel_samples += kernel_samples
-            return samples
-        transformed = []
-        for sample, name in zip(samples, names):
-            self._naming(name)
-            transformed.append(with_image(sample, self.transform(image_of(sample))))
-        return transformed
+    def _transformed(self, sample):
+        return self._in_stage(
+            lambda sample: with_image(sample, self.transform(image_of(sample))), sample)
 
-    def _naming(self, name: str) -> None:
-        self.current = f"{name} (its transform)"
+    def _in_stage(self, transform, sample):
+        self._stage = " (its transform)"
+        result = transform(sample)
+        self._stage = ""
+        return result

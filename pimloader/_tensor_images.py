@@ -38,7 +38,7 @@ _GRAYSCALE_STEPS = (v2.Grayscale, v2.RandomGrayscale)
 class InMemoryImages:
     """The loader's `transform` for in-memory images (picklable: it travels to workers).
 
-    Calling it is the Python transform; `transform_samples` is the native path."""
+    Calling it is the Python transform; `begin_batch` starts the native path."""
 
     transform: Any                           # the user's pipeline, for ineligible samples
     plan: Plan
@@ -67,31 +67,8 @@ class InMemoryImages:
 
     # -- a batch of samples ---------------------------------------------------------------
 
-    def transform_samples(self, samples: list, names: list[str], on_sample=None) -> tuple:
-        """Each sample with its image transformed, and how many ran on the kernel.
-
-        `on_sample(name)` is told which sample is being transformed (for error messages)."""
-        results = list(samples)
-        run = _Run(self, results)
-        for position, sample in enumerate(samples):
-            if on_sample is not None:
-                on_sample(names[position])
-            image = image_of(sample)
-            pipeline = self.pipeline_for(image)
-            if pipeline is None:
-                results[position] = with_image(sample, self.transform(image))
-                continue
-            params = self.plan.draw(image.shape[1], image.shape[2])
-            if self.plan.tail or params.geometry is None:
-                # alone: the tail's own draws come before the next sample's
-                results[position] = with_image(sample, self.one(image, pipeline, params))
-                run.kernel_samples += params.geometry is not None
-                continue
-            if not run.accepts(pipeline, params.geometry):
-                run.flush()
-            run.add(position, image, pipeline, params.geometry)
-        run.flush()
-        return results, run.kernel_samples
+    def begin_batch(self) -> "_BatchOfSamples":
+        return _BatchOfSamples(self)
 
     def one(self, image: torch.Tensor, pipeline: ImagePipeline,
             params: SampleParams) -> torch.Tensor:
@@ -110,6 +87,42 @@ class InMemoryImages:
         if self.returns_image[image_input]:
             return tv_tensors.Image(output)
         return output.as_subclass(torch.Tensor) if type(output) is not torch.Tensor else output
+
+
+class _BatchOfSamples:
+    """One batch on the native path: `add` each sample as soon as it is fetched (its
+    parameters are drawn then, or, for a sample the kernel does not take, it is transformed
+    as Python then), `finish` renders the kernel samples and returns every sample."""
+
+    def __init__(self, images: InMemoryImages) -> None:
+        self.images = images
+        self.results: list = []
+        self.run = _Run(images, self.results)
+        self.kernel_samples = 0
+
+    def add(self, sample):
+        position = len(self.results)
+        self.results.append(sample)
+        images, image = self.images, image_of(sample)
+        pipeline = images.pipeline_for(image)
+        if pipeline is None:
+            self.results[position] = with_image(sample, images.transform(image))
+            return sample
+        params = images.plan.draw(image.shape[1], image.shape[2])
+        if images.plan.tail or params.geometry is None:
+            # alone: the tail's own draws come before the next sample's
+            self.results[position] = with_image(sample, images.one(image, pipeline, params))
+            self.kernel_samples += params.geometry is not None
+            return sample
+        if not self.run.accepts(pipeline, params.geometry):
+            self.run.flush()
+        self.run.add(position, image, pipeline, params.geometry)
+        return sample
+
+    def finish(self) -> list:
+        self.run.flush()
+        self.kernel_samples += self.run.kernel_samples
+        return self.results
 
 
 class _Run:

@@ -295,3 +295,29 @@ def test_only_the_padded_crop_box_is_copied():
     strided = image.permute(1, 2, 0).contiguous().permute(2, 0, 1)
     view, _ = hwc_region(strided, Geometry((1, 2, 5, 7), (5, 7), (0, 0, 5, 7)))
     assert np.shares_memory(view, strided.numpy())  # interleaved already: no copy
+
+
+class NoisyImages(Images):
+    """A dataset that draws random numbers itself (a random label noise here): under torch,
+    its draws and its transform's alternate sample by sample."""
+
+    def __getitem__(self, index):
+        noise = torch.rand(1).item()
+        image = self.images[index]
+        if self.transform is not None:
+            image = self.transform(image)
+        return image, noise
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("pipeline", ["native", "python"])
+def test_the_datasets_own_draws_alternate_with_the_transforms(pipeline, num_workers):
+    """The transform runs on each sample as soon as the dataset returns it (the kernel
+    renders later, but the draws happen then), so a dataset drawing random numbers in
+    __getitem__ sees the RNG exactly as with the transform inside it."""
+    transform = PIPELINES["train"]() if pipeline == "native" else v2.Compose(
+        [v2.RandomResizedCrop(24), v2.RandomErasing(p=0.5), v2.ToDtype(torch.float32)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        actual, expected, _ = both_loaders(NoisyImages, PHOTOS, transform, num_workers)
+    assert_same_batches(actual, expected, pipeline)
