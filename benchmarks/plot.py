@@ -1,9 +1,11 @@
-"""Plots of the benchmark results for docs/: images/s per contender, and time per image by stage.
+"""Plots of the benchmark results for docs/: images/s per contender, time per image by stage,
+and the loader's own overhead.
 
-Reads benchmarks/results/imagenet_pipeline.json (written by `python -m
-benchmarks.imagenet_pipeline`) and writes two PNGs; needs matplotlib (requirements-bench.txt).
+Reads benchmarks/results/imagenet_pipeline.json and loader_overhead.json (written by
+`python -m benchmarks.imagenet_pipeline` and `python -m benchmarks.loader_overhead`) and
+writes three PNGs; needs matplotlib (requirements-bench.txt).
 
-    python -m benchmarks.plot [--results FILE] [--out-dir docs]
+    python -m benchmarks.plot [--results FILE] [--loader-results FILE] [--out-dir docs]
 """
 from __future__ import annotations
 
@@ -13,8 +15,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results" / "imagenet_pipeline.json"
+LOADER_RESULTS = REPO / "benchmarks" / "results" / "loader_overhead.json"
+EMULATOR = "pim DPU-emulator*"
 COLOURS = {"torchvision": "#4c72b0", "torchvision PIL": "#8fa9d6",
-           "pimloader": "#dd8452", "pimloader exact": "#c44e52"}
+           "pimloader": "#dd8452", "pimloader exact": "#c44e52", EMULATOR: "#999999"}
 STAGE_COLOURS = {"read": "#bbbbbb", "decode": "#4c72b0", "transform": "#55a868",
                  "collate_or_write": "#dd8452"}
 
@@ -52,8 +56,8 @@ def plot_throughput(results: dict, path: Path) -> None:
     ax.set_title(f"ImageNet-like pipelines, {dataset['files']} JPEGs, batch "
                  f"{settings['batch_size']}, median of {settings['epochs']} epochs, "
                  f"{results['environment']['cpus']} shared cores ({results['date']})\n"
-                 "label above bar: ratio to torchvision (decode_image) in the same group",
-                 fontsize=9)
+                 "label above bar: ratio to torchvision (decode_image) in the same group; "
+                 "* DPU kernel on pimloader's emulator: not DPU speed", fontsize=9)
     ax.legend(fontsize=8, loc="upper left")
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
@@ -92,11 +96,65 @@ def plot_breakdown(results: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def plot_loader_overhead(results: dict, path: Path) -> None:
+    """images/s of torch's DataLoader and PIMDataLoader per configuration (no transform),
+    and, when measured, with a training transform on the same in-memory images."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups = [(f"batch {row['batch_size']}\n{_loader_workers(row)}", row["torch"],
+               {"pimloader": row["pimloader"]}) for row in results["rows"]]
+    for row in results.get("transform", {}).get("rows", []):
+        groups.append((f"+ transform, batch {row['batch_size']}\n{row['workers']} workers",
+                       row["torch"], {name: row[name] for name in ("cpu", "emulator")
+                                      if name in row}))
+    colours = {"torch": "#4c72b0", "pimloader": "#dd8452", "cpu": "#dd8452",
+               "emulator": "#999999"}
+    fig, ax = plt.subplots(figsize=(11, 4.6), dpi=110)
+    seen = set()
+    for position, (label, torch_entry, contenders) in enumerate(groups):
+        bars = [("torch", torch_entry)] + list(contenders.items())
+        width = 0.8 / len(bars)
+        for slot, (name, entry) in enumerate(bars):
+            x = position + (slot - (len(bars) - 1) / 2) * width
+            legend = {"torch": "torch DataLoader (+ torchvision)", "pimloader": "PIMDataLoader",
+                      "cpu": "PIMDataLoader", "emulator": "PIMDataLoader, DPU emulator*"}[name]
+            ax.bar(x, entry["median_img_s"], width, color=colours[name],
+                   label=None if legend in seen else legend)
+            seen.add(legend)
+            if name != "torch":
+                ratio = entry["median_img_s"] / torch_entry["median_img_s"]
+                ax.text(x, entry["median_img_s"], f"{ratio:.1f}x", ha="center", va="bottom",
+                        fontsize=7)
+    ax.set_xticks(range(len(groups)), [g[0] for g in groups], fontsize=7.5)
+    ax.set_yscale("log")
+    ax.set_ylabel("images/s (median epoch, log scale)")
+    settings = results["settings"]
+    ax.set_title(f"Loader overhead: in-memory 3x224x224 uint8 images, median of "
+                 f"{settings['epochs']} epochs\n(+ transform: RandomResizedCrop 224, flip, "
+                 f"float32, normalize); label: ratio to torch in the same group; "
+                 f"* not DPU speed", fontsize=9)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _loader_workers(row: dict) -> str:
+    if row["workers"] == 0:
+        return "0 workers"
+    return f"{row['workers']} workers" + (" persistent" if row["persistent"] else " fresh")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.plot",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--results", type=Path, default=RESULTS,
                         help="imagenet_pipeline JSON (default: %(default)s)")
+    parser.add_argument("--loader-results", type=Path, default=LOADER_RESULTS,
+                        help="loader_overhead JSON (default: %(default)s)")
     parser.add_argument("--out-dir", type=Path, default=REPO / "docs",
                         help="folder for the PNGs (default: %(default)s)")
     args = parser.parse_args(argv)
@@ -106,6 +164,10 @@ def main(argv: list[str] | None = None) -> None:
                        ("imagenet_breakdown.png", plot_breakdown)):
         plot(results, args.out_dir / name)
         print(f"wrote {args.out_dir / name}")
+    if args.loader_results.exists():
+        plot_loader_overhead(json.loads(args.loader_results.read_text()),
+                             args.out_dir / "loader_overhead.png")
+        print(f"wrote {args.out_dir / 'loader_overhead.png'}")
 
 
 if __name__ == "__main__":
