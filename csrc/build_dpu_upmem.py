@@ -1,5 +1,6 @@
 """cffi build (API mode) of `pimloader._dpu_upmem`: the DPU host driver (csrc/dpu_driver.c)
-compiled against UPMEM's real libdpu, when the SDK is found.
+compiled against UPMEM's real libdpu, when the SDK is found; the DPU kernel is then built
+too, with dpu-upmem-dpurte-clang, for the default 16 tasklets.
 
 The SDK is found when `dpu-pkg-config` is on the PATH (or under $UPMEM_HOME/bin); its
 `--cflags --libs dpu` give the include and library flags. setup.py globs every
@@ -63,6 +64,27 @@ else:
         extra_compile_args=["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"] + cflags,
         extra_link_args=libs,
     )
+
+
+def prebuild_default_kernel():
+    """Build dpu_src/crop_resize.c for DPUs with the loader's defaults (16 tasklets, 1 KB
+    stacks) into pimloader's kernel cache, so that a first run need not; other tasklet
+    counts are built on first use (pimloader/_dpu_toolchain.py, loaded here by path)."""
+    import importlib.util
+    repo = os.path.dirname(HERE)
+    spec = importlib.util.spec_from_file_location(
+        "pimloader_dpu_toolchain", os.path.join(repo, "pimloader", "_dpu_toolchain.py"))
+    toolchain = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(toolchain)
+    built = toolchain.build_kernel(
+        os.path.join(repo, "dpu_src", "crop_resize.c"), nr_tasklets=16,
+        defines={"STACK_SIZE_DEFAULT": 1024},
+        include_dirs=[os.path.join(repo, "dpu_src"), os.path.join(repo, "csrc", "include")])
+    print(f"pimloader: DPU kernel built: {built}")
+
+
+if _flags is not None:
+    prebuild_default_kernel()
 
 if __name__ == "__main__":
     ffibuilder.compile(verbose=True)

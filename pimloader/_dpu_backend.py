@@ -4,8 +4,8 @@
 module: `pimloader._dpu_emulated` (the driver built against pimloader's libdpu emulator;
 always present) or `pimloader._dpu_upmem` (built against UPMEM's SDK when setup.py found it;
 see docs/dpu.md). The kernel is dpu_src/crop_resize.c: for the emulator it is compiled with
-the host gcc by `pimloader._emulator.compile_kernel`; for the SDK pass `binary=` (a file
-built with dpu-upmem-dpurte-clang).
+the host gcc by `pimloader._emulator.compile_kernel`; for DPUs with UPMEM's
+dpu-upmem-dpurte-clang by `pimloader._dpu_toolchain.build_kernel` (or pass `binary=`).
 
 `run` takes the arguments of `pimloader._kernels_api.resized_crop_batch` and reuses its
 `pack_batch` (descriptors + axis tables) and lookup tables, so both backends read the same
@@ -81,6 +81,22 @@ def _module(emulated: bool):
     return mod
 
 
+def build_kernel(nr_tasklets: int, stack_bytes: int, emulated: bool) -> str:
+    """dpu_src/crop_resize.c built for the emulator (host gcc) or for DPUs (UPMEM's
+    dpu-upmem-dpurte-clang), with these NR_TASKLETS and STACK_SIZE_DEFAULT; cached."""
+    defines = {"STACK_SIZE_DEFAULT": int(stack_bytes)}
+    if emulated:
+        from . import _emulator
+        return _emulator.compile_kernel(KERNEL_SOURCE, nr_tasklets=nr_tasklets,
+                                        include_dirs=KERNEL_INCLUDES, defines=defines)
+    from ._dpu_toolchain import ToolchainError, build_kernel as build_for_dpus
+    try:
+        return build_for_dpus(KERNEL_SOURCE, nr_tasklets=nr_tasklets, defines=defines,
+                              include_dirs=KERNEL_INCLUDES)
+    except ToolchainError as error:
+        raise DpuBackendError(f"DPU backend: {error}") from error
+
+
 class DpuBackend:
     """DPUs running the fused kernel: `with DpuBackend(64, 16) as dpus: dpus.run(...)`."""
 
@@ -93,13 +109,7 @@ class DpuBackend:
         self.emulated = bool(self.lib.pim_dpu_emulated())
         self.nr_tasklets = int(nr_tasklets)
         if binary is None:
-            if not emulated:
-                raise ValueError("emulated=False needs binary=: the kernel built by dpu-upmem-dpurte-clang "
-                                 "(see docs/dpu.md)")
-            from . import _emulator
-            binary = _emulator.compile_kernel(KERNEL_SOURCE, nr_tasklets=self.nr_tasklets,
-                                              include_dirs=KERNEL_INCLUDES,
-                                              defines={"STACK_SIZE_DEFAULT": int(stack_bytes)})
+            binary = build_kernel(self.nr_tasklets, int(stack_bytes), emulated)
         if profile == "" and emulated:
             profile = "backend=emulator"
         self.binary = binary

@@ -363,13 +363,13 @@ def _cpu_kernel():
 _DPU_SETS: dict = {}
 
 
-def _dpu_backend(nr_dpus: int, nr_tasklets: int, emulated: bool):
+def _dpu_backend(nr_dpus: int, nr_tasklets: int, emulated: bool, profile: str = ""):
     """This process's DPU set (a forked worker never uses its parent's)."""
     import os
-    key = (os.getpid(), nr_dpus, nr_tasklets, emulated)
+    key = (os.getpid(), nr_dpus, nr_tasklets, emulated, profile)
     if key not in _DPU_SETS:
         from ._dpu_backend import DpuBackend
-        _DPU_SETS[key] = DpuBackend(nr_dpus, nr_tasklets, emulated=emulated)
+        _DPU_SETS[key] = DpuBackend(nr_dpus, nr_tasklets, profile, emulated=emulated)
     return _DPU_SETS[key]
 
 
@@ -378,7 +378,7 @@ BACKENDS = ("auto", "cpu", "emulator", "upmem")
 
 def build_image_pipeline(dataset, transform, *, backend: str, on_error: str, reduced_dct,
                          memory_format=torch.contiguous_format, nr_dpus: int = 64,
-                         nr_tasklets: int = 16) -> ImagePipeline | None:
+                         nr_tasklets: int = 16, dpu_profile: str = "") -> ImagePipeline | None:
     """The native image path for this dataset and transform, or None for torch's path."""
     from .datasets import EncodedSource
     from .transforms import lower
@@ -402,11 +402,15 @@ def build_image_pipeline(dataset, transform, *, backend: str, on_error: str, red
         reduced_dct = any(isinstance(step, RandomResizedCrop) for step in plan.geometric)
     return ImagePipeline(source.read, plan, lut, bool(reduced_dct), on_error == "skip",
                          memory_format == torch.channels_last,
-                         _dpu_config(backend, nr_dpus, nr_tasklets))
+                         _dpu_config(backend, nr_dpus, nr_tasklets, dpu_profile))
 
 
-def _dpu_config(backend: str, nr_dpus: int, nr_tasklets: int) -> tuple | None:
-    """(nr_dpus, nr_tasklets, emulated) for the DPU backends, None for the CPU kernels."""
+def _dpu_config(backend: str, nr_dpus: int, nr_tasklets: int,
+                dpu_profile: str = "") -> tuple | None:
+    """(nr_dpus, nr_tasklets, emulated, profile) for the DPU backends, None for the CPU
+    kernels."""
+    if not isinstance(dpu_profile, str):
+        raise TypeError(f"dpu_profile must be a libdpu profile string, got {dpu_profile!r}")
     if backend == "cpu" or (backend == "auto" and not _upmem_available()):
         return None
     if not 1 <= nr_tasklets <= 24 or nr_dpus < 1:
@@ -415,7 +419,7 @@ def _dpu_config(backend: str, nr_dpus: int, nr_tasklets: int) -> tuple | None:
     if backend == "upmem" and not _upmem_available():
         from ._dpu_backend import _module
         _module(False)  # raises, saying what is missing
-    return (nr_dpus, nr_tasklets, backend == "emulator")
+    return (nr_dpus, nr_tasklets, backend == "emulator", dpu_profile)
 
 
 def _upmem_available() -> bool:

@@ -221,7 +221,7 @@ def _clipped_axis(start: int, length: int, pad_before: int, extent: int):
 # -- building it ----------------------------------------------------------------------------
 
 def build_in_memory_images(transform, *, backend: str, nr_dpus: int = 64,
-                           nr_tasklets: int = 16) -> InMemoryImages | None:
+                           nr_tasklets: int = 16, dpu_profile: str = "") -> InMemoryImages | None:
     """The native path for in-memory images under `transform`, or None (Python only)."""
     from .transforms import lower
     from .transforms._lower import _flatten
@@ -233,7 +233,7 @@ def build_in_memory_images(transform, *, backend: str, nr_dpus: int = 64,
         return None
     if not _native_available(backend):
         return None
-    dpus = _dpu_config(backend, nr_dpus, nr_tasklets)
+    dpus = _dpu_config(backend, nr_dpus, nr_tasklets, dpu_profile)
     pipelines = {channels: ImagePipeline(None, plan, lut, False, False, dpus=dpus,
                                          channels=channels)
                  for channels, lut in _tables_by_channels(plan).items()}

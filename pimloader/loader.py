@@ -46,6 +46,8 @@ class PIMDataLoader(DataLoader[_T_co]):
         "emulator" (the same DPU kernel and driver on pimloader's libdpu emulator: a test
         bed whose speed says nothing about DPU speed).
     nr_dpus, nr_tasklets: the DPU set each worker allocates (DPU backends only).
+    dpu_profile: the libdpu profile string of that allocation ("" by default: hardware for
+        "upmem"; "backend=simulator" runs on UPMEM's functional simulator).
     on_error: "raise" (default) or "skip": skip samples that fail to decode, and count them.
     reduced_dct: decode JPEGs at a reduced DCT scale where the crop is at least twice the
         output size: "auto" (default: on for RandomResizedCrop pipelines, off otherwise),
@@ -61,15 +63,17 @@ class PIMDataLoader(DataLoader[_T_co]):
     def __init__(self, dataset, *args, transform=None, backend: str = "auto",
                  on_error: str = "raise", reduced_dct="auto",
                  memory_format=torch.contiguous_format, nr_dpus: int = 64,
-                 nr_tasklets: int = 16, **kwargs) -> None:
+                 nr_tasklets: int = 16, dpu_profile: str = "", **kwargs) -> None:
         super().__init__(dataset, *args, **kwargs)
         self._image_pipeline = build_image_pipeline(
             dataset, transform, backend=backend, on_error=on_error, reduced_dct=reduced_dct,
-            memory_format=memory_format, nr_dpus=nr_dpus, nr_tasklets=nr_tasklets)
+            memory_format=memory_format, nr_dpus=nr_dpus, nr_tasklets=nr_tasklets,
+            dpu_profile=dpu_profile)
         self._sample_transform = None
         if self._image_pipeline is None and transform is not None:
             self._sample_transform = build_in_memory_images(
-                transform, backend=backend, nr_dpus=nr_dpus, nr_tasklets=nr_tasklets) \
+                transform, backend=backend, nr_dpus=nr_dpus, nr_tasklets=nr_tasklets,
+                dpu_profile=dpu_profile) \
                 or transform
 
     def _get_iterator(self):
@@ -114,7 +118,8 @@ def _signature_with_extras() -> inspect.Signature:
               for name, default in (("transform", None), ("backend", "auto"),
                                     ("on_error", "raise"), ("reduced_dct", "auto"),
                                     ("memory_format", torch.contiguous_format),
-                                    ("nr_dpus", 64), ("nr_tasklets", 16))]
+                                    ("nr_dpus", 64), ("nr_tasklets", 16),
+                                    ("dpu_profile", ""))]
     return torch_signature.replace(
         parameters=[*torch_signature.parameters.values(), *extras])
 
