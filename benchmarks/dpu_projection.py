@@ -115,16 +115,14 @@ def measure(pipeline: str, dtype: str, files: list[Path], backend: DpuBackend, r
     counters = [backend.counters(d) for d in range(backend.nr_dpus)]
     info = backend.run_info()
     run = cm.DpuRun.from_backend(backend, packed, counters, info)
-    cached = cm.DpuRun.from_backend(backend, packed, counters, info, row_cache=True)
     return {"pipeline": pipeline, "dtype": dtype, "images": n, "dpus": backend.nr_dpus,
-            "tasklets": backend.nr_tasklets, "run": run, "run_row_cache": cached,
+            "tasklets": backend.nr_tasklets, "run": run,
             "decode_s_per_image": decode_wall, "decode_cpu_s_per_image": decode_cpu,
             "emulator_wall_s": emulated_s}
 
 
 def summarise(entry: dict, copy_bw: float, host_cores: int, assumptions: cm.Assumptions) -> dict:
     run: cm.DpuRun = entry.pop("run")
-    cached: cm.DpuRun = entry.pop("run_row_cache")
     per_image = run.per_image()
     host_copy_s = (run.in_real_bytes + run.out_real_bytes) / run.n_images / copy_bw
     # the host's work per image on one core: decode (this thread's CPU time, the steadier figure
@@ -134,11 +132,10 @@ def summarise(entry: dict, copy_bw: float, host_cores: int, assumptions: cm.Assu
     for p in cm.project_all(run, cm.SYSTEMS, assumptions):
         e2e = cm.end_to_end(p.images_per_s, host_s, host_cores)
         projections.append({**p.as_dict(), "end_to_end": e2e})
-    what_if = []  # nominal case: kernels and splits that do not exist yet
+    what_if = []  # nominal case: the bound of a perfect split, which the driver cannot reach
     for system in cm.SYSTEMS:
         rates = {label: cm.project(r, system, assumptions, "nominal").images_per_s for label, r in
-                 (("as is", run), ("balanced", cm.balanced(run)), ("row cache", cached),
-                  ("both", cm.balanced(cached)))}
+                 (("as is", run), ("balanced", cm.balanced(run)))}
         what_if.append({"system": system.name, "case": "nominal", "images_per_s": rates})
     work = {name: float(v) / run.n_images for name, v in
             zip(cm.WORK, sum(w.total for w in run.work))}
@@ -219,11 +216,11 @@ def format_projections(entries: list[dict], host_cores: int) -> str:
 
 
 def format_what_if(entries: list[dict]) -> str:
-    labels = ("as is", "balanced", "row cache", "both")
+    labels = ("as is", "balanced")
     head = f"{'pipeline':<13} {'system':<10} " + " ".join(f"{label:>10}" for label in labels)
-    lines = [f"What-if, {LABEL} DPU img/s (nominal case): 'balanced' = work spread evenly over DPUs "
-             "and tasklets, 'row cache' = each source row resampled horizontally once (neither "
-             "exists in the kernel yet)", head, "-" * len(head)]
+    lines = [f"What-if, {LABEL} DPU img/s (nominal case): 'balanced' = work spread perfectly evenly "
+             "over DPUs and tasklets (a bound: the driver splits whole samples into contiguous runs "
+             "by an estimate of work)", head, "-" * len(head)]
     for e in entries:
         for w in e["what_if"]:
             lines.append(f"{e['pipeline'] + ' ' + e['dtype']:<13} {w['system']:<10} " +

@@ -7,10 +7,12 @@
  * code and a message naming the call and the DPU.
  *
  * One batch (pim_dpu_submit, then pim_dpu_wait; pim_dpu_run = both):
- *   1. check every sample and plan it (segment width, source buffer) against the per-tasklet
- *      WRAM arena of the loaded kernel (pim_dpu_layout.h); refuse what cannot fit;
- *   2. split the samples into contiguous runs over the DPUs, balanced by output pixels
- *      (fewer samples than DPUs: the extra DPUs get an empty chunk);
+ *   1. check every sample and plan it (segment width, source buffer, row ring) against the
+ *      per-tasklet WRAM arena of the loaded kernel (pim_dpu_layout.h); refuse what cannot fit;
+ *      estimate its work per output row from its axis tables (row_work);
+ *   2. split the samples into contiguous runs over the DPUs that minimise the largest run's
+ *      estimated work (fewer samples than DPUs: the extra DPUs get an empty chunk), and each
+ *      DPU's output rows into NR_TASKLETS bands of about equal estimated work;
  *   3. pack each DPU's chunk into one of PIM_DPU_MAX_PENDING host staging slots: header,
  *      descriptors rewritten for the DPU, jobs, the axis tables its samples use, the lookup
  *      table, and each crop box's pixels (only the box travels, not the whole decoded image);
@@ -113,8 +115,9 @@ struct pim_dpu_driver {
 };
 
 typedef struct plan {
-    uint32_t seg_w, src_buf, pitch, planes, row_bytes;
+    uint32_t seg_w, src_buf, ring_rows, pitch, planes, row_bytes;
     uint64_t crop_bytes, out_bytes;
+    uint64_t work;       /* estimated work of the sample: sum of row_work over its rows */
 } plan_t;
 
 
@@ -408,6 +411,116 @@ static uint32_t max_span(const pim_axis_t *ax, int need_h, uint32_t n, uint32_t 
     return best;
 }
 
+/* Estimated work (DPU instructions, roughly) of each output row of a sample, from its axis
+ * tables and plan, to balance DPUs and tasklets; pimloader/cost_model.py (`row_work`) mirrors
+ * it. Weights are the nominal instruction costs of docs/cost_model.md: per row y with C
+ * channels, out_w outputs, Sx = sum of the horizontal taps, V(y) = vertical taps of row y,
+ * fresh(y) = source rows resampled horizontally for row y (with the ring: the rows of its
+ * window past the previous row's window; without: V(y); 1 when the height is kept),
+ *     C * fresh(y) * (6 * Sx + 9 * out_w)      horizontal pass (when the width is resampled)
+ *   + C * out_w * (9 * V(y) + 9)               vertical pass   (when the height is resampled)
+ *   + C * out_w * 8 + 40 * segments            conversion and per-row bookkeeping
+ * Writes every row's figure to rows[] when not NULL; returns the sample's sum. */
+static uint64_t sample_work(const pim_sample_t *s, const pim_axis_t *ax, const pim_axis_t *ay, const plan_t *p,
+                            uint64_t *rows)
+{
+    const int need_h = s->crop_w != s->out_w, need_v = s->crop_h != s->out_h;
+    const uint64_t C = s->channels, ow = s->out_w;
+    uint64_t sx = 0;
+    if (need_h) {
+        const pim_range_t *xr = (const pim_range_t *)(const void *)((const uint8_t *)ax + sizeof(pim_axis_t));
+        for (uint32_t x = 0; x < s->out_w; x++)
+            sx += xr[x].count;
+    }
+    const pim_range_t *yr = need_v ? (const pim_range_t *)(const void *)((const uint8_t *)ay + sizeof(pim_axis_t))
+                                   : NULL;
+    const uint64_t segments = (s->out_w + p->seg_w - 1) / p->seg_w;
+    uint64_t total = 0, prev_end = 0;
+    for (uint32_t y = 0; y < s->out_h; y++) {
+        uint64_t fresh = 1, work = C * ow * 8 + 40 * segments;
+        if (need_v) {
+            const uint64_t first = yr[y].first, end = first + yr[y].count;
+            fresh = yr[y].count;
+            if (p->ring_rows)
+                fresh = end > (prev_end > first ? prev_end : first) ? end - (prev_end > first ? prev_end : first) : 0;
+            prev_end = end;
+            work += C * ow * (9 * (uint64_t)yr[y].count + 9);
+        }
+        if (need_h)
+            work += C * fresh * (6 * sx + 9 * ow);
+        if (rows)
+            rows[y] = work;
+        total += work;
+    }
+    return total;
+}
+
+/* Contiguous runs of samples over `active` DPUs that minimise the largest run's work: the
+ * smallest bound L such that cutting greedily (each DPU takes samples while its run stays
+ * within L) needs at most `active` runs, found by bisection; then the same greedy cut, leaving
+ * at least one sample for each DPU after. */
+static int fits_in(const plan_t *plans, uint32_t n, uint32_t active, uint64_t bound)
+{
+    uint32_t runs = 1;
+    uint64_t load = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (plans[i].work > bound)
+            return 0;
+        if (load + plans[i].work > bound) {
+            runs++;
+            load = 0;
+        }
+        load += plans[i].work;
+    }
+    return runs <= active;
+}
+
+static void split_by_work(const plan_t *plans, uint32_t n, uint32_t active, chunk_info_t *chunks)
+{
+    uint64_t lo = 0, hi = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        hi += plans[i].work;
+        if (plans[i].work > lo)
+            lo = plans[i].work;
+    }
+    while (lo < hi) { /* the least bound that fits */
+        const uint64_t mid = lo + (hi - lo) / 2;
+        if (fits_in(plans, n, active, mid))
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    uint32_t i = 0;
+    for (uint32_t d = 0; d < active; d++) {
+        const uint32_t left_after = active - d - 1; /* DPUs still to serve after this one */
+        uint64_t load = 0;
+        chunks[d].first = i;
+        do {
+            load += plans[i].work;
+            i++;
+        } while (i < n - left_after && (d == active - 1 || load + plans[i].work <= lo));
+        chunks[d].count = i - chunks[d].first;
+    }
+}
+
+/* Band edges of one DPU: tasklet t gets the chunk's rows [edges[t], edges[t + 1]), the first
+ * row whose work before it reaches t / T of the chunk's work starting band t. */
+static void cut_bands(const uint64_t *row_work, uint32_t rows, uint32_t T, uint32_t *edges)
+{
+    uint64_t total = 0;
+    for (uint32_t g = 0; g < rows; g++)
+        total += row_work[g];
+    uint64_t before = 0; /* work of rows [0, g) */
+    uint32_t g = 0;
+    edges[0] = 0;
+    for (uint32_t t = 1; t < T; t++) {
+        while (g < rows && before * T < total * t)
+            before += row_work[g++];
+        edges[t] = g;
+    }
+    edges[T] = rows;
+}
+
 static int plan_sample(const pim_dpu_driver_t *drv, const pim_sample_t *s, const uint8_t *src, const uint64_t *src_bytes,
                        uint32_t i, const uint8_t *tables, uint64_t tables_bytes, const void *lut, uint32_t lut_bytes,
                        uint64_t dst_bytes, plan_t *p, char *msg, size_t msg_len)
@@ -469,20 +582,36 @@ static int plan_sample(const pim_dpu_driver_t *drv, const pim_sample_t *s, const
         return 0;
     }
     const uint32_t tx = need_h ? ax->taps : 0, ty = need_v ? ay->taps : 0;
-    for (uint32_t w = pim_dpu_round8(s->out_w); w >= 8; w -= 8) {
-        const uint32_t src_buf = pim_dpu_round8(max_span(ax, need_h, s->out_w, w, hflip) * C + 7u);
-        const uint64_t need = PIM_DPU_ARENA_HEAD + (uint64_t)pim_dpu_sample_wram(w, C, es, tx, ty, src_buf);
-        if (need <= drv->arena) {
-            p->seg_w = w;
-            p->src_buf = src_buf;
-            return 1;
+    /* the ring holds the widest vertical window (only when both axes are resampled) */
+    uint32_t ring = 0;
+    if (need_h && need_v) {
+        const pim_range_t *yr = (const pim_range_t *)(const void *)((const uint8_t *)ay + sizeof(pim_axis_t));
+        for (uint32_t y = 0; y < s->out_h; y++)
+            if (yr[y].count > ring)
+                ring = yr[y].count;
+    }
+    /* the widest segment with the ring; without it only when the ring does not fit at all */
+    for (int with_ring = 1; with_ring >= 0; with_ring--) {
+        const uint32_t rows = with_ring ? ring : 0;
+        if (with_ring && ring == 0)
+            continue;
+        for (uint32_t w = pim_dpu_round8(s->out_w); w >= 8; w -= 8) {
+            const uint32_t src_buf = pim_dpu_round8(max_span(ax, need_h, s->out_w, w, hflip) * C + 7u);
+            const uint64_t need = PIM_DPU_ARENA_HEAD + (uint64_t)pim_dpu_sample_wram(w, C, es, tx, ty, src_buf, rows);
+            if (need <= drv->arena) {
+                p->seg_w = w;
+                p->src_buf = src_buf;
+                p->ring_rows = rows;
+                p->work = sample_work(s, ax, ay, p, NULL);
+                return 1;
+            }
         }
     }
     const uint32_t src8 = pim_dpu_round8(max_span(ax, need_h, s->out_w, 8, hflip) * C + 7u);
     snprintf(msg, msg_len, "a %ux%u crop resized to %ux%u (%u horizontal, %u vertical filter taps) needs %u bytes "
              "of WRAM per tasklet even 8 output pixels at a time, and a kernel with %u tasklets has %u: use fewer "
              "tasklets or resize in two steps", s->crop_h, s->crop_w, s->out_h, s->out_w, tx, ty,
-             PIM_DPU_ARENA_HEAD + pim_dpu_sample_wram(8, C, es, tx, ty, src8), drv->nr_tasklets, drv->arena);
+             PIM_DPU_ARENA_HEAD + pim_dpu_sample_wram(8, C, es, tx, ty, src8, 0), drv->nr_tasklets, drv->arena);
     return 0;
 }
 
@@ -800,7 +929,11 @@ int pim_dpu_submit(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t 
     plan_t *plans = calloc(n, sizeof *plans);
     uint32_t *old_off = malloc(2 * (size_t)n * sizeof(uint32_t));
     uint32_t *new_off = malloc(2 * (size_t)n * sizeof(uint32_t));
-    if (!plans || !old_off || !new_off || !grow((void **)&sl->chunks, &sl->chunks_cap, (size_t)n * sizeof(chunk_info_t)) ||
+    uint64_t all_rows = 0;
+    for (uint32_t i = 0; i < n; i++)
+        all_rows += samples[i].out_h;
+    uint64_t *row_work = malloc((size_t)(all_rows ? all_rows : 1) * sizeof(uint64_t)); /* one DPU's rows at a time */
+    if (!plans || !old_off || !new_off || !row_work || !grow((void **)&sl->chunks, &sl->chunks_cap, (size_t)n * sizeof(chunk_info_t)) ||
         !grow((void **)&sl->gathers, &sl->gathers_cap, (size_t)n * sizeof(gather_info_t))) {
         set_err(err, err_len, "out of host memory");
         rc = PIM_DPU_E_NOMEM;
@@ -823,32 +956,19 @@ int pim_dpu_submit(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t 
         }
     }
 
-    /* 2. contiguous runs balanced by output pixels; every active DPU gets at least one sample */
-    uint64_t total = 0;
-    for (uint32_t i = 0; i < n; i++)
-        total += (uint64_t)samples[i].out_h * samples[i].out_w;
-    {
-        uint32_t i = 0;
-        uint64_t prefix = 0;
-        for (uint32_t d = 0; d < active; d++) {
-            chunks[d].first = i;
-            const uint32_t left_after = active - d - 1; /* DPUs still to serve after this one */
-            do {
-                prefix += (uint64_t)samples[i].out_h * samples[i].out_w;
-                i++;
-            } while (i < n - left_after && prefix * active < total * (d + 1));
-            chunks[d].count = i - chunks[d].first;
-        }
-    }
+    /* 2. contiguous runs balanced by estimated work; every active DPU gets at least one sample */
+    split_by_work(plans, n, active, chunks);
 
     /* 3. sizes of each chunk, then the common transfer lengths */
     pim_dpu_run_info_t info;
     memset(&info, 0, sizeof info);
     uint64_t xfer = 0, out_xfer = 0;
     const uint32_t lut_len = lut ? pim_dpu_round8(lut_bytes) : 0;
+    const uint32_t bands_bytes = pim_dpu_round8((drv->nr_tasklets + 1) * (uint32_t)sizeof(uint32_t));
     for (uint32_t d = 0; d < active; d++) {
         chunk_info_t *c = &chunks[d];
-        uint64_t off = sizeof(pim_dpu_header_t) + (uint64_t)c->count * (sizeof(pim_sample_t) + sizeof(pim_dpu_job_t));
+        uint64_t off = sizeof(pim_dpu_header_t) + (uint64_t)c->count * (sizeof(pim_sample_t) + sizeof(pim_dpu_job_t)) +
+                       bands_bytes;
         c->tables_bytes = pack_tables(samples, c, tables, NULL, old_off, new_off, &c->n_tables, NULL);
         off += c->tables_bytes + lut_len;
         uint64_t outs = sizeof(pim_dpu_status_t);
@@ -921,7 +1041,8 @@ int pim_dpu_submit(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t 
         h->n_samples = c->count;
         h->samples_off = sizeof(pim_dpu_header_t);
         h->jobs_off = h->samples_off + c->count * (uint32_t)sizeof(pim_sample_t);
-        h->tables_off = h->jobs_off + c->count * (uint32_t)sizeof(pim_dpu_job_t);
+        h->bands_off = h->jobs_off + c->count * (uint32_t)sizeof(pim_dpu_job_t);
+        h->tables_off = h->bands_off + bands_bytes;
         h->tables_bytes = c->tables_bytes;
         h->lut_off = h->tables_off + c->tables_bytes;
         h->lut_bytes = lut ? lut_bytes : 0;
@@ -964,9 +1085,15 @@ int pim_dpu_submit(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t 
             jobs[k].src_buf = p->src_buf;
             jobs[k].out_pitch = p->pitch;
             jobs[k].row_base = rows;
+            jobs[k].ring_rows = p->ring_rows;
+            jobs[k].reserved = 0;
+            sample_work(s, (const pim_axis_t *)(const void *)(tables + s->xtab_offset),
+                        (const pim_axis_t *)(const void *)(tables + s->ytab_offset), p, row_work + rows);
             rows += s->out_h;
         }
         h->total_rows = rows;
+        memset(base + h->bands_off, 0, bands_bytes);
+        cut_bands(row_work, rows, drv->nr_tasklets, (uint32_t *)(void *)(base + h->bands_off));
         memset(base + c->in_bytes, 0, xfer - c->in_bytes);
         if ((debug & PIM_DPU_DEBUG_CORRUPT) && (int32_t)d == debug_dpu)
             ds[0].crop_h = ds[0].src_h + 1; /* the kernel must refuse it */
@@ -1053,6 +1180,7 @@ done:
     free(plans);
     free(old_off);
     free(new_off);
+    free(row_work);
     return rc;
 }
 
@@ -1137,6 +1265,29 @@ int pim_dpu_emulated(void)
     return 1;
 #else
     return 0;
+#endif
+}
+
+int pim_dpu_tasklet_counters(pim_dpu_driver_t *drv, uint32_t index, uint64_t *values)
+{
+#ifdef PIMLOADER_DPU_EMULATOR
+    if (drv == NULL || values == NULL || index >= drv->nr_dpus)
+        return -1;
+    struct dpuemu_counters c;
+    if (dpuemu_get_counters(drv->dpus[index], &c) != DPU_OK)
+        return -1;
+    for (uint32_t t = 0; t < drv->nr_tasklets && t < DPUEMU_MAX_TASKLETS; t++) {
+        values[4 * t + 0] = c.tasklet[t].mram_read_calls;
+        values[4 * t + 1] = c.tasklet[t].mram_read_bytes;
+        values[4 * t + 2] = c.tasklet[t].mram_write_calls;
+        values[4 * t + 3] = c.tasklet[t].mram_write_bytes;
+    }
+    return 0;
+#else
+    (void)drv;
+    (void)index;
+    (void)values;
+    return -1;
 #endif
 }
 

@@ -5,13 +5,20 @@
  * both agree bit for bit; this file only moves rows between MRAM and WRAM.
  *
  * Work split: the chunk's output rows (all samples, in order) are cut into NR_TASKLETS
- * contiguous bands, one per tasklet. A tasklet walks its band sample by sample; inside a
- * sample it computes `seg_w` output pixels at a time (a segment, so that any row width fits
- * WRAM) and, for each of its rows, streams the vertical taps one source row at a time:
- * read the segment's source span of that row (mram_read), resample it horizontally
- * (pim_hpass_row), accumulate it (pim_vpass_mac); then round, flip, convert through the
- * lookup table and write the segment to MRAM. Every DMA is 8-byte aligned, a multiple of
- * 8 bytes and at most 2048 bytes; WRAM buffers come from mem_alloc.
+ * contiguous bands, one per tasklet, at the row indices the host wrote at bands_off (it cuts
+ * them so that the bands carry about equal work). A tasklet walks its band sample by sample;
+ * inside a sample it computes `seg_w` output pixels at a time (a segment, so that any row
+ * width fits WRAM). For each output row y of its band, the vertical window [first, first +
+ * count) of source rows is needed horizontally resampled. The windows only move forward
+ * (pim_params.h), so the tasklet keeps the last `ring_rows` resampled rows of the segment in
+ * a ring: source row r lives in slot r mod ring_rows, and only the rows of the window not
+ * seen yet are read (mram_read) and resampled (pim_hpass_row). The window's rows are then
+ * accumulated (pim_vpass_mac), rounded, flipped, converted through the lookup table and the
+ * segment is written to MRAM. So each source row of a band is resampled once per segment.
+ * A sample whose ring does not fit WRAM (ring_rows = 0: extreme downscales) streams the
+ * vertical taps one source row at a time instead, resampling a row for every tap that uses
+ * it. Every DMA is 8-byte aligned, a multiple of 8 bytes and at most 2048 bytes; WRAM
+ * buffers come from mem_alloc.
  *
  * Build: dpu-upmem-dpurte-clang -O2 -DNR_TASKLETS=16 -DSTACK_SIZE_DEFAULT=1024
  *        -I dpu_src -I csrc/include -o crop_resize dpu_src/crop_resize.c
@@ -45,6 +52,7 @@ static pim_dpu_status_t status __dma_aligned;
 static uint8_t *lut; /* WRAM copy of the lookup table, or 0 */
 static uint32_t chunk; /* MRAM address of the chunk */
 static uint32_t arena_bytes; /* this build's per-tasklet arena, computed once per launch */
+static uint32_t bands[(NR_TASKLETS + 2) & ~1u] __dma_aligned; /* tasklet t: rows [bands[t], bands[t+1]) */
 
 static void fail(uint32_t code, uint32_t sample, uint32_t detail)
 {
@@ -87,7 +95,8 @@ typedef struct {
     pim_dpu_job_t *job;
     pim_axis_t *xh, *yh;   /* axis headers as stored in MRAM */
     uint8_t *src;          /* source span of one row (job->src_buf bytes) */
-    uint8_t *hrow;         /* one resampled row segment */
+    uint8_t *hrow;         /* one resampled (or finished) row segment */
+    uint8_t *ring;         /* job->ring_rows resampled row segments, round8(seg_w * C) apart */
     uint8_t *obuf;         /* one output segment, converted */
     pim_axis_t *xseg;      /* header + ranges + weights of the segment's columns */
     int32_t *acc;          /* vertical accumulator */
@@ -145,9 +154,13 @@ static int load_sample(uint32_t i, uint8_t *arena, parts_t *p)
         fail(PIM_DPU_ERR_SAMPLE, i, 3);
         return 0;
     }
+    if (j->ring_rows && (!need_h || !need_v || j->ring_rows > ay->taps)) {
+        fail(PIM_DPU_ERR_SAMPLE, i, 6);
+        return 0;
+    }
     const uint32_t need = PIM_DPU_ARENA_HEAD + pim_dpu_sample_wram(j->seg_w, s->channels, s->out_esize,
                                                                    need_h ? ax->taps : 0, need_v ? ay->taps : 0,
-                                                                   j->src_buf);
+                                                                   j->src_buf, j->ring_rows);
     if (need > arena_bytes) {
         fail(PIM_DPU_ERR_WRAM, i, need);
         return 0;
@@ -159,6 +172,8 @@ static int load_sample(uint32_t i, uint8_t *arena, parts_t *p)
     at += j->src_buf;
     p->hrow = at;
     at += pim_dpu_round8(w * C);
+    p->ring = at;
+    at += j->ring_rows * pim_dpu_round8(w * C);
     p->obuf = at;
     at += w * C * s->out_esize;
     p->xseg = (pim_axis_t *)(void *)at;
@@ -231,6 +246,10 @@ static void run_rows(uint32_t i, const parts_t *p, uint32_t ya, uint32_t yb)
             span = hi - lo;
         }
         const uint32_t len = m * C;
+        /* the ring, empty at the start of each segment: source rows [next - ring_rows, next)
+         * are resampled, row r in slot r mod ring_rows; next_slot is the slot of row `next` */
+        const uint32_t ring_rows = p->job->ring_rows, ring_pitch = pim_dpu_round8(w * C);
+        uint32_t next = 0, next_slot = 0, prev_first = 0;
         for (uint32_t y = ya; y < yb; y++) {
             const uint8_t *row;
             if (need_v) {
@@ -245,17 +264,46 @@ static void run_rows(uint32_t i, const parts_t *p, uint32_t ya, uint32_t yb)
                     return;
                 }
                 pim_vpass_init(p->acc, len, ay->precision);
-                for (uint32_t t = 0; t < count; t++) {
-                    const uint8_t *src = read_span(p, first + t, lo, span);
-                    if (src == 0) {
-                        fail(PIM_DPU_ERR_WRAM, i, span * C);
+                if (ring_rows) {
+                    /* windows only move forward, and one fits the ring */
+                    if (count > ring_rows || first < prev_first || first + count < next) {
+                        fail(PIM_DPU_ERR_SAMPLE, i, 7);
                         return;
                     }
-                    if (need_h) {
-                        pim_hpass_row(src, C, p->xseg, p->hrow);
-                        src = p->hrow;
+                    prev_first = first;
+                    if (next < first) { /* no row of the ring is in this window */
+                        next = first;
+                        next_slot = 0;
                     }
-                    pim_vpass_mac(p->acc, src, yweights[t], len);
+                    for (; next < first + count; next++) { /* the window's new rows, resampled once */
+                        const uint8_t *src = read_span(p, next, lo, span);
+                        if (src == 0) {
+                            fail(PIM_DPU_ERR_WRAM, i, span * C);
+                            return;
+                        }
+                        pim_hpass_row(src, C, p->xseg, p->ring + next_slot * ring_pitch);
+                        next_slot = next_slot + 1 == ring_rows ? 0 : next_slot + 1;
+                    }
+                    /* row `first` is next - first <= ring_rows rows behind `next` */
+                    const uint32_t back = next - first;
+                    uint32_t slot = next_slot >= back ? next_slot - back : next_slot + ring_rows - back;
+                    for (uint32_t t = 0; t < count; t++) {
+                        pim_vpass_mac(p->acc, p->ring + slot * ring_pitch, yweights[t], len);
+                        slot = slot + 1 == ring_rows ? 0 : slot + 1;
+                    }
+                } else {
+                    for (uint32_t t = 0; t < count; t++) { /* no ring: one source row per tap */
+                        const uint8_t *src = read_span(p, first + t, lo, span);
+                        if (src == 0) {
+                            fail(PIM_DPU_ERR_WRAM, i, span * C);
+                            return;
+                        }
+                        if (need_h) {
+                            pim_hpass_row(src, C, p->xseg, p->hrow);
+                            src = p->hrow;
+                        }
+                        pim_vpass_mac(p->acc, src, yweights[t], len);
+                    }
                 }
                 pim_vpass_finish(p->acc, ay->precision, p->hrow, len);
                 row = p->hrow;
@@ -300,14 +348,26 @@ int main(void)
         if (header.magic != PIM_DPU_MAGIC || header.version != PIM_DPU_VERSION || header.out_off % 8 ||
             header.out_off < header.in_bytes || header.out_off + (uint64_t)header.out_bytes > PIM_DPU_MRAM_BUDGET ||
             header.out_bytes < sizeof(pim_dpu_status_t) || header.lut_bytes > PIM_DPU_LUT_MAX ||
-            header.lut_off % 8 || header.samples_off % 8 || header.jobs_off % 8 || header.tables_off % 8) {
+            header.lut_off % 8 || header.samples_off % 8 || header.jobs_off % 8 || header.tables_off % 8 ||
+            (header.total_rows && (header.bands_off % 8 ||
+                                   header.bands_off + (uint64_t)sizeof(bands) > header.in_bytes))) {
             status.code = PIM_DPU_ERR_HEADER;
         } else if (header.nr_tasklets != NR_TASKLETS || header.arena_bytes != arena_bytes || arena_bytes == 0) {
             status.code = PIM_DPU_ERR_BUILD;
             status.detail = arena_bytes;
-        } else if (header.lut_bytes) {
-            lut = (uint8_t *)mem_alloc(pim_dpu_round8(header.lut_bytes));
-            read_big(chunk + header.lut_off, lut, pim_dpu_round8(header.lut_bytes));
+        } else {
+            if (header.lut_bytes) {
+                lut = (uint8_t *)mem_alloc(pim_dpu_round8(header.lut_bytes));
+                read_big(chunk + header.lut_off, lut, pim_dpu_round8(header.lut_bytes));
+            }
+            if (header.total_rows) { /* the tasklets' bands: row 0 to total_rows, never backwards */
+                read_big(chunk + header.bands_off, bands, sizeof(bands));
+                for (uint32_t t = 0; t < NR_TASKLETS; t++)
+                    if (bands[t] > bands[t + 1])
+                        status.code = PIM_DPU_ERR_HEADER;
+                if (bands[0] != 0 || bands[NR_TASKLETS] != header.total_rows)
+                    status.code = PIM_DPU_ERR_HEADER;
+            }
         }
     }
     barrier_wait(&phase_barrier);
@@ -324,16 +384,9 @@ int main(void)
                 break;
     barrier_wait(&phase_barrier);
 
-    /* phase 2: this tasklet's band of output rows [r0, r1) */
+    /* phase 2: this tasklet's band of output rows [r0, r1) (checked by tasklet 0) */
     if (status.code == PIM_DPU_STATUS_OK && header.total_rows) {
-        uint32_t r0 = 0, r1 = 0;
-        const uint32_t total = header.total_rows;
-        for (uint32_t t = 0, acc = 0; t <= id; t++) { /* band t = [t * total / T, ...) without division */
-            r0 = r1;
-            acc += total;
-            while ((r1 + 1) * (uint64_t)NR_TASKLETS <= acc)
-                r1++;
-        }
+        uint32_t r0 = bands[id], r1 = bands[id + 1];
         for (uint32_t i = 0; i < header.n_samples && r0 < r1 && status.code == PIM_DPU_STATUS_OK; i++) {
             if (!load_sample(i, arena, &parts))
                 break;

@@ -10,6 +10,9 @@
  *                      ytab_offset from tables_off; the source is the crop box alone
  *                      (crop_top = crop_left = 0, src_stride = crop_w * channels)
  *   jobs_off           n_samples x pim_dpu_job_t: how the kernel walks each sample
+ *   bands_off          nr_tasklets + 1 uint32 (padded to 8 bytes): tasklet t computes the
+ *                      chunk's output rows [bands[t], bands[t + 1]), cut by the host so that
+ *                      the bands carry about equal work (row_work in dpu_driver.c)
  *   tables_off         the axis tables the chunk's samples use (pim_params.h format)
  *   lut_off            channels x 256 output bit patterns (lut_bytes, 0 when uint8 out)
  *   ...                the crop boxes' pixels, each 8-byte aligned
@@ -26,9 +29,12 @@
  *
  * WRAM: tasklet 0 holds the lookup table (at most PIM_DPU_LUT_MAX bytes) for all tasklets;
  * each tasklet owns one arena of pim_dpu_arena_bytes(NR_TASKLETS, stack) bytes from mem_alloc.
- * An arena holds a 112-byte sample header (descriptor, job, axis headers) and the buffers of
+ * An arena holds a 120-byte sample header (descriptor, job, axis headers) and the buffers of
  * pim_dpu_sample_wram(); the host picks each sample's segment width (output pixels computed
- * per pass) so that they fit, and rejects samples that cannot fit at the narrowest width.
+ * per pass) and row ring (the last `ring_rows` horizontally resampled rows of a segment, kept
+ * for the vertical taps of the next output rows) so that they fit; a sample whose ring does
+ * not fit even 8 pixels wide runs without it (each source row resampled once per vertical
+ * tap), and one that does not fit at all is refused.
  *
  * Integer arithmetic only (the kernel includes this header).
  */
@@ -41,7 +47,7 @@
 
 /* cffi-cdef-begin */
 #define PIM_DPU_MAGIC 0x50494D44      /* "PIMD" */
-#define PIM_DPU_VERSION 1
+#define PIM_DPU_VERSION 2
 #define PIM_DPU_STATUS_OK 0x600D600D
 
 /* kernel-detected errors (pim_dpu_status_t.code) */
@@ -56,7 +62,7 @@
 #define PIM_DPU_WRAM_BYTES 65536
 #define PIM_DPU_WRAM_RESERVE 2048     /* globals of the kernel and the runtime (assumed) */
 #define PIM_DPU_LUT_MAX 3072          /* 3 channels x 256 x 4 bytes */
-#define PIM_DPU_ARENA_HEAD 112        /* descriptor 64 + job 16 + two axis headers 16 */
+#define PIM_DPU_ARENA_HEAD 120        /* descriptor 64 + job 24 + two axis headers 16 */
 #define PIM_DPU_DMA_MAX 2048
 #define PIM_DPU_MRAM_BUDGET 66060288 /* bytes of MRAM a chunk may use: 63 MB of the 64 */
 
@@ -78,7 +84,7 @@ typedef struct pim_dpu_header {
     uint32_t arena_bytes;  /* per-tasklet WRAM arena the host planned with */
     uint32_t nr_tasklets;  /* and the tasklet count it planned for */
     uint32_t debug;        /* PIM_DPU_DEBUG_* test hooks, 0 in production */
-    uint32_t reserved;
+    uint32_t bands_off;    /* nr_tasklets + 1 row indices: the tasklets' bands of output rows */
 } pim_dpu_header_t;
 
 typedef struct pim_dpu_job {
@@ -86,6 +92,8 @@ typedef struct pim_dpu_job {
     uint32_t src_buf;      /* bytes of the source-row buffer a segment needs (multiple of 8) */
     uint32_t out_pitch;    /* bytes between two output rows in MRAM (multiple of 8) */
     uint32_t row_base;     /* global index of this sample's first output row in the chunk */
+    uint32_t ring_rows;    /* resampled rows kept for the vertical taps (0: no ring) */
+    uint32_t reserved;     /* 0 */
 } pim_dpu_job_t;
 
 typedef struct pim_dpu_status {
@@ -99,7 +107,7 @@ typedef struct pim_dpu_status {
 #if defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L
 _Static_assert(sizeof(pim_dpu_header_t) == 72, "pim_dpu_header_t layout");
 _Static_assert(sizeof(pim_dpu_header_t) % 8 == 0, "MRAM transfers need multiples of 8");
-_Static_assert(sizeof(pim_dpu_job_t) == 16, "pim_dpu_job_t layout");
+_Static_assert(sizeof(pim_dpu_job_t) == 24, "pim_dpu_job_t layout");
 _Static_assert(sizeof(pim_dpu_status_t) == 16, "pim_dpu_status_t layout");
 _Static_assert(PIM_DPU_ARENA_HEAD == sizeof(pim_sample_t) + sizeof(pim_dpu_job_t) + 2 * sizeof(pim_axis_t),
                "arena head");
@@ -128,12 +136,15 @@ static inline uint32_t pim_dpu_arena_bytes(uint32_t nr_tasklets, uint32_t stack_
 }
 
 /* WRAM bytes (after the arena head) a sample needs with segment width w (pixels):
- * taps_x = 0 when the width is not resampled, taps_y = 0 when the height is not. */
+ * taps_x = 0 when the width is not resampled, taps_y = 0 when the height is not;
+ * ring_rows horizontally resampled rows kept for the vertical pass (0: no ring). */
 static inline uint32_t pim_dpu_sample_wram(uint32_t w, uint32_t channels, uint32_t esize,
-                                           uint32_t taps_x, uint32_t taps_y, uint32_t src_buf)
+                                           uint32_t taps_x, uint32_t taps_y, uint32_t src_buf,
+                                           uint32_t ring_rows)
 {
     uint32_t n = src_buf;
-    n += pim_dpu_round8(w * channels);                   /* resampled row */
+    n += pim_dpu_round8(w * channels);                   /* resampled (or finished) row */
+    n += ring_rows * pim_dpu_round8(w * channels);       /* the ring of resampled rows */
     n += w * channels * esize;                           /* output segment (w % 8 == 0) */
     if (taps_x)
         n += (uint32_t)sizeof(pim_axis_t) + w * (uint32_t)sizeof(pim_range_t) + w * taps_x * 2u;

@@ -295,6 +295,16 @@ class DpuBackend:
                                   if not self.emulated else f"no DPU {dpu}")
         return DpuCounters(*[int(v) for v in values])
 
+    def tasklet_counters(self, dpu: int) -> list[DpuCounters]:
+        """Emulator DMA counters of each tasklet of one DPU since the last reset (the
+        mram_read/mram_write fields only; the others are 0)."""
+        n = self.nr_tasklets
+        values = self.ffi.new(f"uint64_t[{4 * n}]")
+        if self.lib.pim_dpu_tasklet_counters(self._driver(), int(dpu), values) != 0:
+            raise DpuBackendError("DMA counters are only available from the emulator build"
+                                  if not self.emulated else f"no DPU {dpu}")
+        return [DpuCounters(*[int(values[4 * t + k]) for k in range(4)], 0, 0, 0, 0, 0, 0) for t in range(n)]
+
     def reset_counters(self) -> None:
         if self.lib.pim_dpu_reset_counters(self._driver()) != 0:
             raise DpuBackendError("DMA counters are only available from the emulator build")

@@ -6,9 +6,12 @@ PROJECTION from a cost model, never a measurement. What goes in:
 1. what pimloader's libdpu emulator COUNTED for a real batch (`DpuRun.from_backend`): per DPU
    the MRAM<->WRAM DMA calls and bytes in each direction and the host<->DPU bytes, plus the
    common (padded) transfer lengths of `DpuBackend.run_info()`;
-2. the work the kernel does, COUNTED from the batch's own axis tables (`kernel_work`): taps per
-   output of each resampled axis, rows and elements, walked the way dpu_src/crop_resize.c walks
-   them (per DPU, per tasklet band);
+2. the work the kernel does, COUNTED from the batch's own axis tables (`sample_work`,
+   `dpu_work`): taps per output of each resampled axis, rows and elements, walked the way
+   dpu_src/crop_resize.c walks them (each source row resampled once per segment and tasklet band
+   thanks to its WRAM ring), over the driver's split of the batch (`split_samples`, by estimated
+   work) and of each DPU's rows into tasklet bands (`cut_bands`), both recomputed here with the
+   driver's integer estimate (`row_work`);
 3. ASSUMED instruction counts per unit of that work (`Assumptions`, read off the kernel source
    and the DPU instruction set; each with its reasoning), and the published figures of real
    systems (/work/shared/docs/upmem-reference.md, "Figures of real systems": PrIM's
@@ -211,6 +214,97 @@ def read_axis(tables: np.ndarray, offset: int):
     return n_in, n_out, taps, ranges[:, 0], ranges[:, 1]
 
 
+ARENA_HEAD = 120    # PIM_DPU_ARENA_HEAD: descriptor, job, axis headers
+
+
+def _round8(v: int) -> int:
+    return (int(v) + 7) & ~7
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How the driver runs one sample (csrc/dpu_driver.c, plan_sample): output pixels per
+    segment, source bytes buffered per row, resampled rows kept in the WRAM ring (0: none)."""
+    seg_w: int
+    src_buf: int
+    ring_rows: int
+
+
+def arena_bytes(nr_tasklets: int, stack_bytes: int = 1024) -> int:
+    """pim_dpu_arena_bytes (dpu_src/pim_dpu_layout.h): one tasklet's WRAM arena: 64 KB less the
+    stacks, 2 KB of globals and the 3 KB lookup table, shared out, a multiple of 8."""
+    left = 65536 - nr_tasklets * stack_bytes - 2048 - 3072
+    return max(0, left // nr_tasklets // 8 * 8)
+
+
+def sample_wram(w: int, C: int, esize: int, taps_x: int, taps_y: int, src_buf: int, ring_rows: int) -> int:
+    """pim_dpu_sample_wram (dpu_src/pim_dpu_layout.h): WRAM bytes after the arena head."""
+    n = src_buf + _round8(w * C) + ring_rows * _round8(w * C) + w * C * esize
+    if taps_x:
+        n += AXIS_HEADER_BYTES + w * RANGE_BYTES + w * taps_x * 2
+    if taps_y:
+        n += w * C * 4 + RANGE_BYTES + taps_y * 2
+    return n
+
+
+def plan_sample(sample, tables: np.ndarray, arena_bytes: int) -> Optional[Plan]:
+    """The driver's plan of one pim_sample_t (None: refused): the widest segment with a ring of
+    the widest vertical window, else (the ring does not fit even 8 pixels wide) the widest
+    without a ring."""
+    C, es = int(sample["channels"]), int(sample["out_esize"])
+    out_w = int(sample["out_w"])
+    hflip = bool(int(sample["flags"]) & 1)
+    _, _, taps_x, xfirst, xcount = read_axis(tables, int(sample["xtab_offset"]))
+    _, _, taps_y, _, ycount = read_axis(tables, int(sample["ytab_offset"]))
+    need_h, need_v = xcount is not None, ycount is not None
+
+    def max_span(w):
+        if not need_h:
+            return min(w, out_w)
+        best = 0
+        for d0 in range(0, out_w, w):
+            m = min(w, out_w - d0)
+            x0 = out_w - d0 - m if hflip else d0
+            best = max(best, int(xfirst[x0 + m - 1] + xcount[x0 + m - 1] - xfirst[x0]))
+        return best
+
+    ring = int(ycount.max()) if need_h and need_v else 0
+    for rows in ((ring, 0) if ring else (0,)):
+        for w in range(_round8(out_w), 7, -8):
+            src_buf = _round8(max_span(w) * C + 7)
+            if ARENA_HEAD + sample_wram(w, C, es, taps_x if need_h else 0, taps_y if need_v else 0,
+                                        src_buf, rows) <= arena_bytes:
+                return Plan(w, src_buf, rows)
+    return None
+
+
+def row_work(sample, tables: np.ndarray, plan: Plan) -> np.ndarray:
+    """The driver's estimate of each output row's work (csrc/dpu_driver.c, sample_work), in
+    the same integers: per row y, C * fresh(y) * (6 * Sx + 9 * out_w) [width resampled] +
+    C * out_w * (9 * V(y) + 9) [height resampled] + 8 * C * out_w + 40 * segments, where
+    fresh(y) = source rows resampled for row y (with the ring: the rows of its window past the
+    previous window; without: V(y)). It balances DPUs (split_samples) and tasklets (cut_bands)."""
+    C, out_h, out_w = int(sample["channels"]), int(sample["out_h"]), int(sample["out_w"])
+    _, _, _, _, xcount = read_axis(tables, int(sample["xtab_offset"]))
+    _, _, _, yfirst, ycount = read_axis(tables, int(sample["ytab_offset"]))
+    segments = -(-out_w // plan.seg_w)
+    work = np.full(out_h, C * out_w * 8 + 40 * segments, dtype=np.int64)
+    fresh = np.ones(out_h, dtype=np.int64)
+    if ycount is not None:
+        fresh = _fresh_rows(yfirst, ycount) if plan.ring_rows else ycount
+        work += C * out_w * (9 * ycount + 9)
+    if xcount is not None:
+        work += C * fresh * (6 * int(xcount.sum()) + 9 * out_w)
+    return work
+
+
+def _fresh_rows(first: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Source rows of each vertical window past the previous window (windows only move forward)."""
+    end = first + count
+    before = np.concatenate([[0], end[:-1]])
+    return np.maximum(end - np.maximum(before, first), 0)
+
+
 @dataclass
 class SampleWork:
     """What the kernel computes for one sample, per output row (arrays of out_h)."""
@@ -220,36 +314,38 @@ class SampleWork:
     ops: np.ndarray            # [out_h, len(WORK)] work counters of each output row
     least_in_bytes: int        # source pixels the outputs depend on (the window's support)
     out_bytes: int             # output elements x element size
+    band_start: Optional[np.ndarray] = None  # [out_h, len(WORK)] extra work of a row that starts a band
 
 
-def sample_work(sample, tables: np.ndarray, row_cache: bool = False) -> SampleWork:
+def sample_work(sample, tables: np.ndarray, ring: bool = True) -> SampleWork:
     """Count, row by row, the work crop_resize.c does for one pim_sample_t of pack_batch.
 
     Per output row y (V = taps of row y if the height is resampled, else 1 source row):
-      h_mac    C * V * sum_x taps(x)   (the horizontal pass is redone for every vertical tap:
-                                        the kernel keeps no row cache)
-      h_out    C * V * out_w           (rounded horizontal outputs)
-      v_mac    C * out_w * taps(y)     v_init, v_finish: C * out_w each (height resampled)
-      emit     C * out_w               (flip + table conversion + store)
-    `row`, `column` and `sample_load` are filled in per DPU (they depend on the split).
-
-    row_cache=True counts a kernel that does NOT exist yet (a what-if): horizontally resampled
-    rows kept in WRAM across output rows, so each source row is resampled once, when it first
-    enters a vertical window (the windows only move forward, pim_params.h)."""
+      h_mac    C * fresh(y) * sum_x taps(x)   (fresh(y): the source rows resampled
+                                               horizontally for row y; see below)
+      h_out    C * fresh(y) * out_w           (rounded horizontal outputs)
+      v_mac    C * out_w * taps(y)            v_init, v_finish: C * out_w each (height resampled)
+      emit     C * out_w                      (flip + table conversion + store)
+    With the WRAM ring (ring=True, the plan's ring_rows > 0) fresh(y) is the rows of row y's
+    window past row y-1's window (each source row is resampled once per segment and band), and
+    a row that starts a tasklet's band resamples its whole window (`band_start` holds the
+    extra). Without it (ring=False: the kernel before the ring, or a sample whose ring does not
+    fit WRAM) fresh(y) = V(y): the horizontal pass is redone for every vertical tap.
+    `row`, `column` and `sample_load` are filled in per DPU (they depend on the split)."""
     C, out_h, out_w = int(sample["channels"]), int(sample["out_h"]), int(sample["out_w"])
     _, _, _, xfirst, xcount = read_axis(tables, int(sample["xtab_offset"]))
     _, _, _, yfirst, ycount = read_axis(tables, int(sample["ytab_offset"]))
     need_h, need_v = xcount is not None, ycount is not None
     ops = np.zeros((out_h, len(WORK)), dtype=np.int64)
+    start = np.zeros((out_h, len(WORK)), dtype=np.int64)
     col = {name: i for i, name in enumerate(WORK)}
     V = ycount if need_v else np.ones(out_h, dtype=np.int64)
-    if row_cache and need_v:
-        end = yfirst + ycount
-        before = np.concatenate([[0], end[:-1]])
-        V = np.maximum(end - np.maximum(before, yfirst), 0)  # source rows new to this window
+    fresh = _fresh_rows(yfirst, ycount) if (ring and need_v and need_h) else V
     if need_h:
-        ops[:, col["h_mac"]] = C * V * int(xcount.sum())
-        ops[:, col["h_out"]] = C * V * out_w
+        ops[:, col["h_mac"]] = C * fresh * int(xcount.sum())
+        ops[:, col["h_out"]] = C * fresh * out_w
+        start[:, col["h_mac"]] = C * (V - fresh) * int(xcount.sum())
+        start[:, col["h_out"]] = C * (V - fresh) * out_w
     if need_v:
         ops[:, col["v_mac"]] = C * out_w * ycount
         ops[:, col["v_init"]] = C * out_w
@@ -257,12 +353,54 @@ def sample_work(sample, tables: np.ndarray, row_cache: bool = False) -> SampleWo
     ops[:, col["emit"]] = C * out_w
     rows = int((yfirst + ycount).max() - yfirst.min()) if need_v else out_h
     cols = int((xfirst + xcount).max() - xfirst.min()) if need_h else out_w
-    return SampleWork(C, out_h, out_w, ops, rows * cols * C, out_h * out_w * C * int(sample["out_esize"]))
+    return SampleWork(C, out_h, out_w, ops, rows * cols * C, out_h * out_w * C * int(sample["out_esize"]),
+                      start)
 
 
-def split_samples(out_pixels: Sequence[int], nr_dpus: int) -> list[range]:
-    """The driver's split of a batch over DPUs (csrc/dpu_driver.c, step 2): contiguous runs
-    balanced by output pixels, every active DPU at least one sample."""
+def split_samples(work: Sequence[int], nr_dpus: int) -> list[range]:
+    """The driver's split of a batch over DPUs (csrc/dpu_driver.c, split_by_work): contiguous
+    runs that minimise the largest run's estimated work (`row_work` summed per sample), every
+    active DPU at least one sample. The bound is the least L for which a greedy cut (each run
+    takes samples while it stays within L) needs at most `active` runs; the runs are that cut,
+    leaving at least one sample for each later DPU, the last DPU taking the rest."""
+    work = [int(v) for v in work]
+    n = len(work)
+    active = min(n, nr_dpus)
+    if not n:
+        return []
+
+    def fits(bound):
+        runs, load = 1, 0
+        for v in work:
+            if v > bound:
+                return False
+            if load + v > bound:
+                runs, load = runs + 1, 0
+            load += v
+        return runs <= active
+
+    lo, hi = max(work), sum(work)
+    while lo < hi:
+        mid = lo + (hi - lo) // 2
+        if fits(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    runs, i = [], 0
+    for d in range(active):
+        first, left_after, load = i, active - d - 1, 0
+        while True:
+            load += work[i]
+            i += 1
+            if not (i < n - left_after and (d == active - 1 or load + work[i] <= lo)):
+                break
+        runs.append(range(first, i))
+    return runs
+
+
+def split_by_pixels(out_pixels: Sequence[int], nr_dpus: int) -> list[range]:
+    """The driver's split before it balanced work: contiguous runs balanced by output pixels
+    (kept to compare the two splits)."""
     n = len(out_pixels)
     active = min(n, nr_dpus)
     total = int(sum(out_pixels))
@@ -279,9 +417,26 @@ def split_samples(out_pixels: Sequence[int], nr_dpus: int) -> list[range]:
 
 
 def bands(total_rows: int, nr_tasklets: int) -> list[range]:
-    """The kernel's split of a DPU's output rows into one contiguous band per tasklet."""
+    """Even bands of output rows, one per tasklet (the kernel's split before the host cut
+    bands by work; kept to compare)."""
     edges = [t * total_rows // nr_tasklets for t in range(nr_tasklets + 1)]
     return [range(edges[t], edges[t + 1]) for t in range(nr_tasklets)]
+
+
+def cut_bands(row_work: Sequence[int], nr_tasklets: int) -> list[range]:
+    """The driver's bands of a DPU's output rows (csrc/dpu_driver.c, cut_bands): band t starts
+    at the first row whose work before it reaches t / T of the DPU's work."""
+    row_work = [int(v) for v in row_work]
+    rows, T = len(row_work), nr_tasklets
+    total = sum(row_work)
+    edges, before, g = [0], 0, 0
+    for t in range(1, T):
+        while g < rows and before * T < total * t:
+            before += row_work[g]
+            g += 1
+        edges.append(g)
+    edges.append(rows)
+    return [range(edges[t], edges[t + 1]) for t in range(T)]
 
 
 @dataclass
@@ -294,8 +449,10 @@ class KernelWork:
         return self.per_tasklet.sum(axis=0)
 
 
-def dpu_work(works: Sequence[SampleWork], nr_tasklets: int, row_segments: int) -> KernelWork:
-    """Work of one DPU running `works` (its samples in chunk order) with nr_tasklets.
+def dpu_work(works: Sequence[SampleWork], nr_tasklets: int, row_segments: int,
+             tasklet_bands: Optional[Sequence[range]] = None) -> KernelWork:
+    """Work of one DPU running `works` (its samples in chunk order) with nr_tasklets, cut into
+    `tasklet_bands` (default: even bands of rows).
 
     row_segments: (output row, segment) pairs the DPU computed, from the emulator's counters
     (the segment width is the driver's choice); the `row` work is spread over the tasklets in
@@ -304,7 +461,8 @@ def dpu_work(works: Sequence[SampleWork], nr_tasklets: int, row_segments: int) -
     per = np.zeros((nr_tasklets, len(WORK)), dtype=np.float64)
     starts = np.cumsum([0] + [w.out_h for w in works])
     total_rows = int(starts[-1])
-    for t, band in enumerate(bands(total_rows, nr_tasklets)):
+    cut = list(tasklet_bands) if tasklet_bands is not None else bands(total_rows, nr_tasklets)
+    for t, band in enumerate(cut):
         if not len(band):
             continue
         for i, w in enumerate(works):
@@ -312,13 +470,15 @@ def dpu_work(works: Sequence[SampleWork], nr_tasklets: int, row_segments: int) -
             if lo >= hi:
                 continue
             per[t] += w.ops[lo - starts[i]:hi - starts[i]].sum(axis=0)
+            if w.band_start is not None:  # the band's first row of this sample fills the ring
+                per[t] += w.band_start[lo - starts[i]]
             per[t, col["column"]] += w.out_w
         # phase 2 loads every sample up to the last one the band touches; phase 1 one in T
         last = int(np.searchsorted(starts, band.stop - 1, side="right"))
         per[t, col["sample_load"]] += last
     for t in range(nr_tasklets):
         per[t, col["sample_load"]] += len(range(t, len(works), nr_tasklets))
-    rows_per_tasklet = np.array([len(b) for b in bands(total_rows, nr_tasklets)], dtype=np.float64)
+    rows_per_tasklet = np.array([len(b) for b in cut], dtype=np.float64)
     if total_rows:
         per[:, col["row"]] = row_segments * rows_per_tasklet / total_rows
     return KernelWork(per)
@@ -351,17 +511,21 @@ class DpuRun:
 
     @classmethod
     def from_backend(cls, backend, packed, counters: Optional[list] = None,
-                     info: Optional[dict] = None, row_cache: bool = False) -> "DpuRun":
+                     info: Optional[dict] = None) -> "DpuRun":
         """Read `backend`'s counters (reset before the one run they must cover) and run_info of
-        its last run of the batch whose descriptors and tables are `packed` (pack_batch).
-        row_cache: count the work of the what-if kernel of `sample_work` (the DMA counts stay
-        those of the real kernel)."""
+        its last run of the batch whose descriptors and tables are `packed` (pack_batch). The
+        split over DPUs and tasklets and each sample's plan (segment width, ring) are the
+        driver's, recomputed here (plan_sample, row_work, split_samples, cut_bands)."""
         counters = counters if counters is not None else [backend.counters(d)
                                                           for d in range(backend.nr_dpus)]
         info = info if info is not None else backend.run_info()
         samples, tables = packed.samples, packed.tables
-        works = [sample_work(s, tables, row_cache) for s in samples]
-        runs = split_samples([w.out_h * w.out_w for w in works], backend.nr_dpus)
+        plans = [plan_sample(s, tables, info["arena_bytes"]) for s in samples]
+        if any(p is None for p in plans):
+            raise ValueError("a sample the driver would refuse (it does not fit WRAM)")
+        rows = [row_work(s, tables, p) for s, p in zip(samples, plans)]
+        works = [sample_work(s, tables, ring=p.ring_rows > 0) for s, p in zip(samples, plans)]
+        runs = split_samples([int(r.sum()) for r in rows], backend.nr_dpus)
         C = works[0].channels
         nhwc = bool(int(samples[0]["flags"]) & 4)
         dpu_work_list = []
@@ -369,7 +533,8 @@ class DpuRun:
             # one write per (row, segment[, plane]) + the status block (each <= 2048 bytes here)
             per_segment = 1 if nhwc else C
             segs = (counters[d].mram_write_calls - 1) // per_segment
-            dpu_work_list.append(dpu_work([works[i] for i in run], backend.nr_tasklets, segs))
+            cut = cut_bands(np.concatenate([rows[i] for i in run]), backend.nr_tasklets)
+            dpu_work_list.append(dpu_work([works[i] for i in run], backend.nr_tasklets, segs, cut))
         arr = lambda name: np.array([getattr(c, name) for c in counters], dtype=np.int64)  # noqa: E731
         return cls(backend.nr_dpus, backend.nr_tasklets, len(samples), info["active_dpus"],
                    info["xfer_bytes"], info["out_xfer_bytes"], info["in_real_bytes"],
@@ -396,7 +561,8 @@ class DpuRun:
 
 def balanced(run: DpuRun) -> DpuRun:
     """What-if: the same batch with its work and DMAs spread evenly over the active DPUs and
-    their tasklets (the driver balances output pixels and the kernel output rows, not work)."""
+    their tasklets: the bound of any split (the driver's is contiguous, by an estimate of work,
+    and cannot cut a sample between DPUs)."""
     active = run.active_dpus
     mean = lambda v: np.full(len(v), float(np.sum(v)) / active)  # noqa: E731
     total = sum(w.total for w in run.work)
@@ -505,6 +671,7 @@ def end_to_end(dpu_images_per_s: float, host_s_per_image: float, host_cores: int
             "bound": "host decode" if host < dpu_images_per_s else "DPU path"}
 
 
-__all__ = ["Assumptions", "CASES", "DpuRun", "KernelWork", "Param", "Projection", "SYSTEMS",
-           "SampleWork", "System", "WORK", "balanced", "bands", "compute_cycles", "dma_cycles", "dpu_work",
-           "end_to_end", "project", "project_all", "read_axis", "sample_work", "split_samples"]
+__all__ = ["Assumptions", "CASES", "DpuRun", "KernelWork", "Param", "Plan", "Projection", "SYSTEMS",
+           "SampleWork", "System", "WORK", "arena_bytes", "balanced", "bands", "compute_cycles", "cut_bands", "dma_cycles",
+           "dpu_work", "end_to_end", "plan_sample", "project", "project_all", "read_axis", "row_work",
+           "sample_wram", "sample_work", "split_by_pixels", "split_samples"]

@@ -153,26 +153,38 @@ def test_work_of_an_8x8_to_4x4_bilinear_by_hand():
     # 3 + 4 + 4 + 3 = 14 taps per axis
     image = np.zeros((8, 8, 3), np.uint8)
     packed, _ = K.pack_batch([image], [(0, 0, 8, 8)], (4, 4), out_dtype=torch.float32)
+    # with the ring: the 8 source rows are each resampled once (3 + 2 + 2 + 1 new per window)
     w = cm.sample_work(packed.samples[0], packed.tables)
     total = w.ops.sum(axis=0)
-    assert total[COL["h_mac"]] == 3 * 14 * 14   # C x (sum of vertical taps) x (sum of horizontal taps)
-    assert total[COL["h_out"]] == 3 * 14 * 4
+    assert list(w.ops[:, COL["h_mac"]]) == [3 * 3 * 14, 3 * 2 * 14, 3 * 2 * 14, 3 * 1 * 14]
+    assert total[COL["h_out"]] == 3 * 8 * 4
     assert total[COL["v_mac"]] == 3 * 4 * 14
     assert total[COL["v_init"]] == total[COL["v_finish"]] == total[COL["emit"]] == 3 * 16
+    # a band starting at row 2 resamples its whole window (4 rows), not just the 2 new ones
+    assert w.band_start[2, COL["h_mac"]] == 3 * (4 - 2) * 14 and w.band_start[0].sum() == 0
+    # without the ring (the kernel before it, or a ring that does not fit WRAM): per tap
+    old = cm.sample_work(packed.samples[0], packed.tables, ring=False).ops.sum(axis=0)
+    assert old[COL["h_mac"]] == 3 * 14 * 14   # C x (sum of vertical taps) x (sum of horizontal taps)
+    assert old[COL["h_out"]] == 3 * 14 * 4
+    assert old[COL["v_mac"]] == total[COL["v_mac"]]
     assert w.least_in_bytes == 8 * 8 * 3 and w.out_bytes == 16 * 3 * 4
 
 
-def walk_kernel(sample, tables):
-    """The MAC count of crop_resize.c's loops, by literally walking them (an oracle)."""
+def walk_kernel(sample, tables, ring, band_starts=(0,)):
+    """The MAC count of crop_resize.c's loops, by literally walking them (an oracle): with the
+    ring, the window's rows not resampled yet since the band started; without, every tap."""
     _, _, _, xf, xc = cm.read_axis(tables, int(sample["xtab_offset"]))
     _, _, _, yf, yc = cm.read_axis(tables, int(sample["ytab_offset"]))
     C, h_mac, v_mac = int(sample["channels"]), 0, 0
+    resampled = set()
     for y in range(int(sample["out_h"])):
-        for _tap in range(int(yc[y]) if yc is not None else 1):
-            if xc is not None:
-                for x in range(int(sample["out_w"])):
-                    for _t in range(int(xc[x])):
-                        h_mac += C
+        if y in band_starts:
+            resampled = set()
+        rows = range(int(yf[y]), int(yf[y] + yc[y])) if yc is not None else [y]
+        for r in rows:
+            if xc is not None and not (ring and yc is not None and r in resampled):
+                h_mac += C * int(xc.sum())
+                resampled.add(r)
             if yc is not None:
                 v_mac += C * int(sample["out_w"])
     return h_mac, v_mac
@@ -180,21 +192,37 @@ def walk_kernel(sample, tables):
 
 def test_work_matches_a_walk_of_the_kernel_loops():
     rng = np.random.default_rng(5)
-    images = [PHOTOS[0][:120, :90], PHOTOS[1][:40, :30], PHOTOS[2][:64, :64]]
-    boxes = [(3, 5, 100, 70), (0, 0, 40, 30), (0, 0, 64, 32)]
-    packed, _ = K.pack_batch(images, boxes, (24, 32), hflip=rng.integers(0, 2, 3).astype(bool),
+    images = [PHOTOS[0][:120, :90], PHOTOS[1][:40, :30], PHOTOS[2][:64, :64], PHOTOS[3][:300, :300]]
+    boxes = [(3, 5, 100, 70), (0, 0, 40, 30), (0, 0, 64, 32), (0, 0, 300, 300)]
+    packed, _ = K.pack_batch(images, boxes, (24, 32), hflip=rng.integers(0, 2, 4).astype(bool),
                              out_dtype=torch.uint8, interpolation="bicubic")
     for s in packed.samples:
-        total = cm.sample_work(s, packed.tables).ops.sum(axis=0)
-        assert (total[COL["h_mac"]], total[COL["v_mac"]]) == walk_kernel(s, packed.tables)
+        for ring in (True, False):
+            w = cm.sample_work(s, packed.tables, ring=ring)
+            total = w.ops.sum(axis=0)
+            assert (total[COL["h_mac"]], total[COL["v_mac"]]) == walk_kernel(s, packed.tables, ring)
+            # bands starting at rows 0, 7 and 13 of the sample
+            banded = cm.dpu_work([w], 3, 0, [range(0, 7), range(7, 13), range(13, 24)]).total
+            assert banded[COL["h_mac"]] == walk_kernel(s, packed.tables, ring, (0, 7, 13))[0]
 
 
 def test_split_and_bands_as_the_driver_and_kernel_cut():
     assert cm.split_samples([1, 1, 1, 1], 2) == [range(0, 2), range(2, 4)]
     assert cm.split_samples([4, 1, 1, 1, 1], 2) == [range(0, 1), range(1, 5)]
     assert cm.split_samples([5, 5], 4) == [range(0, 1), range(1, 2)]        # 2 active DPUs
+    # one heavy sample at the end: by work it runs alone; by pixels (all equal) it shares
+    assert cm.split_samples([1, 1, 1, 1, 1, 1, 6], 2) == [range(0, 6), range(6, 7)]
+    assert cm.split_by_pixels([1] * 7, 2) == [range(0, 4), range(4, 7)]
+    # the least largest run: 9 (3+3+3 | 4+5 | 6 or similar), every DPU gets a sample
+    runs = cm.split_samples([3, 3, 3, 4, 5, 6], 3)
+    assert max(sum([3, 3, 3, 4, 5, 6][i] for i in r) for r in runs) == 9
+    assert [len(r) for r in cm.split_samples([100, 1, 1, 1], 4)] == [1, 1, 1, 1]
     assert cm.bands(10, 4) == [range(0, 2), range(2, 5), range(5, 7), range(7, 10)]
     assert sum(len(b) for b in cm.bands(7, 16)) == 7
+    # bands by work: 8 rows, the first 4 three times heavier than the last 4 (work 16 in all)
+    assert cm.cut_bands([3, 3, 3, 3, 1, 1, 1, 1], 2) == [range(0, 3), range(3, 8)]
+    assert cm.cut_bands([5], 3) == [range(0, 1), range(1, 1), range(1, 1)]
+    assert sum(len(b) for b in cm.cut_bands([1] * 7, 16)) == 7
 
 
 # ---- real batches on the emulator -------------------------------------------------------------
@@ -223,20 +251,21 @@ def emulated():
             dpus.run(images, boxes, (224, 224), out, hflip, None, "bilinear", "NCHW", lut)
             packed, _ = K.pack_batch(images, boxes, (224, 224), hflip=hflip, out_dtype=torch.float32)
             counters = [dpus.counters(d) for d in range(dpus.nr_dpus)]
+            tasklets = [dpus.tasklet_counters(d) for d in range(dpus.nr_dpus)]
             results.append((images, boxes, out, packed, counters, dpus.run_info(),
-                            cm.DpuRun.from_backend(dpus, packed, counters)))
+                            cm.DpuRun.from_backend(dpus, packed, counters), tasklets))
     return results
 
 
 def test_least_possible_bytes_against_numpy_sizes(emulated):
-    for images, boxes, out, _, _, _, run in emulated:
+    for images, boxes, out, _, _, _, run, _ in emulated:
         crops = sum(im[t:t + h, l:l + w].nbytes for im, (t, l, h, w) in zip(images, boxes))
         assert run.least_in_bytes == crops      # a training crop's every pixel feeds the output
         assert run.least_out_bytes == out.numpy().nbytes
 
 
 def test_counters_are_consistent_with_what_the_host_sent(emulated):
-    for images, boxes, out, packed, counters, info, run in emulated:
+    for images, boxes, out, packed, counters, info, run, tasklets in emulated:
         active = info["active_dpus"]
         assert active == min(len(images), 8)
         # bytes pushed: the header to every DPU, the common padded chunk length to the active ones
@@ -245,10 +274,16 @@ def test_counters_are_consistent_with_what_the_host_sent(emulated):
         assert info["in_real_bytes"] <= active * info["xfer_bytes"]
         # every DPU runs the kernel, so the idle ones write their status block too
         assert sum(c.mram_write_bytes for c in counters) == info["out_real_bytes"] + (8 - active) * cm.STATUS_BYTES
-        # each DPU writes exactly its samples' outputs (224 float32 = 896 B rows) + its status:
-        # this checks that split_samples cuts the batch as the driver does
-        for d, run_d in enumerate(cm.split_samples([224 * 224] * len(images), 8)):
+        # each DPU writes exactly its samples' outputs (224 float32 = 896 B rows) + its status,
+        # and each tasklet its band's rows: this checks that split_samples and cut_bands (with
+        # plan_sample and row_work) cut the batch as the driver does
+        plans = [cm.plan_sample(s, packed.tables, info["arena_bytes"]) for s in packed.samples]
+        rows = [cm.row_work(s, packed.tables, p) for s, p in zip(packed.samples, plans)]
+        for d, run_d in enumerate(cm.split_samples([int(r.sum()) for r in rows], 8)):
             assert counters[d].mram_write_bytes == len(run_d) * 3 * 224 * 896 + cm.STATUS_BYTES
+            cut = cm.cut_bands(np.concatenate([rows[i] for i in run_d]), 16)
+            per_tasklet = [c.mram_write_bytes for c in tasklets[d]]
+            assert per_tasklet == [3 * 896 * len(b) + (cm.STATUS_BYTES if t == 0 else 0) for t, b in enumerate(cut)]
         # the emulator's own DMA cycle model is the model's nominal formula
         assert np.array_equal(run.dma_cycles_model,
                               cm.dma_cycles(run.read_calls, run.read_bytes, run.write_calls,
@@ -260,7 +295,7 @@ def test_counters_are_consistent_with_what_the_host_sent(emulated):
 
 
 def test_projection_of_a_real_run_labels_and_orders(emulated):
-    run = emulated[0][-1]
+    run = emulated[0][-2]
     projections = cm.project_all(run)
     assert len(projections) == len(cm.SYSTEMS) * len(cm.CASES)
     for p in projections:
@@ -271,17 +306,8 @@ def test_projection_of_a_real_run_labels_and_orders(emulated):
     assert cm.project(run, cm.SYSTEMS[0], slower).images_per_s < cm.project(run, cm.SYSTEMS[0]).images_per_s
 
 
-def test_row_cache_what_if_resamples_each_source_row_once():
-    # windows [0,3) [1,5) [3,7) [5,8): 3 + 2 + 2 + 1 = 8 new source rows, each resampled once
-    image = np.zeros((8, 8, 3), np.uint8)
-    packed, _ = K.pack_batch([image], [(0, 0, 8, 8)], (4, 4), out_dtype=torch.float32)
-    w = cm.sample_work(packed.samples[0], packed.tables, row_cache=True)
-    assert list(w.ops[:, COL["h_mac"]]) == [3 * 3 * 14, 3 * 2 * 14, 3 * 2 * 14, 3 * 1 * 14]
-    assert w.ops[:, COL["v_mac"]].sum() == 3 * 4 * 14   # the vertical pass is unchanged
-
-
 def test_balanced_what_if_keeps_the_work_and_is_never_slower(emulated):
-    run = emulated[0][-1]
+    run = emulated[0][-2]
     even = cm.balanced(run)
     assert np.allclose(sum(w.total for w in even.work), sum(w.total for w in run.work))
     assert even.read_bytes[:run.active_dpus].sum() == pytest.approx(run.read_bytes.sum())

@@ -105,6 +105,9 @@ int pim_dpu_emulated(void);
  * wram_static_bytes, wram_heap_peak. Returns 0, or -1 when not emulated / bad index. */
 int pim_dpu_counters(pim_dpu_driver_t *drv, uint32_t index, uint64_t *values);
 int pim_dpu_reset_counters(pim_dpu_driver_t *drv);
+/* Emulator only: per tasklet of DPU `index`, mram_read calls, read bytes, mram_write calls,
+ * write bytes (4 values per tasklet, nr_tasklets tasklets) since the last reset. */
+int pim_dpu_tasklet_counters(pim_dpu_driver_t *drv, uint32_t index, uint64_t *values);
 /* cffi-cdef-end */
 
 #endif /* PIM_DPU_DRIVER_H */
