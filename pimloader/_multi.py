@@ -222,8 +222,12 @@ class MultiProcessIter(_BaseDataLoaderIter):
                 self._workers_retired[worker_id] = True
 
     def _died(self, ended: list[int]) -> list[int]:
-        """Of the workers whose processes ended, those that had not been told to exit."""
-        return [w for w in ended if not self._workers_retired[w] or self._owes_results(w)]
+        """Of the workers whose processes ended, those that had no business ending."""
+        return [w for w in ended if self._must_live(w)]
+
+    def _must_live(self, worker_id: int) -> bool:
+        """A worker must live until it is told to exit and owes no batch."""
+        return not self._workers_retired[worker_id] or self._owes_results(worker_id)
 
     def _owes_results(self, worker_id: int) -> bool:
         return any(len(info) == 1 and info[0] == worker_id for info in self._task_info.values())
@@ -278,8 +282,8 @@ class MultiProcessIter(_BaseDataLoaderIter):
             _raise_if_out_of_file_descriptors(error)
             if not isinstance(error, (EOFError, OSError)):
                 raise
-            dead = self._died(
-                [sentinels[s] for s in wait(list(sentinels), timeout=JOIN_TIMEOUT_S)])
+            suspects = [s for s, w in sentinels.items() if self._must_live(w)]
+            dead = [sentinels[s] for s in wait(suspects, timeout=JOIN_TIMEOUT_S)]
             if not dead:
                 raise
             self._raise_worker_died(dead, cause=error)
