@@ -136,16 +136,36 @@ class TransformingFetcher:
         return count
 
     def fetch(self, index):
-        self._stage = ""
         if not self.native:
+            self._stage = ""
             return self.fetcher.fetch(index, self._transformed)
-        batch = self.transform.begin_batch()
-        fetched = self.fetcher.fetch(index, lambda sample: self._in_stage(batch.add, sample))
-        self._stage = " (the batch's kernel run)"
-        samples = batch.finish()
-        self._stage = ""
-        self.kernel_samples += batch.kernel_samples
+        samples = self.finished(self.drawn(index))
         return samples if self.auto_collation else samples[0]
+
+    def drawn(self, index):
+        """The batch at `index` (a `_BatchOfSamples`), each sample's parameters drawn (or
+        its Python transform run) as it was fetched; its kernel samples are not rendered."""
+        self._stage = ""
+        batch = self.transform.begin_batch()
+        self.fetcher.fetch(index, lambda sample: self._in_stage(batch.add, sample))
+        return batch
+
+    def finished(self, batch) -> list:
+        """The drawn batch's samples, the kernel's outputs in place of their images."""
+        return self._rendering(batch, batch.finish)
+
+    def written(self, batch, writer):
+        """The drawn batch rendered straight into a slot of `writer` (a SlotBatch), or
+        None, with nothing rendered, when it does not fit one."""
+        return self._rendering(batch, lambda: batch.write_into(writer))
+
+    def _rendering(self, batch, render):
+        self._stage = " (the batch's kernel run)"
+        result = render()
+        self._stage = ""
+        if result is not None:
+            self.kernel_samples += batch.kernel_samples
+        return result
 
     def _transformed(self, sample):
         return self._in_stage(

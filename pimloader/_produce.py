@@ -21,6 +21,7 @@ class Produced:
     skipped: int = 0     # samples dropped by on_error="skip"
     decode_s: float = 0.0  # of the write time, seconds spent decoding images natively
     kernel_samples: int = 0  # in-memory images the fused kernel transformed
+    direct_samples: int = 0  # of those, the ones it rendered straight into the batch slot
 
 
 class BatchProducer:
@@ -39,16 +40,45 @@ class BatchProducer:
         start = time.perf_counter()
         samples = self.fetcher.fetch(index)
         fetched = time.perf_counter()
+        data = self.written_or_collated(index, samples)
+        return self.produced(data, len(samples) if self.fetcher.auto_collation else 1,
+                             fetched - start, time.perf_counter() - fetched)
+
+    def written_or_collated(self, index, samples):
+        """`samples` written into a slot, or else collated by `collate_fn`."""
         data = self.writer.write(samples) if self.writer is not None else None
         if data is None:
             self.fetcher.current = f"the batch of {_describe(index, samples)} (collate_fn)"
             data = self.collate_fn(samples)
-        count = len(samples) if self.fetcher.auto_collation else 1
+        return data
+
+    def produced(self, data, count: int, fetch_s: float, write_s: float,
+                 direct_samples: int = 0) -> Produced:
         skipped = self.fetcher.take_skipped() if hasattr(self.fetcher, "take_skipped") else 0
         kernel_samples = (self.fetcher.take_kernel_samples()
                           if hasattr(self.fetcher, "take_kernel_samples") else 0)
-        return Produced(data, count, fetched - start, time.perf_counter() - fetched, skipped,
-                        kernel_samples=kernel_samples)
+        return Produced(data, count, fetch_s, write_s, skipped, kernel_samples=kernel_samples,
+                        direct_samples=direct_samples)
+
+
+class InMemoryImageProducer(BatchProducer):
+    """A BatchProducer over a TransformingFetcher whose transform runs the fused kernel
+    (an `InMemoryImages`): a batch whose images all take the kernel with one output shape
+    and dtype is rendered straight into the rows of a batch slot, without per-sample
+    outputs; any other batch (or no free slot) takes BatchProducer's path, unchanged."""
+
+    def produce(self, index) -> Produced:
+        if self.writer is None:
+            return super().produce(index)
+        start = time.perf_counter()
+        batch = self.fetcher.drawn(index)
+        fetched = time.perf_counter()
+        data = self.fetcher.written(batch, self.writer)
+        direct_samples = len(batch) if data is not None else 0
+        if data is None:
+            data = self.written_or_collated(index, self.fetcher.finished(batch))
+        return self.produced(data, len(batch), fetched - start,
+                             time.perf_counter() - fetched, direct_samples)
 
 
 def _describe(index, samples) -> str:
@@ -71,6 +101,8 @@ def make_producer(dataset, is_iterable: bool, auto_collation: bool, collate_fn,
         fetcher = create_fetcher(is_iterable, dataset, auto_collation, drop_last)
         if sample_transform is not None:
             fetcher = TransformingFetcher(fetcher, sample_transform)
+            if fetcher.native:
+                return InMemoryImageProducer(fetcher, collate_fn, auto_collation, writer)
         return BatchProducer(fetcher, collate_fn, auto_collation, writer)
     from ._images import DirectImageProducer, ImageFetcher
     fallback = BatchProducer(ImageFetcher(image_pipeline, auto_collation), collate_fn,

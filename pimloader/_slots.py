@@ -66,8 +66,13 @@ class SlotWriter:
         self._announced: set[int] = set()
         self._mapped: set[int] = set()  # slots whose pages this process has populated
 
-    def write(self, samples: list) -> SlotBatch | None:
-        """Write `samples` into a free slot, or return None if they need the ordinary path."""
+    def write(self, samples: list, render_first=None) -> SlotBatch | None:
+        """Write `samples` into a free slot, or return None if they need the ordinary path.
+
+        With `render_first`, the samples' first field (the first leaf of each) holds only
+        stand-ins of the right shape and dtype: `render_first(rows)` writes that field's
+        rows of the slot, and the other fields are stacked as usual. It is called only
+        once a slot is taken."""
         if not isinstance(samples, list) or not samples:
             return None
         if self._layout is None and not self._lay_out(samples):
@@ -83,7 +88,11 @@ class SlotWriter:
         slot_id = self._acquire()
         if slot_id is None:
             return None
-        self._fill(self._slots[slot_id], len(samples))
+        try:
+            self._fill(self._slots[slot_id], len(samples), render_first)
+        except BaseException:
+            self._flags[slot_id] = 0
+            raise
         return self._sent(slot_id, len(samples), skeletons)
 
     def write_with(self, layout: Layout, fill) -> SlotBatch | None:
@@ -153,11 +162,14 @@ class SlotWriter:
             self._mapped.add(slot_id)
         return slot_id
 
-    def _fill(self, slot: torch.Tensor, count: int) -> None:
-        """Stack each field's column straight into the slot (as default_collate's `out=`)."""
+    def _fill(self, slot: torch.Tensor, count: int, render_first=None) -> None:
+        """Stack each field's column straight into the slot (as default_collate's `out=`),
+        or render the first field with `render_first`."""
         views = self._layout.field_views(slot, count)
-        for column, view in zip(self._columns, views):
-            if all(type(leaf) is torch.Tensor for leaf in column):
+        for index, (column, view) in enumerate(zip(self._columns, views)):
+            if index == 0 and render_first is not None:
+                render_first(view)
+            elif all(type(leaf) is torch.Tensor for leaf in column):
                 torch.stack(column, out=view)
             else:
                 np.stack([_as_numpy(leaf) for leaf in column], out=view.numpy())

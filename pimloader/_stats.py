@@ -19,6 +19,8 @@ class EpochStats:
     skipped_samples:  samples dropped because they could not be decoded (on_error="skip").
     kernel_samples:   in-memory images (datasets of tensors, `transform=`) that the fused
                       kernel transformed; the others of such datasets ran as Python.
+    direct_samples:   of those, the ones the kernel rendered straight into their rows of
+                      a batch slot (no per-sample output, no stacking copy).
     """
 
     epoch: int
@@ -32,6 +34,7 @@ class EpochStats:
     collated_batches: int = 0
     skipped_samples: int = 0
     kernel_samples: int = 0
+    direct_samples: int = 0
 
     def add_batch(self, produced, shared: bool) -> None:
         """Account for one delivered batch (a _produce.Produced)."""
@@ -39,6 +42,7 @@ class EpochStats:
         self.samples += produced.count
         self.skipped_samples += produced.skipped
         self.kernel_samples += produced.kernel_samples
+        self.direct_samples += produced.direct_samples
         self.fetch_s += produced.fetch_s
         self.decode_s += produced.decode_s
         self.write_s += produced.write_s

@@ -7,7 +7,10 @@ whose image is a uint8 CHW tensor (or tv_tensors.Image) with a channel count the
 supports has its parameters drawn by the plan (torchvision's draws, in sample order) and
 is rendered by the kernel; any other sample gets T as Python. Which path a sample takes is
 decided from its image before anything is drawn, so the random numbers are consumed exactly
-as T would consume them. Consecutive kernel samples of a batch run in one kernel call.
+as T would consume them. Once the batch is fetched, consecutive kernel samples run in one
+kernel call: straight into the rows of a batch slot when the whole batch fits one (every
+image through the kernel, one output shape and dtype), else into per-sample outputs that
+take the ordinary slot or collate path.
 
 The kernel reads HWC interleaved sources with a row stride: only the region a sample's
 geometry reads (its crop box, clipped to the image where it pads) is copied to HWC, and not
@@ -26,6 +29,7 @@ from torchvision import tv_tensors
 
 from ._fetch import image_of, with_image
 from ._images import ImagePipeline, _dpu_config, _lookup_table, _native_available
+from ._slots import SlotBatch, SlotWriter
 from .transforms._plan import Geometry, Plan, SampleParams
 
 # Steps that refuse tensors (they take PIL images or arrays): such a pipeline stays Python.
@@ -92,13 +96,17 @@ class InMemoryImages:
 class _BatchOfSamples:
     """One batch on the native path: `add` each sample as soon as it is fetched (its
     parameters are drawn then, or, for a sample the kernel does not take, it is transformed
-    as Python then), `finish` renders the kernel samples and returns every sample."""
+    as Python then); the kernel samples are rendered afterwards, in runs, either into
+    per-sample outputs (`finish`) or straight into the rows of a batch slot (`write_into`)."""
 
     def __init__(self, images: InMemoryImages) -> None:
         self.images = images
         self.results: list = []
-        self.run = _Run(images, self.results)
+        self.pending: list[_KernelSample] = []  # drawn, not rendered yet
         self.kernel_samples = 0
+
+    def __len__(self) -> int:
+        return len(self.results)
 
     def add(self, sample):
         position = len(self.results)
@@ -114,69 +122,108 @@ class _BatchOfSamples:
             self.results[position] = with_image(sample, images.one(image, pipeline, params))
             self.kernel_samples += params.geometry is not None
             return sample
-        if not self.run.accepts(pipeline, params.geometry):
-            self.run.flush()
-        self.run.add(position, image, pipeline, params.geometry)
+        self.pending.append(_KernelSample(position, image, pipeline, params.geometry))
         return sample
 
     def finish(self) -> list:
-        self.run.flush()
-        self.kernel_samples += self.run.kernel_samples
+        """Every sample, with the kernel's output (one tensor each) as its image."""
+        for run in self._runs():
+            for pending, output in zip(run, _rendered_run(run).unbind(0)):
+                sample = self.results[pending.position]
+                self.results[pending.position] = with_image(
+                    sample, self.images.as_output_kind(output, pending.is_image))
+        self._rendered()
         return self.results
 
+    def write_into(self, writer: SlotWriter) -> SlotBatch | None:
+        """The batch written into a free slot of `writer` with the kernel rendering every
+        image straight into its row of the slot's first field (the image), the rest of each
+        sample stacked as the ordinary path stacks it; None, with nothing rendered, when
+        the batch does not fit (see `_with_stand_ins`) or no slot is free."""
+        samples = self._with_stand_ins()
+        if samples is None:
+            return None
+        batch = writer.write(samples, render_first=self._render_rows)
+        if batch is not None:
+            self._rendered()
+        return batch
 
-class _Run:
-    """Consecutive kernel samples of one pipeline, output size and interpolation, whose
-    outputs replace their samples' images in `results` when the run is flushed."""
+    def _with_stand_ins(self) -> list | None:
+        """The samples with each image replaced by a stand-in of its output's shape and
+        dtype (what the ordinary path would stack), or None unless every image is pending
+        and its output a plain tensor (a tv_tensors.Image output keeps the collate path)."""
+        if len(self.pending) != len(self.results):
+            return None
+        stand_ins: dict[tuple, torch.Tensor] = {}
+        samples = []
+        for pending, sample in zip(self.pending, self.results):
+            if self.images.returns_image[pending.is_image]:
+                return None
+            shape = (pending.pipeline.out_channels, *pending.geometry.size)
+            if shape not in stand_ins:
+                stand_ins[shape] = torch.empty((), dtype=self.images.plan.output_dtype
+                                               ).expand(shape)
+            samples.append(with_image(sample, stand_ins[shape]))
+        return samples
 
-    def __init__(self, images: InMemoryImages, results: list) -> None:
-        self.images = images
-        self.results = results
-        self.positions: list[int] = []
-        self.sources: list[torch.Tensor] = []
-        self.geometries: list[Geometry] = []
-        self.pipeline: ImagePipeline | None = None
-        self.kernel_samples = 0
+    def _render_rows(self, rows: torch.Tensor) -> None:
+        """Renders the images into `rows` (N, C, H, W), sample i into row i."""
+        for run in self._runs():
+            first = run[0].position
+            _rendered_run(run, out=rows[first:first + len(run)])
 
-    def accepts(self, pipeline: ImagePipeline, geometry: Geometry) -> bool:
-        if not self.positions:
-            return True
-        first = self.geometries[0]
-        return (pipeline is self.pipeline and geometry.size == first.size
-                and geometry.interpolation == first.interpolation)
+    def _runs(self) -> list[list["_KernelSample"]]:
+        """The pending samples in kernel calls: consecutive ones of one pipeline, output size
+        and interpolation, `CHUNK` at most per call."""
+        runs: list[list[_KernelSample]] = []
+        for pending in self.pending:
+            run = runs[-1] if runs else None
+            if run is None or len(run) == self.images.CHUNK or not run[0].runs_with(pending):
+                runs.append([])
+            runs[-1].append(pending)
+        return runs
 
-    def add(self, position: int, image: torch.Tensor, pipeline: ImagePipeline,
-            geometry: Geometry) -> None:
-        self.pipeline = pipeline
-        self.positions.append(position)
-        self.sources.append(image)
-        self.geometries.append(geometry)
-        if len(self.positions) == self.images.CHUNK:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self.positions:
-            return
-        outputs = render(self.pipeline, self.sources, self.geometries)
-        for position, output in zip(self.positions, outputs):
-            sample = self.results[position]
-            image_input = type(image_of(sample)) is tv_tensors.Image
-            self.results[position] = with_image(
-                sample, self.images.as_output_kind(output, image_input))
-        self.kernel_samples += len(self.positions)
-        self.positions, self.sources, self.geometries = [], [], []
+    def _rendered(self) -> None:
+        self.kernel_samples += len(self.pending)
+        self.pending = []
 
 
-def render(pipeline: ImagePipeline, images: list, geometries: list[Geometry]) -> list:
-    """The kernel's outputs for CHW uint8 `images` (one call; the same output size)."""
+@dataclass
+class _KernelSample:
+    """A sample whose parameters are drawn, waiting for its kernel run."""
+
+    position: int          # in the batch
+    image: torch.Tensor
+    pipeline: ImagePipeline
+    geometry: Geometry
+
+    @property
+    def is_image(self) -> bool:
+        return type(self.image) is tv_tensors.Image
+
+    def runs_with(self, other: "_KernelSample") -> bool:
+        return (other.pipeline is self.pipeline and other.geometry.size == self.geometry.size
+                and other.geometry.interpolation == self.geometry.interpolation)
+
+
+def _rendered_run(run: list[_KernelSample], out: torch.Tensor | None = None) -> torch.Tensor:
+    return render(run[0].pipeline, [sample.image for sample in run],
+                  [sample.geometry for sample in run], out)
+
+
+def render(pipeline: ImagePipeline, images: list, geometries: list[Geometry],
+           out: torch.Tensor | None = None) -> torch.Tensor:
+    """The kernel's outputs for CHW uint8 `images` (one call; the same output size), in
+    `out` (N, C, H, W) or in a new tensor."""
     regions = [hwc_region(image, geometry) for image, geometry in zip(images, geometries)]
     sources = [source for source, _ in regions]
     moved = [geometry for _, geometry in regions]
     size = moved[0].size
-    out = torch.empty((len(images), pipeline.out_channels, *size),
-                      dtype=pipeline.plan.output_dtype)
+    if out is None:
+        out = torch.empty((len(images), pipeline.out_channels, *size),
+                          dtype=pipeline.plan.output_dtype)
     pipeline.resample(sources, [g.box for g in moved], size, out, moved, "NCHW")
-    return list(out.unbind(0))
+    return out
 
 
 def hwc_region(image: torch.Tensor, geometry: Geometry) -> tuple[np.ndarray, Geometry]:
