@@ -98,6 +98,8 @@ def image_of(sample):
 def with_image(sample, image):
     """`sample` with `image_of(sample)` replaced by `image`."""
     if isinstance(sample, (tuple, list)) and sample:
+        if hasattr(type(sample), "_fields"):  # a namedtuple takes its fields one by one
+            return type(sample)(image, *sample[1:])
         return type(sample)([image, *sample[1:]])
     return image
 

@@ -9,6 +9,7 @@ and some as HWC-strided views (the kernel reads those without a copy).
 """
 from __future__ import annotations
 
+import collections
 import os
 import warnings
 
@@ -320,4 +321,22 @@ def test_the_datasets_own_draws_alternate_with_the_transforms(pipeline, num_work
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         actual, expected, _ = both_loaders(NoisyImages, PHOTOS, transform, num_workers)
+    assert_same_batches(actual, expected, pipeline)
+
+
+class NamedImages(Images):
+    """Samples as namedtuples, which the transform must leave namedtuples."""
+
+    Sample = collections.namedtuple("Sample", "image label")
+
+    def __getitem__(self, index):
+        return self.Sample(*super().__getitem__(index))
+
+
+@pytest.mark.parametrize("pipeline", ["native", "python"])
+def test_namedtuple_samples_keep_their_type(pipeline):
+    transform = PIPELINES["train"]() if pipeline == "native" else v2.Compose(
+        [v2.RandomResizedCrop(24), v2.RandomErasing(p=0.5), v2.ToDtype(torch.float32)])
+    actual, expected, _ = both_loaders(NamedImages, PHOTOS, transform, 0)
+    assert type(actual[0]) is NamedImages.Sample
     assert_same_batches(actual, expected, pipeline)
