@@ -299,7 +299,7 @@ class MultiProcessIter(_BaseDataLoaderIter):
 
     def _death_report(self, worker_id: int) -> str:
         process = self._workers[worker_id]
-        process.join(timeout=0.1)
+        process.join(timeout=JOIN_TIMEOUT_S)  # it has ended: this waits for its exit status
         code = process.exitcode
         where = f"worker {worker_id} (pid {process.pid})"
         if code is not None and code < 0:
