@@ -1,6 +1,6 @@
 """The benchmark job run by `make bench`: every benchmark with its default settings.
 
-    python -m benchmarks            # full run, about 6 minutes on two cores (+ under a minute
+    python -m benchmarks            # full run, about 10 minutes on two cores (+ under a minute
                                     # for dpu_projection: PROJECTED DPU figures, no hardware)
     python -m benchmarks --quick    # smoke run, under a minute
 """
