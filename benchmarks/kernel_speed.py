@@ -63,6 +63,8 @@ def main(argv: list[str] | None = None) -> dict:
                         help="row loops: -1 best available, 0 portable C only (the code the "
                              "DPU kernels share), 1 SSSE3, 2 AVX2")
     parser.add_argument("--quick", action="store_true", help="a smoke run")
+    parser.add_argument("--out", help="JSON file for the results (default: results/"
+                                      "kernel_speed[.simdN][.quick].json)")
     args = parser.parse_args(argv)
     if args.quick:
         args.batch, args.repeats = 8, 3
@@ -161,9 +163,9 @@ def main(argv: list[str] | None = None) -> dict:
               f"{cms:11.3f} {(f'{cspeed:.2f}x' if cspeed else ''):>8s}")
     print(f"float32 outputs identical to torchvision's: {report['fraction_identical_float32']:.4%}"
           f" (max abs diff {report['max_abs_diff_float32']:g})")
-    os.makedirs(RESULTS, exist_ok=True)
     stem = "kernel_speed" + ("" if args.simd < 0 else f".simd{simd}")
-    path = os.path.join(RESULTS, stem + (".quick.json" if args.quick else ".json"))
+    path = args.out or os.path.join(RESULTS, stem + (".quick.json" if args.quick else ".json"))
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         json.dump(report, f, indent=2)
     print(f"wrote {path}")

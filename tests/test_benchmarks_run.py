@@ -1,0 +1,41 @@
+"""The main job's benchmarks run end to end (tiny settings), and say what they measured.
+
+Not a speed test: nothing here asserts a figure. It keeps `make bench` (the README's first
+command) from breaking silently, since CI runs only the tests: each benchmark's `--quick`
+run must finish, write its JSON and report both loaders, with pimloader present."""
+import json
+
+import pytest
+
+from benchmarks import dpu_projection, imagenet_pipeline, kernel_speed, loader_overhead
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_loader_overhead_quick(tmp_path):
+    out = tmp_path / "loader.json"
+    loader_overhead.main(["--quick", "--out", str(out)])
+    results = json.loads(out.read_text())
+    assert all("pimloader" in row and row["ratio"] > 0 for row in results["rows"])
+    assert all("cpu" in row and "emulator" in row for row in results["transform"]["rows"])
+
+
+def test_imagenet_pipeline_quick(tmp_path):
+    out = tmp_path / "imagenet.json"
+    imagenet_pipeline.main(["--quick", "--out", str(out), "--data", str(tmp_path / "data")])
+    results = json.loads(out.read_text())
+    contenders = {name for row in results["rows"] for name in row["contenders"]}
+    assert {"torchvision", "pimloader", imagenet_pipeline.EMULATOR} <= contenders
+    assert results["breakdown"]
+
+
+def test_kernel_speed_quick(tmp_path):
+    out = tmp_path / "kernel.json"
+    kernel_speed.main(["--quick", "--out", str(out)])
+    assert json.loads(out.read_text())["fraction_identical_float32"] == 1.0
+
+
+def test_dpu_projection_quick(tmp_path):
+    out = tmp_path / "projection.json"
+    dpu_projection.main(["--quick", "--out", str(out), "--data", str(tmp_path / "data")])
+    assert json.loads(out.read_text())
