@@ -1,11 +1,13 @@
 """ImageNet pipelines: images/s of PIMDataLoader against torch's DataLoader with torchvision.
 
 The ImageNet-like folder of real photographs from make_dataset.py, read through two
-torchvision v2 pipelines:
+torchvision v2 pipelines (three, and a colour variant):
 
 - training: RandomResizedCrop(224), RandomHorizontalFlip(), ToDtype(float32, scale=True),
   Normalize(ImageNet mean and std); also with ToDtype(float16, scale=True);
-- validation: Resize(256), CenterCrop(224), the same ToDtype and Normalize.
+- validation: Resize(256), CenterCrop(224), the same ToDtype and Normalize;
+- colour: the training pipeline with ColorJitter(brightness=0.4, contrast=0.4,
+  saturation=0.4) after the flip (torchvision and pimloader only).
 
 Contenders, all with `shuffle=True` and the same batch size:
 
@@ -78,6 +80,8 @@ EMULATOR = "pim DPU-emulator*"
 EMULATOR_NOTE = ("* the DPU kernel and driver on pimloader's libdpu emulator (8 DPUs x 16 "
                  "tasklets as host threads): a correctness test bed; its speed is NOT DPU speed")
 PIM_CONTENDERS = ("pimloader", "pimloader exact", EMULATOR)
+PIPELINES = (("train", "float32"), ("train", "float16"), ("val", "float32"),
+             ("colour", "float32"))
 
 
 # -- pipelines -----------------------------------------------------------------------------
@@ -86,6 +90,9 @@ def make_transform(pipeline: str, dtype: str, pil: bool = False) -> v2.Compose:
     """The v2 pipeline; `pil`: PIL input, so PILToTensor goes right before ToDtype."""
     if pipeline == "train":
         geometry = [v2.RandomResizedCrop(224), v2.RandomHorizontalFlip()]
+    elif pipeline == "colour":
+        geometry = [v2.RandomResizedCrop(224), v2.RandomHorizontalFlip(),
+                    v2.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4)]
     elif pipeline == "val":
         geometry = [v2.Resize(256), v2.CenterCrop(224)]
     else:
@@ -137,6 +144,8 @@ class Group:
 
 def contenders_for(group: Group) -> list[str]:
     names = ["torchvision"]
+    if group.pipeline == "colour":  # what colour ops add: the two main contenders only
+        return names + (["pimloader"] if PIMDataLoader is not None else [])
     if group.dtype == "float32":
         names.append("torchvision PIL")
     if PIMDataLoader is not None:
@@ -150,7 +159,7 @@ def contenders_for(group: Group) -> list[str]:
 
 def groups(workers: list[int], fresh_workers: bool) -> list[Group]:
     rows = []
-    for pipeline, dtype in (("train", "float32"), ("train", "float16"), ("val", "float32")):
+    for pipeline, dtype in PIPELINES:
         for count in workers:
             rows.append(Group(pipeline, dtype, count, persistent=count > 0))
             if count > 0 and fresh_workers and (pipeline, dtype) == ("train", "float32"):
@@ -311,9 +320,9 @@ def pimloader_breakdown(stats: dict) -> dict:
 
 def breakdowns(root: Path, rows: list[dict], batch_size: int, passes: int) -> list[dict]:
     out = []
-    for pipeline, dtype in (("train", "float32"), ("train", "float16"), ("val", "float32")):
+    for pipeline, dtype in PIPELINES:
         for name in TORCHVISION_CONTENDERS:
-            if name == "torchvision PIL" and dtype != "float32":
+            if name == "torchvision PIL" and (dtype != "float32" or pipeline == "colour"):
                 continue
             stages = torchvision_breakdown(root, pipeline, dtype, name.endswith("PIL"),
                                            batch_size, passes)
