@@ -1,4 +1,5 @@
 """Faults: dataset exceptions, failing worker_init_fn, killed workers, timeouts; no hangs."""
+import gc
 import re
 import signal
 import time
@@ -147,6 +148,25 @@ def test_worker_init_fn_raising(leak_check):
     leak_check.assert_clean(what="worker_init_fn failure")
 
 
+# What torch's DataLoader (the control) raises when a worker dies: RuntimeError ("worker
+# (pid X) is killed by signal ..."), but on a loaded machine it can instead fail to receive
+# a batch the dead worker had queued (its shared memory's fd handover): ConnectionResetError
+# or EOFError. PIMDataLoader must raise a RuntimeError naming the worker in both cases.
+TORCH_WORKER_DEATH = (RuntimeError, ConnectionError, EOFError)
+
+
+def _torch_control(tmp_path, **ds_kw):
+    """torch's DataLoader on the same scenario. Its SIGCHLD handler raises at whatever line
+    runs when the signal lands, even inside the test's own exception handling, so whatever
+    escapes counts as torch's answer."""
+    try:
+        want, _, _ = _killed(TorchDataLoader, tmp_path, **ds_kw)
+    except Exception as error:  # noqa: BLE001
+        want = Err(error)
+    gc.collect()  # torch's iterator goes, and its dead workers leave torch's SIGCHLD watch
+    return want
+
+
 def _killed(cls, tmp_path, kill_at=4, **ds_kw):
     d = tmp_path / cls.__name__
     d.mkdir()
@@ -158,9 +178,10 @@ def _killed(cls, tmp_path, kill_at=4, **ds_kw):
     return err, elapsed, pids
 
 
-def test_killed_worker_sigkill(tmp_path, leak_check):
-    want, _, _ = _killed(TorchDataLoader, tmp_path)
-    assert want.type is RuntimeError  # torch: "worker (pid X) is killed by signal" / "exited unexpectedly"
+def test_killed_worker_sigkill(tmp_path):
+    want = _torch_control(tmp_path)
+    assert issubclass(want.type, TORCH_WORKER_DEATH), want  # "worker (pid X) is killed by signal"
+    leak_check = Snapshot()  # after the control: what torch leaves on a loaded machine is not ours
     got, elapsed, pids = _killed(PIMDataLoader, tmp_path)
     assert len(pids) == 1
     assert issubclass(got.type, RuntimeError), repr(got)
@@ -210,9 +231,10 @@ def test_killed_worker_sigsegv(tmp_path, leak_check):
     leak_check.assert_clean(what="a segfaulted worker")
 
 
-def test_worker_exiting_with_status(tmp_path, leak_check):
-    want, _, _ = _killed(TorchDataLoader, tmp_path, exit_code=3)
-    assert want.type is RuntimeError
+def test_worker_exiting_with_status(tmp_path):
+    want = _torch_control(tmp_path, exit_code=3)
+    assert issubclass(want.type, TORCH_WORKER_DEATH), want
+    leak_check = Snapshot()  # after the control, as above
     got, elapsed, pids = _killed(PIMDataLoader, tmp_path, exit_code=3)
     assert issubclass(got.type, RuntimeError), repr(got)
     assert len(pids) == 1 and str(pids[0]) in got.msg, f"{pids} {got}"
