@@ -4,7 +4,7 @@ The kernel is built once per set of flags (NR_TASKLETS, STACK_SIZE_DEFAULT) into
 cache keyed by the compiler, the flags and the text of the source and of every header it
 can include; setup.py builds the default one when it finds the SDK, and `DpuBackend`
 builds others on first use. The emulator's build of the same source (host gcc, no floating
-point) is `pimloader._emulator.compile_kernel`.
+point) is `pimloader._emulator.compile_kernel`, which shares this module's cache helpers.
 
 This module imports nothing from pimloader, so that setup.py can load it by path before the
 package is built.
@@ -38,10 +38,8 @@ def find_compiler() -> Optional[str]:
 
 def kernel_flags(nr_tasklets: int, defines: Optional[Mapping[str, object]] = None,
                  include_dirs: Sequence[str] = ()) -> list:
-    flags = [OPTIMISATION, f"-DNR_TASKLETS={int(nr_tasklets)}"]
-    for key, value in sorted((defines or {}).items()):
-        flags.append(f"-D{key}" if value is None else f"-D{key}={value}")
-    return flags + [f"-I{directory}" for directory in include_dirs]
+    return ([OPTIMISATION, f"-DNR_TASKLETS={int(nr_tasklets)}", *define_flags(defines)]
+            + [f"-I{directory}" for directory in include_dirs])
 
 
 def build_kernel(source: str, *, nr_tasklets: int, defines: Optional[Mapping[str, object]] = None,
@@ -54,40 +52,58 @@ def build_kernel(source: str, *, nr_tasklets: int, defines: Optional[Mapping[str
             f"building the DPU kernel needs {COMPILER} from the UPMEM SDK, on the PATH or under "
             f"$UPMEM_HOME/bin (source the SDK's upmem_env.sh), or pass binary= (see docs/dpu.md)")
     flags = kernel_flags(nr_tasklets, defines, include_dirs)
-    output = os.path.join(cache_dir or _default_cache(),
-                          f"{_stem(source)}-{_key(compiler, flags, source, include_dirs)}.dpu")
+    key = content_key([os.path.realpath(compiler), *flags], [source], include_dirs)
+    output = os.path.join(cache_dir or cache_folder("pimloader-dpu-kernels"),
+                          f"{_stem(source)}-{key}.dpu")
     if os.path.exists(output):
         return output
-    os.makedirs(os.path.dirname(output), exist_ok=True)
+    return build_atomically(output, lambda partial: [compiler, *flags, "-o", partial, source],
+                            f"building {source} for DPUs")
+
+
+def define_flags(defines: Optional[Mapping[str, object]]) -> list:
+    """-D flags, sorted, as the UPMEM toolchain and the emulator's gcc take them."""
+    return [f"-D{key}" if value is None else f"-D{key}={value}"
+            for key, value in sorted((defines or {}).items())]
+
+
+def content_key(words: Sequence[str], files: Sequence[str], include_dirs: Sequence[str]) -> str:
+    """A cache key over a command's words, the text of `files` and of every file directly
+    in `include_dirs` (so that an edited header rebuilds)."""
+    digest = hashlib.sha256("\0".join(words).encode())
+    for path in [*files, *_headers(include_dirs)]:
+        with open(path, "rb") as file:
+            digest.update(path.encode() + b"\0" + file.read())
+    return digest.hexdigest()[:16]
+
+
+def cache_folder(name: str) -> str:
+    """A per-user folder for built kernels (build_atomically creates it)."""
+    return os.path.join(tempfile.gettempdir(), f"{name}-{os.getuid()}")
+
+
+def build_atomically(output: str, command_for, what: str, error=ToolchainError) -> str:
+    """Run `command_for(partial)`, which writes `partial`, and move the result to `output`
+    (a concurrent build never sees a half-written file); on failure raise `error` with the
+    compiler's message and leave nothing behind."""
+    os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
     partial = f"{output}.{os.getpid()}.tmp"
-    command = [compiler, *flags, "-o", partial, source]
+    command = command_for(partial)
     try:
         result = subprocess.run(command, capture_output=True, text=True)
-    except OSError as error:
-        raise ToolchainError(f"could not run {compiler}: {error}") from error
+    except OSError as failure:
+        raise error(f"{what}: could not run {command[0]}: {failure}") from failure
     if result.returncode != 0:
         if os.path.exists(partial):
             os.unlink(partial)
-        raise ToolchainError(f"{' '.join(command)} failed (exit {result.returncode}):\n"
-                             f"{result.stderr.strip()}")
+        raise error(f"{what} failed (exit {result.returncode}):\n{result.stderr.strip()}\n"
+                    f"command: {' '.join(command)}")
     os.replace(partial, output)
     return output
 
 
-def _default_cache() -> str:
-    return os.path.join(tempfile.gettempdir(), f"pimloader-dpu-kernels-{os.getuid()}")
-
-
 def _stem(source: str) -> str:
     return os.path.splitext(os.path.basename(source))[0]
-
-
-def _key(compiler: str, flags: list, source: str, include_dirs: Sequence[str]) -> str:
-    digest = hashlib.sha256(" ".join([os.path.realpath(compiler), *flags]).encode())
-    for path in [source, *_headers(include_dirs)]:
-        with open(path, "rb") as file:
-            digest.update(path.encode() + b"\0" + file.read())
-    return digest.hexdigest()[:16]
 
 
 def _headers(include_dirs: Sequence[str]) -> list:

@@ -12,17 +12,15 @@ Emulated speed is not DPU speed: nothing here measures how fast a DPU would be.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
-import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
 from . import _dpuemu
+from ._dpu_toolchain import build_atomically, cache_folder, content_key, define_flags
 
 ffi = _dpuemu.ffi
 lib = _dpuemu.lib
@@ -85,42 +83,24 @@ def compile_kernel(source: str, output: Optional[str] = None, *, nr_tasklets: in
 
     `nr_tasklets` and `defines` become -D flags as for dpu-upmem-dpurte-clang; the default
     output is a file in a per-user cache keyed by the text of the source, of every header
-    it can include and of the flags.  NR_TASKLETS above 24 builds (the emulator rejects it at dpu_load, as the DPU linker script would).
+    it can include and of the flags. NR_TASKLETS above 24 builds (the emulator rejects it
+    at dpu_load, as the DPU linker script would).
     """
     cc = cc or os.environ.get("CC") or shutil.which("gcc") or "cc"
-    flags = list(KERNEL_CFLAGS) + [f"-DNR_TASKLETS={int(nr_tasklets)}"]
-    for key, value in sorted((defines or {}).items()):
-        flags.append(f"-D{key}" if value is None else f"-D{key}={value}")
+    flags = [*KERNEL_CFLAGS, f"-DNR_TASKLETS={int(nr_tasklets)}", *define_flags(defines)]
     flags += [f"-I{d}" for d in include_dirs] + [f"-I{DPU_INCLUDE}"]
     flags += ["-include", "dpuemu_nofloat.h"] + list(extra_cflags)
     if output is None:
-        digest = hashlib.sha256()
-        for path in (source, RUNTIME_SOURCE, LINKER_SCRIPT):
-            with open(path, "rb") as f:
-                digest.update(f.read())
-        for directory in (*include_dirs, DPU_INCLUDE):
-            for name in sorted(os.listdir(directory)):
-                path = os.path.join(directory, name)
-                if os.path.isfile(path):
-                    with open(path, "rb") as f:
-                        digest.update(f.read())
-        digest.update(" ".join([cc] + flags).encode())
-        cache = os.path.join(tempfile.gettempdir(), f"pimloader-dpuemu-{os.getuid()}")
-        os.makedirs(cache, exist_ok=True)
+        key = content_key([cc, *flags], [source, RUNTIME_SOURCE, LINKER_SCRIPT],
+                          [*include_dirs, DPU_INCLUDE])
         stem = os.path.splitext(os.path.basename(source))[0]
-        output = os.path.join(cache, f"{stem}-{digest.hexdigest()[:16]}.so")
+        output = os.path.join(cache_folder("pimloader-dpuemu"), f"{stem}-{key}.so")
         if os.path.exists(output):
             return output
-    tmp = f"{output}.{os.getpid()}.tmp"
-    cmd = [cc] + flags + [source, RUNTIME_SOURCE, f"-Wl,-T,{LINKER_SCRIPT}"] + list(KERNEL_LDFLAGS) + ["-o", tmp]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise KernelBuildError(f"building DPU kernel {source} for the emulator failed:\n"
-                               f"{' '.join(cmd)}\n{proc.stderr}")
-    os.replace(tmp, output)
-    return output
+    return build_atomically(
+        output, lambda partial: [cc, *flags, source, RUNTIME_SOURCE, f"-Wl,-T,{LINKER_SCRIPT}",
+                                 *KERNEL_LDFLAGS, "-o", partial],
+        f"building DPU kernel {source} for the emulator", error=KernelBuildError)
 
 
 @dataclass
