@@ -238,8 +238,8 @@ static int check_sample(const pim_sample_t *s, const pim_extra_t *e, const uint8
  * integer arithmetic is exact, so the order of the additions does not matter), with SIMD
  * where the CPU has it. The SIMD horizontal pass reads whole groups of 4 taps: the table's
  * weights past `count` are zero (check_axis makes sure), and the source row must be
- * readable for C * (n_in + taps) + 32 bytes from the crop's left edge. It writes one byte
- * past the row's end (row buffers have slack). */
+ * readable for C * (n_in + taps) + 32 bytes from the crop's left edge. It writes up to four
+ * bytes past the row's end (row buffers have ROW_SLACK). */
 
 #define ROW_SLACK 64u
 
@@ -307,6 +307,40 @@ __attribute__((target("ssse3"))) static void hpass_c3_ssse3(const uint8_t *src,
     }
 }
 
+/* Outputs j (low lane) and j + 1 (high lane) of a 3-channel row: int32 r g b 0 each. */
+__attribute__((target("avx2"))) static inline __m256i hpass_c3_pair(
+    const uint8_t *src, const pim_range_t *ranges, const int16_t *weights, uint32_t taps,
+    uint32_t j, __m256i init)
+{
+    const __m256i lo = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,
+                                        0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
+    const __m256i hi = _mm256_setr_epi8(6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1,
+                                        -1, 6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1,
+                                        -1, -1);
+    const uint8_t *s0 = src + 3u * ranges[j].first;
+    const uint8_t *s1 = src + 3u * ranges[j + 1].first;
+    const int16_t *k0 = weights + (size_t)j * taps;
+    const int16_t *k1 = k0 + taps;
+    const uint32_t n0 = round4(ranges[j].count), n1 = round4(ranges[j + 1].count);
+    const uint32_t n = n0 > n1 ? n0 : n1;
+    __m256i acc = init;
+    for (uint32_t t = 0; t < n; t += 4) {
+        const __m256i px = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(s0 + 3 * t))),
+            _mm_loadu_si128((const __m128i *)(const void *)(s1 + 3 * t)), 1);
+        const __m256i w = _mm256_inserti128_si256(
+            _mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)(const void *)(k0 + t))),
+            _mm_loadl_epi64((const __m128i *)(const void *)(k1 + t)), 1);
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, lo),
+                                                      _mm256_shuffle_epi32(w, 0x00)));
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, hi),
+                                                      _mm256_shuffle_epi32(w, 0x55)));
+    }
+    return acc;
+}
+
+/* Four outputs per step, stored as one 16-byte write of 12 pixel bytes (the 4 bytes past
+ * them are overwritten by the next step, or land in the row's slack). */
 __attribute__((target("avx2"))) static void hpass_c3_avx2(const uint8_t *src,
                                                           const pim_axis_t *axis, uint8_t *dst)
 {
@@ -315,33 +349,19 @@ __attribute__((target("avx2"))) static void hpass_c3_avx2(const uint8_t *src,
     const uint32_t taps = axis->taps;
     const __m256i init = _mm256_set1_epi32(pim_acc_init(axis->precision));
     const __m128i shift = _mm_cvtsi32_si128((int)axis->precision);
-    const __m256i lo = _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1,
-                                        0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
-    const __m256i hi = _mm256_setr_epi8(6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1,
-                                        -1, 6, -1, 9, -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1,
-                                        -1, -1);
+    const __m128i pack_rgb = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
     uint32_t j = 0;
-    for (; j + 2 <= axis->n_out; j += 2) { /* output j in the low lane, j + 1 in the high */
-        const uint8_t *s0 = src + 3u * ranges[j].first;
-        const uint8_t *s1 = src + 3u * ranges[j + 1].first;
-        const int16_t *k0 = weights + (size_t)j * taps;
-        const int16_t *k1 = k0 + taps;
-        const uint32_t n0 = round4(ranges[j].count), n1 = round4(ranges[j + 1].count);
-        const uint32_t n = n0 > n1 ? n0 : n1;
-        __m256i acc = init;
-        for (uint32_t t = 0; t < n; t += 4) {
-            const __m256i px = _mm256_inserti128_si256(
-                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(s0 + 3 * t))),
-                _mm_loadu_si128((const __m128i *)(const void *)(s1 + 3 * t)), 1);
-            const __m256i w = _mm256_inserti128_si256(
-                _mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)(const void *)(k0 + t))),
-                _mm_loadl_epi64((const __m128i *)(const void *)(k1 + t)), 1);
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, lo),
-                                                          _mm256_shuffle_epi32(w, 0x00)));
-            acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, hi),
-                                                          _mm256_shuffle_epi32(w, 0x55)));
-        }
-        acc = _mm256_sra_epi32(acc, shift);
+    for (; j + 4 <= axis->n_out; j += 4) {
+        const __m256i a01 = _mm256_sra_epi32(hpass_c3_pair(src, ranges, weights, taps, j, init), shift);
+        const __m256i a23 = _mm256_sra_epi32(hpass_c3_pair(src, ranges, weights, taps, j + 2, init), shift);
+        /* lanes: low j | j+2, high j+1 | j+3, each r g b 0 -> bytes j, j+1, j+2, j+3 */
+        const __m256i bytes = _mm256_packus_epi16(_mm256_packs_epi32(a01, a23), a01);
+        const __m128i pixels = _mm_unpacklo_epi32(_mm256_castsi256_si128(bytes),
+                                                  _mm256_extracti128_si256(bytes, 1));
+        _mm_storeu_si128((__m128i *)(void *)(dst + 3 * j), _mm_shuffle_epi8(pixels, pack_rgb));
+    }
+    for (; j + 2 <= axis->n_out; j += 2) {
+        __m256i acc = _mm256_sra_epi32(hpass_c3_pair(src, ranges, weights, taps, j, init), shift);
         acc = _mm256_packus_epi16(_mm256_packs_epi32(acc, acc), acc);
         const uint32_t v0 = (uint32_t)_mm_cvtsi128_si32(_mm256_castsi256_si128(acc));
         const uint32_t v1 = (uint32_t)_mm_cvtsi128_si32(_mm256_extracti128_si256(acc, 1));
@@ -520,20 +540,67 @@ static void vpass(const uint8_t **rows, const int16_t *w, uint32_t count,
     vpass_portable(rows, w, count, precision, acc, out, len);
 }
 
-/* One finished row into the output: pim_emit_row, with a plain copy where nothing moves. */
-static void emit(const uint8_t *row, uint32_t n, uint32_t channels, int hflip, int nhwc,
-                 uint32_t esize, const void *lut, uint8_t *dst, size_t plane_bytes)
+/* Copies into the output batch with stores that bypass the caches. A batch is far larger
+ * than the caches and is read next by another process, so a plain store's read of each
+ * line before overwriting it is wasted memory traffic. pim_cpu_crop_resize fences once at
+ * the end, so the rows are visible before it returns. */
+#ifdef PIM_HAVE_X86
+__attribute__((target("sse2"))) static void stream_copy(uint8_t *dst, const uint8_t *src,
+                                                        size_t n)
 {
-    if (esize == 1 && !hflip && (nhwc || channels == 1))
-        memcpy(dst, row, (size_t)n * channels);
-    else
-        pim_emit_row(row, n, channels, hflip, nhwc, esize, lut, dst, plane_bytes);
+    const size_t head = (size_t)(-(uintptr_t)dst & 15u);
+    if (n >= 64 + head) {
+        memcpy(dst, src, head);
+        dst += head;
+        src += head;
+        n -= head;
+        for (; n >= 16; n -= 16, dst += 16, src += 16)
+            _mm_stream_si128((__m128i *)(void *)dst,
+                             _mm_loadu_si128((const __m128i *)(const void *)src));
+    }
+    memcpy(dst, src, n);
+}
+
+__attribute__((target("sse2"))) static void stream_fence(void)
+{
+    _mm_sfence();
+}
+#else
+static void stream_copy(uint8_t *dst, const uint8_t *src, size_t n)
+{
+    memcpy(dst, src, n);
+}
+
+static void stream_fence(void)
+{
+}
+#endif
+
+/* One finished row into the output: pim_emit_row into `converted` (a scratch row, channel
+ * rows back to back), then streamed to its place in the slot. */
+static void emit(const uint8_t *row, uint32_t n, uint32_t channels, int hflip, int nhwc,
+                 uint32_t esize, const void *lut, uint8_t *dst, size_t plane_bytes,
+                 uint8_t *converted)
+{
+    const size_t channel_row = (size_t)n * esize;
+    if (esize == 1 && !hflip && (nhwc || channels == 1)) {
+        stream_copy(dst, row, (size_t)n * channels);
+        return;
+    }
+    pim_emit_row(row, n, channels, hflip, nhwc, esize, lut, converted, channel_row);
+    if (nhwc) {
+        stream_copy(dst, converted, channel_row * channels);
+        return;
+    }
+    for (uint32_t c = 0; c < channels; c++)
+        stream_copy(dst + c * plane_bytes, converted + c * channel_row, channel_row);
 }
 
 typedef struct scratch {
     uint8_t *ring;       /* ring_rows x pitch: horizontally resampled rows */
     uint8_t *hrow;       /* pitch: one horizontally resampled row (no vertical pass) */
     uint8_t *orow;       /* pitch: one finished output row */
+    uint8_t *converted;  /* 4 x pitch: that row converted for the output, before streaming */
     uint8_t *srow;       /* padded copy of a source row, when the image itself is too short */
     int32_t *acc;        /* vertical accumulator */
     const uint8_t **rows;/* the source rows of one output row */
@@ -584,7 +651,7 @@ static void run_sample(const pim_sample_t *s, const uint8_t *src, const uint8_t 
         } else {                                                                     \
             const uint32_t yy = vflip ? oh - 1 - (y) : (y);                          \
             emit((row), ow, C, hflip, nhwc, es, lut, dst + yy * out_row_bytes,       \
-                 plane_bytes);                                                       \
+                 plane_bytes, sc->converted);                                        \
         }                                                                            \
     } while (0)
 
@@ -628,7 +695,7 @@ static void run_sample(const pim_sample_t *s, const uint8_t *src, const uint8_t 
 
 /* A finished uint8 image (out_h x out_w x channels, unflipped) into the output slot. */
 static void emit_image(const pim_sample_t *s, const uint8_t *image, uint32_t channels,
-                       const void *lut, uint8_t *dst)
+                       const void *lut, uint8_t *dst, uint8_t *converted)
 {
     const uint32_t oh = s->out_h, ow = s->out_w, es = s->out_esize;
     const int hflip = (s->flags & PIM_FLAG_HFLIP) != 0;
@@ -639,7 +706,7 @@ static void emit_image(const pim_sample_t *s, const uint8_t *image, uint32_t cha
     for (uint32_t y = 0; y < oh; y++) {
         const uint32_t yy = vflip ? oh - 1 - y : y;
         emit(image + (size_t)y * ow * channels, ow, channels, hflip, nhwc, es, lut,
-             dst + yy * out_row_bytes, plane_bytes);
+             dst + yy * out_row_bytes, plane_bytes, converted);
     }
 }
 
@@ -665,7 +732,7 @@ static void run_one(const pim_sample_t *s, const pim_extra_t *e, const uint8_t *
     run_sample(&view, src, tables, lut, NULL, sc->image, sc);
     const uint32_t channels =
         pim_colour_apply(e, sc->image, (size_t)s->out_h * s->out_w, s->channels);
-    emit_image(s, sc->image, channels, lut, dst);
+    emit_image(s, sc->image, channels, lut, dst, sc->converted);
 }
 
 /* Bytes of the padding and colour scratch buffers the samples need. */
@@ -703,7 +770,7 @@ int pim_cpu_crop_resize(const pim_sample_t *samples, const pim_extra_t *extras,
     }
     if (g_simd < 0)
         pim_cpu_simd(-1);
-    size_t max_row = 0, max_ring_rows = 0, max_src = 0;
+    size_t max_row = 0, max_ring_rows = 0, max_src = 0, max_converted = 0;
     for (uint32_t i = 0; i < n_samples; i++) {
         const pim_sample_t *s = &samples[i];
         char msg[256];
@@ -715,6 +782,9 @@ int pim_cpu_crop_resize(const pim_sample_t *samples, const pim_extra_t *extras,
         const size_t row = (size_t)s->out_w * s->channels;
         if (row > max_row)
             max_row = row;
+        const size_t converted = (size_t)s->out_w * 3u * s->out_esize; /* 3: the most channels */
+        if (converted > max_converted)
+            max_converted = converted;
         if (s->crop_w != s->out_w) {
             const pim_axis_t *ax = (const pim_axis_t *)(const void *)(tables + s->xtab_offset);
             const size_t need = (size_t)s->channels * (s->crop_w + ax->taps) + 32;
@@ -733,7 +803,8 @@ int pim_cpu_crop_resize(const pim_sample_t *samples, const pim_extra_t *extras,
     const size_t rows_bytes = (max_ring_rows + 1) * sizeof(const uint8_t *);
     size_t box_bytes, columns, image_bytes;
     extra_scratch(samples, extras, n_samples, &box_bytes, &columns, &image_bytes);
-    const size_t rows_total = acc_bytes + rows_bytes + (3 + max_ring_rows) * sc.pitch + max_src;
+    const size_t rows_total =
+        acc_bytes + rows_bytes + (3 + max_ring_rows) * sc.pitch + max_src + max_converted;
     const size_t extra_at = (rows_total + 64 + 63) & ~(size_t)63;
     const size_t total = extra_at + columns * sizeof(int32_t) + box_bytes + image_bytes + 64;
     uint8_t *mem = calloc(1, total); /* zeroed: SIMD loops may read (and zero-weight) padding */
@@ -747,12 +818,14 @@ int pim_cpu_crop_resize(const pim_sample_t *samples, const pim_extra_t *extras,
     sc.orow = sc.hrow + sc.pitch;
     sc.ring = sc.orow + sc.pitch;
     sc.srow = sc.ring + max_ring_rows * sc.pitch;
+    sc.converted = sc.srow + sc.pitch + max_src;
     sc.columns = (int32_t *)(void *)(mem + extra_at);
     sc.box = mem + extra_at + columns * sizeof(int32_t);
     sc.image = sc.box + box_bytes;
     for (uint32_t i = 0; i < n_samples; i++)
         run_one(&samples[i], extras != NULL ? &extras[i] : NULL, srcs[i], tables, lut,
                 dst + samples[i].dst_offset, &sc);
+    stream_fence();
     free(mem);
     return 0;
 }
