@@ -391,8 +391,13 @@ static int pl_decode_body(j_decompress_ptr cinfo, pl_error_mgr *err, pl_source_m
         if ((uint64_t)y0 + h > H || (uint64_t)x0 + w > W)
             return pl_arg_error(res, "box outside the (scaled) image");
     }
-    if (out_row_stride < (int64_t)w * out_ch ||
-        (uint64_t)(h - 1) * (uint64_t)out_row_stride + (uint64_t)w * out_ch > out_size)
+    if (req->margin) {
+        if (out_row_stride != 0)
+            return pl_arg_error(res, "margin rows are packed: out_row_stride must be 0");
+        if ((uint64_t)h * W * out_ch > out_size)
+            return pl_arg_error(res, "output buffer too small for the box's rows");
+    } else if (out_row_stride < (int64_t)w * out_ch ||
+               (uint64_t)(h - 1) * (uint64_t)out_row_stride + (uint64_t)w * out_ch > out_size)
         return pl_arg_error(res, "output buffer too small for the box");
     res->out_height = (int32_t)h;
     res->out_width = (int32_t)w;
@@ -421,6 +426,12 @@ static int pl_decode_body(j_decompress_ptr cinfo, pl_error_mgr *err, pl_source_m
     res->decoded_left = (int32_t)dec_x;
     res->decoded_width = (int32_t)dec_w;
     colofs = x0 - dec_x;
+    if (req->margin) { /* the rows carry every decoded column */
+        out_row_stride = (int64_t)dec_w * out_ch;
+        colofs = 0;
+        x0 = dec_x;
+        w = dec_w;
+    }
 
     if (roi && y0 > 0)
         res->rows_skipped = (int32_t)jpeg_skip_scanlines(cinfo, y0);

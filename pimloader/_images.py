@@ -100,9 +100,10 @@ class ImagePipeline:
 
     # -- pieces -------------------------------------------------------------------------
 
-    def decoded_box(self, sample, geometry: Geometry):
+    def decoded_box(self, sample, geometry: Geometry, buffers: "DecodeBuffers | None" = None):
         """The decoded pixels the geometry needs, and its box within them (within their
-        padded extension, when the geometry pads)."""
+        padded extension, when the geometry pads). With `buffers`, a JPEG crop is decoded
+        into one of them (see DecodeBuffers)."""
         if geometry.padding is not None:
             pixels = decode.decode_image(sample.data, channels=self.channels, name=sample.name)
             return pixels, geometry.box
@@ -112,8 +113,13 @@ class ImagePipeline:
                 scaled = decode.decode_jpeg_scaled(sample.data, geometry.box, scale=scale,
                                                    name=sample.name)
                 return scaled.image, scaled.int_box()
-        pixels = decode.decode_image(sample.data, geometry.box, channels=self.channels,
-                                     name=sample.name)
+        if buffers is not None and decode.is_jpeg(sample.data):
+            pixels, buffer = decode.decode_jpeg_into(sample.data, geometry.box, buffers.take(),
+                                                     channels=self.channels, name=sample.name)
+            buffers.lend(buffer)
+        else:
+            pixels = decode.decode_image(sample.data, geometry.box, channels=self.channels,
+                                         name=sample.name)
         return pixels, (0, 0, *pixels.shape[:2])
 
     def resample(self, sources, boxes, size, out, geometries: list[Geometry],
@@ -178,6 +184,34 @@ def _warn_once(message: str) -> None:
         warnings.warn(message, stacklevel=3)
 
 
+class DecodeBuffers:
+    """Decode buffers a producer reuses from one kernel run to the next, so that a crop is
+    decoded into memory that is already mapped, with no copy out of libjpeg's decoded
+    columns (decode.decode_jpeg_into). The decoded crop is a view of its buffer; once the
+    run that holds it is done with its sources (resampled on the CPU, or packed into the
+    DPU driver's staging by submit), `give_back` returns the buffer. Buffers over MAX_KEPT
+    bytes (huge photos) are left to the allocator."""
+
+    MAX_KEPT = 8 << 20
+
+    def __init__(self) -> None:
+        self._free: list[np.ndarray] = []
+        self._lent: dict[int, np.ndarray] = {}
+
+    def take(self) -> np.ndarray:
+        return self._free.pop() if self._free else np.empty(0, np.uint8)
+
+    def lend(self, buffer: np.ndarray) -> None:
+        self._lent[id(buffer)] = buffer
+
+    def give_back(self, sources) -> None:
+        """Take back the buffers of these decoded crops (others are ignored)."""
+        for source in sources:
+            buffer = self._lent.pop(id(getattr(source, "base", None)), None)
+            if buffer is not None and buffer.nbytes <= self.MAX_KEPT:
+                self._free.append(buffer)
+
+
 class ImageFetcher:
     """A fetcher (see _fetch.py) whose samples come from the native image path."""
 
@@ -217,6 +251,7 @@ class DirectImageProducer:
         self.current = ""
         self.skipped = 0
         self.layout: Layout | None = None  # sized by the first batch
+        self.buffers = DecodeBuffers()
 
     def produce(self, index) -> Produced:
         start = time.perf_counter()
@@ -236,7 +271,7 @@ class DirectImageProducer:
 
     def _fill(self, index, out: torch.Tensor, timing: dict) -> list:
         skeletons: list = []
-        pending = _KernelBatch(self.pipeline, out)
+        pending = _KernelBatch(self.pipeline, out, self.buffers)
         for sample_index in index:
             self.current = f"sample {sample_index!r}"
             started = time.perf_counter()
@@ -246,7 +281,8 @@ class DirectImageProducer:
                 row = len(skeletons)
                 if pending.accepts(params.geometry):
                     started = time.perf_counter()
-                    source, box = self.pipeline.decoded_box(sample, params.geometry)
+                    source, box = self.pipeline.decoded_box(sample, params.geometry,
+                                                            self.buffers)
                     timing["decode"] += time.perf_counter() - started
                     pending.add(row, source, box, params.geometry)
                 else:
@@ -291,9 +327,11 @@ class _KernelBatch:
     CHUNK = 32
     MIN_DPU_RUN = CHUNK
 
-    def __init__(self, pipeline: ImagePipeline, out: torch.Tensor) -> None:
+    def __init__(self, pipeline: ImagePipeline, out: torch.Tensor,
+                 buffers: DecodeBuffers | None = None) -> None:
         self.pipeline = pipeline
         self.out = out
+        self.buffers = buffers
         self.rows: list[tuple] = []
         self.dpus = _dpu_backend(*pipeline.dpus) if pipeline.dpus else None
         self.in_flight = None  # the DpuBatch of the run the DPUs work on
@@ -333,6 +371,7 @@ class _KernelBatch:
             [row[1] for row in self.rows], [row[2] for row in self.rows],
             self.pipeline.plan.output_size, self.out[first:first + len(self.rows)],
             [row[3] for row in self.rows], self.pipeline.kernel_layout)
+        self._give_back(self.rows)
         self.rows = []
 
     def _submit(self) -> None:
@@ -348,6 +387,11 @@ class _KernelBatch:
             vflip=[g.vflip for g in geometries], interpolation=geometries[0].interpolation.value,
             layout=self.pipeline.kernel_layout, lut=self.pipeline.lut,
             windows=[(*g.resized, *g.window[:2]) for g in geometries])
+        self._give_back(rows)
+
+    def _give_back(self, rows) -> None:
+        if self.buffers is not None:
+            self.buffers.give_back(row[1] for row in rows)
 
     def _wait(self) -> None:
         batch, self.in_flight = self.in_flight, None

@@ -58,7 +58,7 @@ from ._jpeg import ffi, lib
 __all__ = [
     "DecodeError", "DecodeWarning", "JpegHeader", "ScaledImage",
     "is_jpeg", "read_header", "image_size", "scaled_size", "scaled_region", "pick_scale",
-    "decode_jpeg", "decode_jpeg_scaled", "decode_image", "decode_image_scaled", "encode_jpeg",
+    "decode_jpeg", "decode_jpeg_into", "decode_jpeg_scaled", "decode_image", "decode_image_scaled", "encode_jpeg",
 ]
 
 Box = Tuple[int, int, int, int]  # (top, left, height, width), as torchvision's crop params
@@ -307,6 +307,12 @@ def _jpeg_call(data, buf, size, region, scale, channels, out, strict, roi, name)
     stride = _row_stride(array)
     nbytes = (height - 1) * stride + width * n_channels
     rc = lib.pl_jpeg_decode(buf, size, req, _pointer(array), stride, nbytes, res)
+    _check_result(rc, res, name, stacklevel=4)
+    return result, res
+
+
+def _check_result(rc: int, res, name, stacklevel: int) -> None:
+    """Raise for a failed pl_jpeg_decode; warn when it lost data (strict=False)."""
     if rc == lib.PL_JPEG_EARG:
         raise ValueError(f"{_describe(name)}: {ffi.string(res.message).decode(errors='replace')}")
     if rc != lib.PL_JPEG_OK:
@@ -314,8 +320,7 @@ def _jpeg_call(data, buf, size, region, scale, channels, out, strict, roi, name)
     if res.data_lost:
         warnings.warn(f"{_describe(name)}: {ffi.string(res.message).decode(errors='replace')}"
                       " (decoded with strict=False: missing blocks are grey)", DecodeWarning,
-                      stacklevel=3)
-    return result, res
+                      stacklevel=stacklevel)
 
 
 def decode_jpeg(data, box: Optional[Sequence[int]] = None, *, channels: Optional[int] = 3,
@@ -344,6 +349,37 @@ def decode_jpeg(data, box: Optional[Sequence[int]] = None, *, channels: Optional
             header = read_header(data, name)
             region = _check_box(box, header.height, header.width)
     return _jpeg_call(data, buf, size, region, 8, channels, out, strict, roi, name)[0]
+
+
+def decode_jpeg_into(data, box: Sequence[int], buffer: np.ndarray, *, channels: int = 3,
+                     strict: bool = True, name=None) -> Tuple[np.ndarray, np.ndarray]:
+    """decode_jpeg of `box` into a caller's reusable `buffer` (1-D uint8), without copying
+    the box out of the columns libjpeg decodes around it (iMCU-aligned, plus upsampling
+    context): the buffer holds the box's rows at that decoded width, packed, and the box
+    is returned as a view with strided rows.  Same pixels as decode_jpeg.
+
+    Returns (box view, buffer): `buffer` itself, or a larger one when it could not hold the
+    rows (box height x image width x channels bytes); pass that one next time."""
+    if channels not in (1, 3):
+        raise ValueError(f"channels must be 3 or 1, not {channels!r}")
+    data, buf, size = _buffer(data, name)
+    top, left, height, width = (int(v) for v in box)
+    if min(height, width) < 1 or min(top, left) < 0:
+        raise ValueError(f"box {tuple(box)} is empty or negative")
+    req = ffi.new("pl_jpeg_request *", {
+        "scale_num": 8, "top": top, "left": left, "height": height, "width": width,
+        "channels": channels, "strict": 1 if strict else 0, "roi": 1, "margin": 1})
+    res = ffi.new("pl_jpeg_result *")
+    rc = lib.pl_jpeg_decode(buf, size, req, _pointer(buffer), 0, buffer.nbytes, res)
+    needed = height * res.scaled_width * channels
+    if rc == lib.PL_JPEG_EARG and needed > buffer.nbytes:
+        buffer = np.empty(needed, np.uint8)
+        rc = lib.pl_jpeg_decode(buf, size, req, _pointer(buffer), 0, buffer.nbytes, res)
+    _check_result(rc, res, name, stacklevel=3)
+    decoded_width = res.decoded_width
+    rows = buffer[:height * decoded_width * channels].reshape(height, decoded_width, channels)
+    offset = left - res.decoded_left
+    return rows[:, offset:offset + width], buffer
 
 
 def decode_jpeg_scaled(data, box: Optional[Sequence[int]] = None, *,

@@ -286,6 +286,66 @@ def test_roi_property(h, w, sub, prog, scale, data):
 
 
 # --------------------------------------------------------------------------------------
+# decode_jpeg_into: the loader's decode into reused buffers, without the copy-out
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ENCODING_NAMES)
+def test_decode_into_equals_full_decode_then_crop(name):
+    data = enc(name)
+    full = full_scaled(data, 8)
+    H, W = full.shape[:2]
+    buffer = np.empty(0, np.uint8)
+    for box in edge_boxes(H, W) + random_boxes(H, W, 30, hash(name) & 0xFFFF):
+        got, buffer = D.decode_jpeg_into(data, box, buffer, name="x.jpg")
+        t, l, h, w = box
+        assert got.shape == (h, w, 3)
+        assert got.base is buffer  # a view of the (reused) buffer: nothing was copied out
+        assert np.array_equal(got, full[t:t + h, l:l + w]), (name, box)
+
+
+def test_decode_into_grows_and_reuses_its_buffer():
+    data = enc("500x375-420")
+    small = np.empty(10, np.uint8)
+    _, grown = D.decode_jpeg_into(data, (10, 20, 100, 50), small)
+    assert grown is not small and grown.nbytes >= 100 * 500 * 3
+    again, same = D.decode_jpeg_into(data, (0, 300, 80, 200), grown)
+    assert same is grown
+    full = D.decode_jpeg(data)
+    assert np.array_equal(again, full[0:80, 300:500])
+
+
+def test_decode_into_greyscale_channels_and_errors():
+    grey = enc("gray")
+    full = D.decode_jpeg(grey, channels=1)
+    got, _ = D.decode_jpeg_into(grey, (3, 5, 40, 60), np.empty(0, np.uint8), channels=1)
+    assert np.array_equal(got, full[3:43, 5:65])
+    with pytest.raises(ValueError, match="channels=1 needs a greyscale JPEG"):
+        D.decode_jpeg_into(enc("420-q75"), (0, 0, 8, 8), np.empty(0, np.uint8), channels=1)
+    with pytest.raises(ValueError, match="channels must be 3 or 1"):
+        D.decode_jpeg_into(grey, (0, 0, 8, 8), np.empty(0, np.uint8), channels=None)
+    with pytest.raises(ValueError, match="empty or negative"):
+        D.decode_jpeg_into(grey, (0, 0, 0, 8), np.empty(0, np.uint8))
+    with pytest.raises(ValueError, match="outside"):
+        D.decode_jpeg_into(grey, (0, 0, 10_000, 8), np.empty(0, np.uint8))
+    cut = enc("500x375-420")[:5000]
+    with pytest.raises(D.DecodeError, match=r"photos/cut\.jpg: .*Premature end"):
+        D.decode_jpeg_into(cut, (0, 0, 8, 8), np.empty(0, np.uint8), name="photos/cut.jpg")
+
+
+def test_margin_rows_are_packed_at_the_decoded_width():
+    data = enc("500x375-420")
+    req = D.ffi.new("pl_jpeg_request *", {"scale_num": 8, "top": 0, "left": 0, "height": 8,
+                                           "width": 8, "channels": 3, "strict": 1, "roi": 1,
+                                           "margin": 1})
+    res = D.ffi.new("pl_jpeg_result *")
+    out = np.empty(8 * 500 * 3, np.uint8)
+    buf = D.ffi.from_buffer("uint8_t[]", data)
+    rc = D.lib.pl_jpeg_decode(buf, len(data), req, D._pointer(out), 1500, out.nbytes, res)
+    assert rc == D.lib.PL_JPEG_EARG and b"out_row_stride must be 0" in D.ffi.string(res.message)
+    rc = D.lib.pl_jpeg_decode(buf, len(data), req, D._pointer(out), 0, 8 * 500 * 3 - 1, res)
+    assert rc == D.lib.PL_JPEG_EARG and b"too small" in D.ffi.string(res.message)
+
+
+# --------------------------------------------------------------------------------------
 # DCT scaling
 # --------------------------------------------------------------------------------------
 def test_scaled_sizes_match_libjpeg():

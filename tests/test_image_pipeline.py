@@ -98,6 +98,27 @@ def test_exact_decoding_path_matches_torchvision(photos, name, num_workers):
     assert loader.stats()[-1].shared_batches == len(actual)
 
 
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_reused_decode_buffers_never_mix_samples(photos, monkeypatch, num_workers):
+    """Runs of 3 rows in batches of 10, two epochs: every run after the first decodes into
+    buffers that earlier runs (of this batch and of earlier ones) gave back."""
+    from pimloader import _images
+    monkeypatch.setattr(_images._KernelBatch, "CHUNK", 3)
+    transform = PIPELINES["train_f32"]
+    torch.manual_seed(7)
+    expected = [torchvision_batches(photos, transform, num_workers, seed, batch_size=10)
+                for seed in (1, 2)]
+    actual = [pimloader_batches(photos, transform, num_workers, seed, batch_size=10,
+                                reduced_dct=False)[0] for seed in (1, 2)]
+    for expected_epoch, actual_epoch in zip(expected, actual):
+        for (expected_images, expected_labels), (images, labels) in zip(expected_epoch,
+                                                                        actual_epoch):
+            assert torch.equal(labels, expected_labels)
+            differences = level_differences(expected_images, images, normalized=True)
+            assert (differences <= 1 + 1e-6).double().mean() >= 0.99
+            assert differences.max() <= 4
+
+
 def test_reduced_dct_decoding_stays_close(photos):
     transform = PIPELINES["train_f32"]
     exact, _ = pimloader_batches(photos, transform, 0, reduced_dct=False)

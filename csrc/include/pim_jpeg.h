@@ -42,6 +42,10 @@ typedef struct {
     int32_t channels;        /* 3: RGB; 1: grey (greyscale JPEGs only); 0: native (1 or 3) */
     int32_t strict;          /* 1: lost pixel data (truncation, corrupt entropy data) is an error */
     int32_t roi;             /* 1: decode only the rows/columns the box needs; 0: decode all */
+    /* 1: write the box's rows with the decoded columns around it (no copy out of them):
+     * rows of decoded_width pixels, packed (out_row_stride must be 0), the box starting at
+     * column left - decoded_left. out must hold height x (scaled width) x channels. */
+    int32_t margin;
 } pl_jpeg_request;
 
 typedef struct {
