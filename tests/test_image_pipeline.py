@@ -172,6 +172,56 @@ def test_a_truncated_file_raises_naming_it(photos_with_a_truncated_file, num_wor
         list(loader)
 
 
+@pytest.fixture
+def photos_with_a_half_file(photos, tmp_path):
+    """A JPEG cut in half: its header reads (its crop is drawn), its pixels do not decode."""
+    root = tmp_path / "half"
+    shutil.copytree(photos, root)
+    victim = sorted(root.glob("class001/*.JPEG"))[1]
+    data = victim.read_bytes()
+    victim.write_bytes(data[:len(data) // 2])
+    return root
+
+
+def steps_until_exhausted(loader, errors):
+    """What each next() gives: ("batch", images, labels) or ("error", global RNG state)."""
+    steps, iterator = [], iter(loader)
+    while True:
+        try:
+            images, labels = next(iterator)
+        except StopIteration:
+            return steps
+        except errors:
+            steps.append(("error", torch.get_rng_state()))
+            continue
+        steps.append(("batch", images, labels))
+
+
+def test_a_failed_decode_leaves_the_random_state_where_torch_does(photos_with_a_half_file):
+    """torch's DataLoader decodes then transforms: a sample that fails draws nothing, and
+    iterating on after the error gives the same crops."""
+    root = photos_with_a_half_file
+    transform = PIPELINES["train_f32"]
+    dataset = torchvision.datasets.ImageFolder(root, transform=transform, loader=tensor_loader)
+    torch.manual_seed(5)
+    expected = steps_until_exhausted(torch.utils.data.DataLoader(
+        dataset, batch_size=8, shuffle=True, generator=torch.Generator().manual_seed(3)),
+        RuntimeError)
+    torch.manual_seed(5)
+    actual = steps_until_exhausted(PIMDataLoader(
+        ImageFolder(root), batch_size=8, shuffle=True, transform=transform,
+        reduced_dct=False, generator=torch.Generator().manual_seed(3)), DecodeError)
+    assert [step[0] for step in actual] == [step[0] for step in expected]
+    assert "error" in [step[0] for step in expected]
+    for expected_step, actual_step in zip(expected, actual):
+        if expected_step[0] == "error":
+            assert torch.equal(actual_step[1], expected_step[1])
+        else:
+            assert torch.equal(actual_step[2], expected_step[2])
+            differences = level_differences(expected_step[1], actual_step[1], normalized=True)
+            assert (differences <= 1 + 1e-6).double().mean() >= 0.99
+
+
 def test_on_error_skip_drops_and_counts_the_file(photos_with_a_truncated_file):
     root, _ = photos_with_a_truncated_file
     loader = PIMDataLoader(ImageFolder(root), batch_size=8, num_workers=2,
