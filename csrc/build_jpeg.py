@@ -33,7 +33,7 @@ ffibuilder.cdef(_cdef())
 ffibuilder.set_source(
     "pimloader._jpeg",
     '#include "pim_jpeg.h"\n',
-    sources=[_rel(os.path.join(HERE, "jpeg_decode.c"))],
+    sources=[_rel(os.path.join(HERE, name)) for name in ("jpeg_decode.c", "jpeg_restart.c")],
     include_dirs=[_rel(os.path.join(HERE, "include"))],
     libraries=["jpeg"],
     extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"],

@@ -35,6 +35,7 @@
 #include <jerror.h>
 
 #include "pim_jpeg.h"
+#include "pim_jpeg_restart.h"
 
 #define PL_ROWS 8 /* scanlines per jpeg_read_scanlines call */
 
@@ -480,6 +481,46 @@ static int pl_decode_body(j_decompress_ptr cinfo, pl_error_mgr *err, pl_source_m
     return PL_JPEG_OK;
 }
 
+/* A box of a JPEG with restart markers: decodes the sub-image of the restart intervals
+ * around it (jpeg_restart.c), with the box moved into it. -1 when the file or the box
+ * does not allow it (a box outside the image, or one that needs every interval): the
+ * caller then decodes as usual, with its usual errors. */
+static int pl_decode_seeking(const uint8_t *data, size_t size, const pl_jpeg_request *req,
+                             uint8_t *out, int64_t out_row_stride, size_t out_size,
+                             pl_jpeg_result *res)
+{
+    pl_restart_layout layout;
+    pl_mcu_rect rect;
+    pl_jpeg_request sub = *req;
+    uint8_t *image;
+    size_t bytes;
+    int status;
+
+    if (!pl_restart_layout_read(data, size, &layout))
+        return -1;
+    pl_seek_box(&layout, req->top, req->left, req->height, req->width, &rect);
+    if ((int64_t)req->top + req->height > layout.height ||
+        (int64_t)req->left + req->width > layout.width ||
+        (rect.row0 == 0 && rect.row1 == layout.mcu_rows && rect.col0 == 0 &&
+         rect.col1 == layout.mcus_per_row) ||
+        (image = malloc(bytes = pl_subimage_size(&layout, &rect))) == NULL) {
+        pl_restart_layout_free(&layout);
+        return -1;
+    }
+    pl_subimage_write(data, &layout, &rect, image);
+    sub.seek = 0;
+    sub.top -= rect.row0 * layout.mcu_height;
+    sub.left -= rect.col0 * layout.mcu_width;
+    status = pl_jpeg_decode(image, bytes, &sub, out, out_row_stride, out_size, res);
+    res->seek_used = 1;
+    res->decoded_left += rect.col0 * layout.mcu_width;
+    res->scaled_height = layout.height;
+    res->scaled_width = layout.width;
+    free(image);
+    pl_restart_layout_free(&layout);
+    return status;
+}
+
 int pl_jpeg_decode(const uint8_t *data, size_t size, const pl_jpeg_request *req,
                    uint8_t *out, int64_t out_row_stride, size_t out_size, pl_jpeg_result *res)
 {
@@ -495,6 +536,12 @@ int pl_jpeg_decode(const uint8_t *data, size_t size, const pl_jpeg_request *req,
         return pl_arg_error(res, "channels must be 0 (native), 1 or 3");
     if (req->top < 0 || req->left < 0 || req->height < 0 || req->width < 0)
         return pl_arg_error(res, "negative box");
+    if (req->seek && req->roi && req->scale_num == 8 && req->height > 0 && req->width > 0) {
+        const int status = pl_decode_seeking(data, size, req, out, out_row_stride, out_size, res);
+        if (status >= 0)
+            return status;
+        memset(res, 0, sizeof(*res));
+    }
 
     pl_init_error(&err, req->strict);
     cinfo.err = &err.pub;

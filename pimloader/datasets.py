@@ -5,10 +5,14 @@ the same `(PIL image, target)` items when indexed directly). PIMDataLoader reads
 bytes from it and from torchvision's own ImageFolder and DatasetFolder (through their
 `samples` list, when they use the default image loader), from plain lists of
 `(path, target)` pairs.
+
+`make_seekable` copies an image folder with its JPEGs rewritten losslessly with restart
+markers, from which pimloader decodes a crop without entropy-decoding the rest of the image.
 """
 from __future__ import annotations
 
 import os
+import shutil
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -77,3 +81,61 @@ def _is_path_pair(item) -> bool:
 def _read_file(path) -> bytes:
     with open(path, "rb") as file:
         return file.read()
+
+
+@dataclass
+class SeekableCopy:
+    """What make_seekable wrote."""
+    transcoded: int         # JPEGs rewritten with restart markers
+    copied: int             # other files, copied as they are
+    unreadable: list        # JPEGs libjpeg could not read whole: copied as they are
+    bytes_before: int       # of the transcoded JPEGs
+    bytes_after: int
+
+
+def make_seekable(source, destination, *, max_interval: int = 4,
+                  overwrite: bool = False) -> SeekableCopy:
+    """Copy an image folder (any tree of files: an ImageFolder, a DatasetFolder) with every
+    JPEG rewritten by `pimloader.decode.add_restart_markers`: the same pixels for every
+    decoder, but pimloader then decodes a crop from the restart intervals around it instead
+    of entropy-decoding the image from its start. Paths, names and everything else stay as
+    they are, so `ImageFolder(destination)` has the same classes, samples and targets.
+
+    A JPEG that libjpeg cannot read whole is copied unchanged (the loader will then raise,
+    or skip it with on_error="skip", as for the original) and listed in `unreadable`.
+    `destination` must not exist, unless `overwrite=True`."""
+    from . import decode
+
+    source, destination = os.fspath(source), os.fspath(destination)
+    if not os.path.isdir(source):
+        raise NotADirectoryError(f"make_seekable: {source!r} is not a directory")
+    if os.path.exists(destination) and not overwrite:
+        raise FileExistsError(f"make_seekable: {destination!r} exists (pass overwrite=True)")
+    report = SeekableCopy(0, 0, [], 0, 0)
+    for folder, _, files in os.walk(source):
+        target_folder = os.path.join(destination, os.path.relpath(folder, source))
+        os.makedirs(target_folder, exist_ok=True)
+        for name in sorted(files):
+            _copy_seekable(os.path.join(folder, name), os.path.join(target_folder, name),
+                           max_interval, report, decode)
+    return report
+
+
+def _copy_seekable(path: str, target: str, max_interval: int, report: SeekableCopy,
+                   decode) -> None:
+    data = _read_file(path)
+    if not decode.is_jpeg(data):
+        shutil.copyfile(path, target)
+        report.copied += 1
+        return
+    try:
+        rewritten = decode.add_restart_markers(data, max_interval, name=path)
+    except decode.DecodeError:
+        shutil.copyfile(path, target)
+        report.unreadable.append(path)
+        return
+    with open(target, "wb") as file:
+        file.write(rewritten)
+    report.transcoded += 1
+    report.bytes_before += len(data)
+    report.bytes_after += len(rewritten)

@@ -346,6 +346,82 @@ def test_margin_rows_are_packed_at_the_decoded_width():
 
 
 # --------------------------------------------------------------------------------------
+# Restart markers: lossless copies a crop is decoded from without the rest
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ENCODING_NAMES)
+@pytest.mark.parametrize("max_interval", [1, 3, 4])
+def test_restart_copy_is_lossless_and_crops_decode_exactly(name, max_interval):
+    original = enc(name)
+    copy = D.add_restart_markers(original, max_interval, name="x.jpg")
+    full = full_scaled(original, 8)
+    assert np.array_equal(full_scaled(copy, 8), full)  # same coefficients, same pixels
+    info = D.seek_info(copy)
+    assert info is not None and 1 <= info.interval <= max_interval
+    H, W = full.shape[:2]
+    assert -(-W // info.mcu_size[1]) % info.interval == 0
+    boxes = edge_boxes(H, W) + random_boxes(H, W, 30, hash((name, max_interval)) & 0xFFFF)
+    seeks = 0
+    for box in boxes:
+        got, res = _raw(copy, box)
+        t, l, h, w = box
+        if not np.array_equal(got, full[t:t + h, l:l + w]):
+            pytest.fail(f"{name} interval {info.interval} box {box}: differs (seek "
+                        f"{res.seek_used}, decoded columns {res.decoded_left}"
+                        f"+{res.decoded_width})")
+        seeks += res.seek_used
+        into, _ = D.decode_jpeg_into(copy, box, np.empty(0, np.uint8))
+        assert np.array_equal(into, got)
+    assert seeks >= len(boxes) // 2
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(h=st.integers(1, 90), w=st.integers(1, 90), sub=st.sampled_from([0, 1, 2]),
+       interval=st.integers(1, 5), data=st.data())
+def test_restart_seek_property(h, w, sub, interval, data):
+    jpeg = D.add_restart_markers(pil_jpeg(photo(h, w, 3), 85, sub), interval)
+    full = full_scaled(jpeg, 8)
+    bh, bw = data.draw(st.integers(1, h)), data.draw(st.integers(1, w))
+    t, l = data.draw(st.integers(0, h - bh)), data.draw(st.integers(0, w - bw))
+    got, _ = _raw(jpeg, (t, l, bh, bw))
+    assert np.array_equal(got, full[t:t + bh, l:l + bw])
+
+
+def test_seek_decodes_only_the_intervals_around_the_box():
+    copy = D.add_restart_markers(enc("500x375-420"), 4)
+    got, res = _raw(copy, (300, 400, 20, 30))
+    assert res.seek_used == 1
+    assert res.decoded_left >= 400 - 64 and res.decoded_width <= 30 + 2 * 64 + 16
+    assert res.rows_skipped < 32  # rows above the box inside its first intervals only
+    assert (res.scaled_height, res.scaled_width) == (375, 500)
+    plain, res = _raw(enc("500x375-420"), (300, 400, 20, 30))
+    assert res.seek_used == 0 and res.rows_skipped == 300
+    assert np.array_equal(got, plain)
+
+
+def test_files_the_decoder_cannot_seek_in():
+    assert D.seek_info(enc("500x375-420")) is None  # no restart markers
+    assert D.seek_info(enc("420-prog")) is None  # progressive
+    copy = D.add_restart_markers(enc("500x375-420"), 4)
+    cut = copy[:len(copy) // 2]
+    assert D.seek_info(cut) is None  # intervals missing: the plain decoder reports it
+    with pytest.raises(D.DecodeError, match=r"cut\.jpg: .*Premature end"):
+        D.decode_jpeg(cut, (0, 0, 8, 8), name="cut.jpg")
+    # 420-restart has a marker every MCU row (restart_in_rows=1): seekable by rows
+    info = D.seek_info(enc("420-restart"))
+    assert info is not None and info.interval == -(-_W // 16)
+
+
+def test_add_restart_markers_errors():
+    with pytest.raises(ValueError, match="max_interval"):
+        D.add_restart_markers(enc("gray"), 0)
+    with pytest.raises(D.DecodeError, match="a.png: not a JPEG"):
+        D.add_restart_markers(b"\x89PNG\r\n\x1a\n" + bytes(30), name="a.png")
+    with pytest.raises(D.DecodeError, match="half.jpg"):
+        data = enc("500x375-420")
+        D.add_restart_markers(data[:len(data) // 2], name="half.jpg")
+
+
+# --------------------------------------------------------------------------------------
 # DCT scaling
 # --------------------------------------------------------------------------------------
 def test_scaled_sizes_match_libjpeg():

@@ -4,6 +4,7 @@ Oracle: torch's DataLoader over torchvision's ImageFolder whose loader decodes w
 `torchvision.io.decode_image` (RGB) and whose transform is the same v2 pipeline: the tensor
 path torchvision takes. Same sampler seed and same global seed, so the same crops and flips.
 """
+import os
 import shutil
 
 import pytest
@@ -117,6 +118,46 @@ def test_reused_decode_buffers_never_mix_samples(photos, monkeypatch, num_worker
             differences = level_differences(expected_images, images, normalized=True)
             assert (differences <= 1 + 1e-6).double().mean() >= 0.99
             assert differences.max() <= 4
+
+
+def test_a_seekable_copy_gives_torchvision_batches_of_the_original(photos, tmp_path):
+    from pimloader import decode
+    from pimloader.datasets import make_seekable
+    copy = tmp_path / "seekable"
+    report = make_seekable(photos, copy)
+    jpegs = [path for path, _ in ImageFolder(photos).samples
+             if decode.is_jpeg(open(path, "rb").read())]
+    assert report.transcoded == len(jpegs) < len(ImageFolder(photos))
+    assert report.copied >= 1 and not report.unreadable  # the PNG is copied as it is
+    assert ImageFolder(copy).samples == [(str(copy / os.path.relpath(path, photos)), target)
+                                         for path, target in ImageFolder(photos).samples]
+    for path, _ in ImageFolder(copy).samples:
+        data = open(path, "rb").read()
+        assert decode.seek_info(data) is not None or not decode.is_jpeg(data)
+    transform = PIPELINES["train_f32"]
+    expected = torchvision_batches(photos, transform, 0)
+    actual, loader = pimloader_batches(copy, transform, 0, reduced_dct=False)
+    for (expected_images, expected_labels), (images, labels) in zip(expected, actual):
+        assert torch.equal(labels, expected_labels)
+        differences = level_differences(expected_images, images, normalized=True)
+        assert (differences <= 1 + 1e-6).double().mean() >= 0.99
+        assert differences.max() <= 4
+    plain, _ = pimloader_batches(photos, transform, 0, reduced_dct=False)
+    for (seeking, _), (reading_all, _) in zip(actual, plain):
+        assert torch.equal(seeking, reading_all)  # seeking changes no pixel
+    with pytest.raises(FileExistsError, match="overwrite=True"):
+        make_seekable(photos, copy)
+
+
+def test_make_seekable_copies_a_corrupt_jpeg_as_it_is(photos_with_a_half_file, tmp_path):
+    from pimloader.datasets import make_seekable
+    report = make_seekable(photos_with_a_half_file, tmp_path / "copy")
+    assert len(report.unreadable) == 1
+    victim = report.unreadable[0]
+    copied = tmp_path / "copy" / os.path.relpath(victim, photos_with_a_half_file)
+    assert copied.read_bytes() == open(victim, "rb").read()
+    with pytest.raises(NotADirectoryError):
+        make_seekable(tmp_path / "missing", tmp_path / "other")
 
 
 def test_reduced_dct_decoding_stays_close(photos):

@@ -46,6 +46,9 @@ typedef struct {
      * rows of decoded_width pixels, packed (out_row_stride must be 0), the box starting at
      * column left - decoded_left. out must hold height x (scaled width) x channels. */
     int32_t margin;
+    /* 1: with roi at full scale, decode a JPEG with restart markers (see jpeg_restart.c)
+     * from the restart intervals around the box only */
+    int32_t seek;
 } pl_jpeg_request;
 
 typedef struct {
@@ -58,6 +61,7 @@ typedef struct {
     int32_t warnings;        /* libjpeg warnings seen */
     int32_t data_lost;       /* 1 when a warning meant pixel data was lost (non-strict) */
     int32_t hit_end;         /* 1 when the decoder read past the end of the data */
+    int32_t seek_used;       /* 1 when only the restart intervals around the box were decoded */
     char message[PL_JPEG_MSG_LEN];  /* the error, else the first warning, else "" */
 } pl_jpeg_result;
 
@@ -78,6 +82,15 @@ int pl_jpeg_encode(const uint8_t *pixels, int32_t height, int32_t width, int32_t
                    const int32_t *h_samp, const int32_t *v_samp, int32_t progressive,
                    int32_t restart_rows, int32_t arithmetic,
                    uint8_t **out, size_t *out_size, char *message);
+/* A lossless copy of a JPEG with a restart marker every k MCUs, k the largest divisor of an
+ * MCU row's count that is at most max_interval: the same coefficients, so the same pixels,
+ * as one baseline scan (a progressive or arithmetic-coded file becomes baseline). Warnings
+ * (corrupt data) are errors. *out is freed with pl_jpeg_free. */
+int pl_jpeg_add_restarts(const uint8_t *data, size_t size, int32_t max_interval,
+                         uint8_t **out, size_t *out_size, char *message);
+/* 1 when pl_jpeg_decode can seek in this JPEG; its interval (MCUs) and MCU size (pixels). */
+int pl_jpeg_seek_info(const uint8_t *data, size_t size, int32_t *interval, int32_t *mcu_width,
+                      int32_t *mcu_height);
 void pl_jpeg_free(uint8_t *buffer);
 /* cdef-end */
 

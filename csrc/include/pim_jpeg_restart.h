@@ -1,0 +1,37 @@
+/* pim_jpeg_restart.h: the layout of a JPEG with restart markers, and sub-images of it
+ * (csrc/jpeg_restart.c). Internal to the JPEG module. */
+#ifndef PIM_JPEG_RESTART_H
+#define PIM_JPEG_RESTART_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    int32_t height, width, components;
+    int32_t mcu_width, mcu_height;  /* in pixels */
+    int32_t mcus_per_row, mcu_rows;
+    int32_t interval;               /* MCUs per restart interval; divides mcus_per_row */
+    size_t frame_size_at;           /* offset of the SOF's height (then width) field */
+    size_t scan_at;                 /* first byte of the entropy-coded data */
+    int64_t count;                  /* intervals */
+    size_t *starts;                 /* count + 1: each interval's first byte; past EOI */
+} pl_restart_layout;
+
+typedef struct {
+    int32_t row0, row1, col0, col1; /* MCU rows [row0, row1), columns [col0, col1) */
+} pl_mcu_rect;
+
+/* 1 (and a layout to free) for a baseline single-scan JPEG, complete, whose restart
+ * interval divides its MCU rows; 0 otherwise. */
+int pl_restart_layout_read(const uint8_t *data, size_t size, pl_restart_layout *layout);
+void pl_restart_layout_free(pl_restart_layout *layout);
+
+/* The whole intervals that decode the box exactly (one pixel of upsampling context kept
+ * inside every edge that is not the image's). */
+void pl_seek_box(const pl_restart_layout *layout, int32_t top, int32_t left, int32_t height,
+                 int32_t width, pl_mcu_rect *rect);
+size_t pl_subimage_size(const pl_restart_layout *layout, const pl_mcu_rect *rect);
+void pl_subimage_write(const uint8_t *data, const pl_restart_layout *layout,
+                       const pl_mcu_rect *rect, uint8_t *out);
+
+#endif /* PIM_JPEG_RESTART_H */
