@@ -19,7 +19,10 @@ Contenders, all with `shuffle=True` and the same batch size:
   right before ToDtype (which leaves PIL images alone);
 - "pimloader": `PIMDataLoader(pimloader.datasets.ImageFolder(root), transform=<the same v2
   pipeline>)`, cpu backend, `reduced_dct="auto"` (on for RandomResizedCrop, off for the
-  validation pipeline); "pimloader exact" is the training pipeline with reduced_dct=False.
+  validation pipeline); "pimloader exact" is the training pipeline with reduced_dct=False;
+  "pimloader seekable" is "pimloader" over a copy of the folder made once by
+  `pimloader.datasets.make_seekable` (the same pixels: JPEGs rewritten losslessly with
+  restart markers, so that a crop decodes without the rest of the image).
 
 Each group (pipeline, dtype, workers) runs its contenders in the same process, one epoch each
 in rotating order, so that they share the machine's noise; figures are medians over the
@@ -39,6 +42,7 @@ import io
 import json
 import os
 import platform
+import shutil
 import statistics
 import time
 import warnings
@@ -58,9 +62,10 @@ from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
 try:
     from pimloader import PIMDataLoader
     from pimloader.datasets import ImageFolder as PimImageFolder
+    from pimloader.datasets import make_seekable
     PIMLOADER_IMPORT_ERROR = None
 except ImportError as error:
-    PIMDataLoader = PimImageFolder = None
+    PIMDataLoader = PimImageFolder = make_seekable = None
     PIMLOADER_IMPORT_ERROR = f"{type(error).__name__}: {error}"
 
 # torchvision 0.29 warns on every decode_image call that its decoders move to TorchCodec.
@@ -79,7 +84,8 @@ TORCHVISION_CONTENDERS = ("torchvision", "torchvision PIL")
 EMULATOR = "pim DPU-emulator*"
 EMULATOR_NOTE = ("* the DPU kernel and driver on pimloader's libdpu emulator (8 DPUs x 16 "
                  "tasklets as host threads): a correctness test bed; its speed is NOT DPU speed")
-PIM_CONTENDERS = ("pimloader", "pimloader exact", EMULATOR)
+SEEKABLE = "pimloader seekable"
+PIM_CONTENDERS = ("pimloader", "pimloader exact", SEEKABLE, EMULATOR)
 PIPELINES = (("train", "float32"), ("train", "float16"), ("val", "float32"),
              ("colour", "float32"))
 
@@ -152,6 +158,8 @@ def contenders_for(group: Group) -> list[str]:
         names.append("pimloader")
         if group.pipeline == "train":  # reduced_dct="auto" is on there: show the exact path
             names.append("pimloader exact")
+        if group.dtype == "float32" and group.persistent is (group.workers > 0):
+            names.append(SEEKABLE)
         if (group.pipeline, group.dtype) == ("train", "float32"):
             names.append(EMULATOR)
     return names
@@ -179,14 +187,33 @@ def make_loader(name: str, root: Path, group: Group, batch_size: int,
         dataset = TorchvisionImageFolder(root, make_transform(group.pipeline, group.dtype,
                                                               pil=True))
         return DataLoader(dataset, **options)
-    reduced_dct = "auto" if name == "pimloader" else False
+    reduced_dct = "auto" if name in ("pimloader", SEEKABLE) else False
     backend = {"backend": "emulator", "nr_dpus": 8, "nr_tasklets": 16} if name == EMULATOR \
         else {"backend": "cpu"}
+    if name == SEEKABLE:
+        root = seekable_copy(root)
     loader = PIMDataLoader(PimImageFolder(root), transform=make_transform(
         group.pipeline, group.dtype), reduced_dct=reduced_dct, **backend, **options)
     if loader._image_pipeline is None:
         raise RuntimeError("PIMDataLoader did not take the native image path")
     return loader
+
+
+def seekable_copy(root: Path) -> Path:
+    """`root` with its JPEGs rewritten with restart markers (same pixels), made once next to
+    it and again whenever the files of `root` change."""
+    copy = root.with_name(root.name + "_seekable")
+    stamp = copy / ".seekable_of"
+    files = sorted((str(path.relative_to(root)), path.stat().st_size, path.stat().st_mtime_ns)
+                   for path in root.rglob("*") if path.is_file())
+    wanted = json.dumps(files)
+    if stamp.exists() and stamp.read_text() == wanted:
+        return copy
+    if copy.exists():
+        shutil.rmtree(copy)
+    make_seekable(root, copy)
+    stamp.write_text(wanted)
+    return copy
 
 
 def run_epoch(loader: DataLoader, dtype: str) -> float:
@@ -341,14 +368,14 @@ def breakdowns(root: Path, rows: list[dict], batch_size: int, passes: int) -> li
 # -- report --------------------------------------------------------------------------------
 
 def format_table(rows: list[dict]) -> str:
-    header = (f"{'pipeline':>8} {'contender':>17} {'workers':>8} {'dtype':>8} "
+    header = (f"{'pipeline':>8} {'contender':>18} {'workers':>8} {'dtype':>8} "
               f"{'img/s':>7} {'ratio':>6}")
     lines = [header, "-" * len(header)]
     for row in rows:
         workers = Group(row["pipeline"], row["dtype"], row["workers"],
                         row["persistent"]).workers_label()
         for name, entry in row["contenders"].items():
-            lines.append(f"{row['pipeline']:>8} {name:>17} {workers:>8} {row['dtype']:>8} "
+            lines.append(f"{row['pipeline']:>8} {name:>18} {workers:>8} {row['dtype']:>8} "
                          f"{entry['median_img_s']:7.0f} {entry['ratio']:6.2f}")
     if any(EMULATOR in row["contenders"] for row in rows):
         lines.append(EMULATOR_NOTE)
@@ -356,14 +383,14 @@ def format_table(rows: list[dict]) -> str:
 
 
 def format_breakdown(entries: list[dict]) -> str:
-    header = (f"{'pipeline':>8} {'contender':>16} {'dtype':>8} {'read':>6} {'decode':>7} "
+    header = (f"{'pipeline':>8} {'contender':>18} {'dtype':>8} {'read':>6} {'decode':>7} "
               f"{'transform':>9} {'coll/write':>10} {'total':>6}")
     lines = ["ms per image (torchvision: 1 thread in-process; pimloader: stats() of the "
              "median num_workers=0 epoch,", "read = read file + header + parameter draw, "
              "transform fused into write, total = wait_s):", header, "-" * len(header)]
     for entry in entries:
         transform = ("fused" if entry["transform"] is None else f"{entry['transform']:.3f}")
-        lines.append(f"{entry['pipeline']:>8} {entry['contender']:>16} {entry['dtype']:>8} "
+        lines.append(f"{entry['pipeline']:>8} {entry['contender']:>18} {entry['dtype']:>8} "
                      f"{entry['read']:6.3f} {entry['decode']:7.3f} {transform:>9} "
                      f"{entry['collate_or_write']:10.3f} {entry['total']:6.3f}")
     steps = [entry for entry in entries if "transform_steps" in entry]

@@ -18,7 +18,8 @@ RESULTS = REPO / "benchmarks" / "results" / "imagenet_pipeline.json"
 LOADER_RESULTS = REPO / "benchmarks" / "results" / "loader_overhead.json"
 EMULATOR = "pim DPU-emulator*"
 COLOURS = {"torchvision": "#4c72b0", "torchvision PIL": "#8fa9d6",
-           "pimloader": "#dd8452", "pimloader exact": "#c44e52", EMULATOR: "#999999"}
+           "pimloader": "#dd8452", "pimloader exact": "#c44e52",
+           "pimloader seekable": "#8c613c", EMULATOR: "#999999"}
 STAGE_COLOURS = {"read": "#bbbbbb", "decode": "#4c72b0", "transform": "#55a868",
                  "collate_or_write": "#dd8452"}
 
