@@ -42,9 +42,16 @@ class MapFetcher:
             samples = self.dataset.__getitems__(index)
             return [each(sample) for sample in samples]
         samples = []
-        for sample_index in index:
-            self._sample_index = sample_index
-            samples.append(each(self.dataset[sample_index]))
+        sample_index = self._sample_index
+        try:
+            if each is _as_is:
+                for sample_index in index:
+                    samples.append(self.dataset[sample_index])
+            else:
+                for sample_index in index:
+                    samples.append(each(self.dataset[sample_index]))
+        finally:
+            self._sample_index = sample_index  # the sample that failed, or the last one
         return samples
 
 

@@ -195,8 +195,9 @@ def compile_batch_splitter(skeleton, layout: Layout, columns: list[list]):
 
     Samples that are flat tuples or lists of tensor fields and plain values, the usual
     `(image, label)`, are split column by column, which costs a fraction of the
-    per-sample walk; anything else, or a batch that fails the column checks, takes the
-    per-sample splitter, which raises NotSlottable where it must.
+    per-sample walk, and their skeletons stay columns (`FlatSkeletons`); anything else, or
+    a batch that fails the column checks, takes the per-sample splitter, which raises
+    NotSlottable where it must.
     """
     per_sample = compile_splitter(skeleton, layout, columns)
 
@@ -211,8 +212,8 @@ def compile_batch_splitter(skeleton, layout: Layout, columns: list[list]):
               else _plain_column_check for item in skeleton]
     size = len(skeleton)
 
-    def split_columns(samples: list) -> list:
-        if not all(type(sample) is kind and len(sample) == size for sample in samples):
+    def split_columns(samples: list) -> "FlatSkeletons | list":
+        if {*map(type, samples)} != {kind} or {*map(len, samples)} != {size}:
             return split_each(samples)
         transposed = list(zip(*samples))
         if not all(check(column) for check, column in zip(checks, transposed)):
@@ -221,26 +222,50 @@ def compile_batch_splitter(skeleton, layout: Layout, columns: list[list]):
         for item, column in zip(skeleton, transposed):
             if type(item) is SlotField:
                 columns[item.index].extend(column)
-                parts.append(itertools.repeat(item, len(samples)))
+                parts.append(item)
             else:
                 parts.append(column)
-        rows = zip(*parts)
-        return list(rows) if kind is tuple else [list(row) for row in rows]
+        return FlatSkeletons(kind, len(samples), tuple(parts))
     return split_columns
 
 
+@dataclass(frozen=True)
+class FlatSkeletons:
+    """The skeletons of a batch of flat tuples (or lists) of `count` samples, by column:
+    each part is the SlotField of a field, or the column of a plain value."""
+
+    kind: type
+    count: int
+    parts: tuple
+
+    def rows(self) -> list:
+        """The skeletons sample by sample, as the per-sample splitter makes them."""
+        columns = [itertools.repeat(part, self.count) if type(part) is SlotField else part
+                   for part in self.parts]
+        return [self.kind(row) for row in zip(*columns)]
+
+    def collate(self, field_batches: list[torch.Tensor]) -> list:
+        """`default_collate(self.rows())` with each SlotField's column its field's batch
+        view: a batch of tuples or lists collates to a list of its collated columns."""
+        return [field_batches[part.index] if type(part) is SlotField
+                else collate(part, collate_fn_map=default_collate_fn_map)
+                for part in self.parts]
+
+
 def _tensor_column_check(spec: FieldSpec):
-    shape, dtype, strided = spec.shape, spec.dtype, torch.strided
+    shape, dtype, strided, tensor = spec.shape, spec.dtype, torch.strided, torch.Tensor
 
     def check(column) -> bool:
-        return all(type(leaf) is torch.Tensor and leaf.dtype == dtype and leaf.shape == shape
-                   and leaf.layout is strided and leaf.is_cpu and not leaf.requires_grad
-                   for leaf in column)
+        for leaf in column:
+            if (type(leaf) is not tensor or leaf.dtype is not dtype or leaf.shape != shape
+                    or leaf.layout is not strided or not leaf.is_cpu or leaf.requires_grad):
+                return False
+        return True
     return check
 
 
 def _plain_column_check(column) -> bool:
-    return all(isinstance(value, _PLAIN_LEAF_TYPES) for value in column)
+    return all(issubclass(kind, _PLAIN_LEAF_TYPES) for kind in {*map(type, column)})
 
 
 def _field_splitter(marker: SlotField, spec: FieldSpec, append):
@@ -260,8 +285,10 @@ def _field_splitter(marker: SlotField, spec: FieldSpec, append):
     return split_field
 
 
-def collate_skeletons(skeletons: list, field_batches: list[torch.Tensor]):
+def collate_skeletons(skeletons: "list | FlatSkeletons", field_batches: list[torch.Tensor]):
     """`default_collate` over skeletons, each SlotField becoming its field's batch view."""
+    if type(skeletons) is FlatSkeletons:
+        return skeletons.collate(field_batches)
 
     def collate_field(batch, *, collate_fn_map=None):
         return field_batches[batch[0].index]

@@ -63,6 +63,7 @@ class SlotWriter:
         self._splitter = None
         self._columns: list[list] = []
         self._slots: list[torch.Tensor | None] = []
+        self._full_views: dict[int, list[torch.Tensor]] = {}  # slot id -> its field views
         self._announced: set[int] = set()
         self._mapped: set[int] = set()  # slots whose pages this process has populated
 
@@ -89,7 +90,7 @@ class SlotWriter:
         if slot_id is None:
             return None
         try:
-            self._fill(self._slots[slot_id], len(samples), render_first)
+            self._fill(self._field_views(slot_id, len(samples)), render_first)
         except BaseException:
             self._flags[slot_id] = 0
             raise
@@ -143,33 +144,45 @@ class SlotWriter:
         self._layout = layout
         self._slots = [slot[0] if slot is not None and slot[1] == layout else None
                        for slot in self._inherited]
+        self._full_views = {}
         self._announced = {i for i, slot in enumerate(self._slots) if slot is not None}
 
     def _acquire(self) -> int | None:
-        known = len(self._slots)
-        usable = np.fromiter((slot is not None for slot in self._slots), bool, known)
-        free = np.flatnonzero(usable & (self._flags[:known] == 0))
-        if free.size:
-            slot_id = int(free[0])
-        elif known < MAX_SLOTS_PER_PRODUCER:
-            slot_id = known
+        slot_id = self._free_slot()
+        if slot_id is None:
+            if len(self._slots) >= MAX_SLOTS_PER_PRODUCER:
+                return None
+            slot_id = len(self._slots)
             self._slots.append(self._allocate(self._layout.nbytes))
-        else:
-            return None
         self._flags[slot_id] = 1
         if slot_id not in self._mapped:
             populate_for_writing(self._slots[slot_id])
             self._mapped.add(slot_id)
         return slot_id
 
-    def _fill(self, slot: torch.Tensor, count: int, render_first=None) -> None:
-        """Stack each field's column straight into the slot (as default_collate's `out=`),
+    def _free_slot(self) -> int | None:
+        """The lowest id of a slot of this layout that holds no batch, if any."""
+        flags = self._flags[:len(self._slots)].tobytes()
+        slot_id = flags.find(0)
+        while slot_id >= 0 and self._slots[slot_id] is None:
+            slot_id = flags.find(0, slot_id + 1)
+        return slot_id if slot_id >= 0 else None
+
+    def _field_views(self, slot_id: int, count: int) -> list[torch.Tensor]:
+        """The slot's field views (`Layout.field_views`) for `count` samples."""
+        views = self._full_views.get(slot_id)
+        if views is None:
+            views = self._layout.field_views(self._slots[slot_id], self._layout.capacity)
+            self._full_views[slot_id] = views
+        return views if count == self._layout.capacity else [view[:count] for view in views]
+
+    def _fill(self, views: list[torch.Tensor], render_first=None) -> None:
+        """Stack each field's column straight into its view (as default_collate's `out=`),
         or render the first field with `render_first`."""
-        views = self._layout.field_views(slot, count)
         for index, (column, view) in enumerate(zip(self._columns, views)):
             if index == 0 and render_first is not None:
                 render_first(view)
-            elif all(type(leaf) is torch.Tensor for leaf in column):
+            elif {*map(type, column)} == {torch.Tensor}:
                 torch.stack(column, out=view)
             else:
                 np.stack([_as_numpy(leaf) for leaf in column], out=view.numpy())
