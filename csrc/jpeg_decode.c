@@ -483,8 +483,9 @@ static int pl_decode_body(j_decompress_ptr cinfo, pl_error_mgr *err, pl_source_m
 
 /* A box of a JPEG with restart markers: decodes the sub-image of the restart intervals
  * around it (jpeg_restart.c), with the box moved into it. -1 when the file or the box
- * does not allow it (a box outside the image, or one that needs every interval): the
- * caller then decodes as usual, with its usual errors. */
+ * does not allow it, or it would not pay (a box outside the image, a box that needs
+ * nearly every interval a plain region-of-interest decode reads): the caller then
+ * decodes as usual, with its usual errors. */
 static int pl_decode_seeking(const uint8_t *data, size_t size, const pl_jpeg_request *req,
                              uint8_t *out, int64_t out_row_stride, size_t out_size,
                              pl_jpeg_result *res)
@@ -496,14 +497,14 @@ static int pl_decode_seeking(const uint8_t *data, size_t size, const pl_jpeg_req
     size_t bytes;
     int status;
 
-    if (!pl_restart_layout_read(data, size, &layout))
+    if (!pl_restart_layout_read(data, size, &layout) ||
+        (int64_t)req->top + req->height > layout.height ||
+        (int64_t)req->left + req->width > layout.width)
         return -1;
     pl_seek_box(&layout, req->top, req->left, req->height, req->width, &rect);
-    if ((int64_t)req->top + req->height > layout.height ||
-        (int64_t)req->left + req->width > layout.width ||
-        (rect.row0 == 0 && rect.row1 == layout.mcu_rows && rect.col0 == 0 &&
-         rect.col1 == layout.mcus_per_row) ||
-        (image = malloc(bytes = pl_subimage_size(&layout, &rect))) == NULL) {
+    if (!pl_seek_pays(&layout, &rect) || !pl_restart_layout_index(data, size, &layout))
+        return -1;
+    if ((image = malloc(bytes = pl_subimage_size(&layout, &rect))) == NULL) {
         pl_restart_layout_free(&layout);
         return -1;
     }

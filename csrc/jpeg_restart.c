@@ -151,12 +151,22 @@ static int pl_find_intervals(const uint8_t *data, size_t size, pl_restart_layout
 
 int pl_restart_layout_read(const uint8_t *data, size_t size, pl_restart_layout *layout)
 {
-    if (!pl_read_markers(data, size, layout))
-        return 0;
+    return pl_read_markers(data, size, layout);
+}
+
+int pl_restart_layout_index(const uint8_t *data, size_t size, pl_restart_layout *layout)
+{
     if (pl_find_intervals(data, size, layout))
         return 1;
     pl_restart_layout_free(layout);
     return 0;
+}
+
+int pl_seek_pays(const pl_restart_layout *layout, const pl_mcu_rect *rect)
+{
+    const int64_t read_through = (int64_t)rect->row1 * layout->mcus_per_row;
+    const int64_t seeking = (int64_t)(rect->row1 - rect->row0) * (rect->col1 - rect->col0);
+    return seeking * 10 <= read_through * 9;
 }
 
 void pl_restart_layout_free(pl_restart_layout *layout)
@@ -347,7 +357,8 @@ int pl_jpeg_seek_info(const uint8_t *data, size_t size, int32_t *interval, int32
     pl_restart_layout layout;
 
     *interval = *mcu_width = *mcu_height = 0;
-    if (!pl_restart_layout_read(data, size, &layout))
+    if (!pl_restart_layout_read(data, size, &layout) ||
+        !pl_restart_layout_index(data, size, &layout))
         return 0;
     *interval = layout.interval;
     *mcu_width = layout.mcu_width;

@@ -396,6 +396,10 @@ def test_seek_decodes_only_the_intervals_around_the_box():
     plain, res = _raw(enc("500x375-420"), (300, 400, 20, 30))
     assert res.seek_used == 0 and res.rows_skipped == 300
     assert np.array_equal(got, plain)
+    # a box that needs nearly every interval a plain decode reads is decoded plainly
+    almost_all, res = _raw(copy, (16, 20, 340, 460))
+    assert res.seek_used == 0
+    assert np.array_equal(almost_all, D.decode_jpeg(copy)[16:356, 20:480])
 
 
 def test_files_the_decoder_cannot_seek_in():

@@ -21,10 +21,18 @@ typedef struct {
     int32_t row0, row1, col0, col1; /* MCU rows [row0, row1), columns [col0, col1) */
 } pl_mcu_rect;
 
-/* 1 (and a layout to free) for a baseline single-scan JPEG, complete, whose restart
- * interval divides its MCU rows; 0 otherwise. */
+/* 1 for a baseline single-scan JPEG whose restart interval divides its MCU rows (from its
+ * markers only; no allocation); 0 otherwise. */
 int pl_restart_layout_read(const uint8_t *data, size_t size, pl_restart_layout *layout);
+/* Then where each interval starts: 1 (and a layout to free) when every interval is there,
+ * followed by EOI; 0 otherwise (nothing to free). */
+int pl_restart_layout_index(const uint8_t *data, size_t size, pl_restart_layout *layout);
 void pl_restart_layout_free(pl_restart_layout *layout);
+
+/* Whether decoding `rect` alone saves at least a tenth of the MCUs a region-of-interest
+ * decode of the whole file reads (every MCU row through rect's last): below that, finding
+ * the intervals and copying them costs more than it saves. */
+int pl_seek_pays(const pl_restart_layout *layout, const pl_mcu_rect *rect);
 
 /* The whole intervals that decode the box exactly (one pixel of upsampling context kept
  * inside every edge that is not the image's). */
