@@ -42,12 +42,14 @@ ffibuilder.cdef(cdef_text())
 ffibuilder.set_source(
     "pimloader._kernels",
     '#include "pim_params.h"\n#include "pim_extra.h"\n#include "pim_cpu.h"\n',
-    sources=[_rel(os.path.join(HERE, name)) for name in ("cpu_kernels.c", "cpu_colour.c")],
+    sources=[_rel(os.path.join(HERE, name)) for name in ("cpu_kernels.c", "cpu_colour.c",
+                                                             "axis_tables.c")],
     include_dirs=[INCLUDE],
     depends=[os.path.join(INCLUDE, h) for h in ("pim_params.h", "pim_resample.h", "pim_cpu.h",
                                                   "pim_extra.h", "pim_cpu_internal.h")],
-    # -ffp-contract=off: the colour code's float32 products and sums are rounded where they
-    # are written (torch's arithmetic); its fused multiply-adds are explicit fmaf calls
+    # -ffp-contract=off: the colour code's float32 and the axis tables' double products and
+    # sums are rounded where they are written (torch's arithmetic); the colour code's fused
+    # multiply-adds are explicit fmaf calls
     extra_compile_args=["-std=gnu11", "-O3", "-Wall", "-Wextra", "-Wno-unused-parameter",
                         "-ffp-contract=off", "-fno-fast-math"],
     libraries=["m"],

@@ -216,6 +216,31 @@ def test_axis_tables_are_well_formed(n_in, n_out, interpolation):
         assert abs(int(weights[j].sum()) - (1 << prec)) <= taps
 
 
+@settings(max_examples=300, deadline=None)
+@given(n_in=st.integers(1, 3000), n_out=st.integers(1, 600),
+       interpolation=st.sampled_from(INTERPOLATIONS), data=st.data())
+def test_c_axis_tables_equal_the_numpy_transcription(n_in, n_out, interpolation, data):
+    """csrc/axis_tables.c against axis_weights, the numpy transcription of ATen's steps
+    (whose weights the kernels' bit-exact tests against torchvision rest on)."""
+    start, count = 0, n_out
+    if n_in != n_out and data.draw(st.booleans()):
+        start = data.draw(st.integers(0, n_out - 1))
+        count = data.draw(st.integers(1, n_out - start))
+    assert (K.axis_table.__wrapped__(n_in, n_out, interpolation, start, count)
+            == K.reference_axis_table(n_in, n_out, interpolation, start, count))
+
+
+def test_axis_table_arguments():
+    with pytest.raises(ValueError, match="interpolation"):
+        K.axis_table(10, 5, "nearest")
+    with pytest.raises(ValueError, match="positive"):
+        K.axis_table(0, 5)
+    with pytest.raises(ValueError, match="outside"):
+        K.axis_table(10, 5, "bilinear", 3, 4)
+    with pytest.raises(ValueError, match="not resampled"):
+        K.axis_table(5, 5, "bilinear", 1, 3)
+
+
 # ---- real photographs ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("interpolation", INTERPOLATIONS)

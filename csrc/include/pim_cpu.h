@@ -42,6 +42,13 @@ int pim_cpu_simd(int request);
 /* Number of (w, px) pairs, over all int16 w and uint8 px, where the 8x8-bit product of
  * pim_resample.h differs from the native one (0 expected). */
 uint32_t pim_check_mul_8x8(void);
+/* The pim_axis_t table (pim_params.h) resampling n_in samples to n_out, keeping outputs
+ * start..start+count-1 (a window of the resized axis), with torch's antialiased uint8
+ * weights for `interpolation` (PIM_INTERP_BILINEAR or _BICUBIC). Writes it to out when
+ * out_size is enough, and returns its size in bytes either way; 0 for bad arguments (or no
+ * memory). An axis with n_in == n_out is not resampled: a header only, whole axis only. */
+size_t pim_axis_table(uint32_t n_in, uint32_t n_out, uint32_t interpolation, uint32_t start,
+                      uint32_t count, uint8_t *out, size_t out_size);
 /* cffi-cdef-end */
 
 #endif /* PIM_CPU_H */
