@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -93,8 +94,8 @@ class SeekableCopy:
     bytes_after: int
 
 
-def make_seekable(source, destination, *, max_interval: int = 4,
-                  overwrite: bool = False) -> SeekableCopy:
+def make_seekable(source, destination, *, max_interval: int = 4, overwrite: bool = False,
+                  threads: int | None = None) -> SeekableCopy:
     """Copy an image folder (any tree of files: an ImageFolder, a DatasetFolder) with every
     JPEG rewritten by `pimloader.decode.add_restart_markers`: the same pixels for every
     decoder, but pimloader then decodes a crop from the restart intervals around it instead
@@ -103,7 +104,9 @@ def make_seekable(source, destination, *, max_interval: int = 4,
 
     A JPEG that libjpeg cannot read whole is copied unchanged (the loader will then raise,
     or skip it with on_error="skip", as for the original) and listed in `unreadable`.
-    `destination` must not exist, unless `overwrite=True`."""
+    `destination` must not exist, unless `overwrite=True`. Files are rewritten on `threads`
+    threads (default: one per CPU; libjpeg runs without the GIL), about 3 ms per
+    ImageNet-sized photo on one core."""
     from . import decode
 
     source, destination = os.fspath(source), os.fspath(destination)
@@ -111,31 +114,41 @@ def make_seekable(source, destination, *, max_interval: int = 4,
         raise NotADirectoryError(f"make_seekable: {source!r} is not a directory")
     if os.path.exists(destination) and not overwrite:
         raise FileExistsError(f"make_seekable: {destination!r} exists (pass overwrite=True)")
-    report = SeekableCopy(0, 0, [], 0, 0)
+    jobs = []
     for folder, _, files in os.walk(source):
         target_folder = os.path.join(destination, os.path.relpath(folder, source))
         os.makedirs(target_folder, exist_ok=True)
-        for name in sorted(files):
-            _copy_seekable(os.path.join(folder, name), os.path.join(target_folder, name),
-                           max_interval, report, decode)
+        jobs += [(os.path.join(folder, name), os.path.join(target_folder, name))
+                 for name in sorted(files)]
+    report = SeekableCopy(0, 0, [], 0, 0)
+    with ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as pool:
+        for outcome in pool.map(lambda job: _copy_seekable(*job, max_interval, decode), jobs):
+            _count(report, *outcome)
     return report
 
 
-def _copy_seekable(path: str, target: str, max_interval: int, report: SeekableCopy,
-                   decode) -> None:
+def _count(report: SeekableCopy, kind: str, path: str, before: int, after: int) -> None:
+    if kind == "transcoded":
+        report.transcoded += 1
+        report.bytes_before += before
+        report.bytes_after += after
+    elif kind == "copied":
+        report.copied += 1
+    else:
+        report.unreadable.append(path)
+
+
+def _copy_seekable(path: str, target: str, max_interval: int, decode) -> tuple:
+    """(what was done, path, bytes before, bytes after) for one file."""
     data = _read_file(path)
     if not decode.is_jpeg(data):
         shutil.copyfile(path, target)
-        report.copied += 1
-        return
+        return "copied", path, 0, 0
     try:
         rewritten = decode.add_restart_markers(data, max_interval, name=path)
     except decode.DecodeError:
         shutil.copyfile(path, target)
-        report.unreadable.append(path)
-        return
+        return "unreadable", path, 0, 0
     with open(target, "wb") as file:
         file.write(rewritten)
-    report.transcoded += 1
-    report.bytes_before += len(data)
-    report.bytes_after += len(rewritten)
+    return "transcoded", path, len(data), len(rewritten)

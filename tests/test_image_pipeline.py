@@ -147,6 +147,11 @@ def test_a_seekable_copy_gives_torchvision_batches_of_the_original(photos, tmp_p
         assert torch.equal(seeking, reading_all)  # seeking changes no pixel
     with pytest.raises(FileExistsError, match="overwrite=True"):
         make_seekable(photos, copy)
+    one_thread = make_seekable(photos, tmp_path / "one", threads=1)
+    assert one_thread == report  # the same files, whatever the threads
+    for path, _ in ImageFolder(copy).samples:
+        twin = tmp_path / "one" / os.path.relpath(path, copy)
+        assert twin.read_bytes() == open(path, "rb").read()
 
 
 def test_make_seekable_copies_a_corrupt_jpeg_as_it_is(photos_with_a_half_file, tmp_path):
