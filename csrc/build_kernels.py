@@ -43,7 +43,7 @@ ffibuilder.set_source(
     "pimloader._kernels",
     '#include "pim_params.h"\n#include "pim_extra.h"\n#include "pim_cpu.h"\n',
     sources=[_rel(os.path.join(HERE, name)) for name in ("cpu_kernels.c", "cpu_colour.c",
-                                                             "axis_tables.c")],
+                                                             "cpu_colour_avx2.c", "axis_tables.c")],
     include_dirs=[INCLUDE],
     depends=[os.path.join(INCLUDE, h) for h in ("pim_params.h", "pim_resample.h", "pim_cpu.h",
                                                   "pim_extra.h", "pim_cpu_internal.h")],

@@ -130,18 +130,22 @@ static inline __attribute__((always_inline)) void brightness(uint8_t *image, siz
 
 /* torch.mean of the (floored) grayscale image: an exact sum of integers, then sum / count
  * in float32 (torch's float32 sum is exact too while it stays below 2^24) */
-static inline __attribute__((always_inline)) float mean_gray(const uint8_t *image, size_t pixels, uint32_t channels, int fused)
+static inline __attribute__((always_inline)) float mean_gray(const uint8_t *image, size_t pixels, uint32_t channels, int fused,
+                     int simd)
 {
     uint64_t sum = 0;
-    for (size_t i = 0; i < pixels; i++)
+    size_t i = 0;
+    if (simd && channels == 3)
+        i = pim_gray_sum_avx2(image, pixels, fused, &sum);
+    for (; i < pixels; i++)
         sum += channels == 3 ? (uint64_t)gray(image + 3 * i, fused) : image[i];
     return (float)sum / (float)pixels;
 }
 
 static inline __attribute__((always_inline)) void contrast(uint8_t *image, size_t pixels, uint32_t channels, double factor,
-                     int fused)
+                     int fused, int simd)
 {
-    const float mean = mean_gray(image, pixels, channels, fused);
+    const float mean = mean_gray(image, pixels, channels, fused, simd);
     const blend_t b = blend_of(factor, fused);
     uint8_t table[256];
     for (uint32_t v = 0; v < 256; v++)
@@ -150,12 +154,13 @@ static inline __attribute__((always_inline)) void contrast(uint8_t *image, size_
 }
 
 static inline __attribute__((always_inline)) void saturation(uint8_t *image, size_t pixels, uint32_t channels, double factor,
-                       int fused)
+                       int fused, int simd)
 {
     if (channels == 1)
         return; /* torchvision leaves one-channel images as they are */
     const blend_t b = blend_of(factor, fused);
-    for (size_t i = 0; i < pixels; i++) {
+    size_t i = simd ? pim_saturation_avx2(image, pixels, b.ratio, b.rest, fused) : 0;
+    for (; i < pixels; i++) {
         uint8_t *px = image + 3 * i;
         const float y = gray(px, fused);
         px[0] = blend(px[0], y, b);
@@ -166,13 +171,14 @@ static inline __attribute__((always_inline)) void saturation(uint8_t *image, siz
 
 /* Returns the new channel count; `image` has room for 3 channels. */
 static inline __attribute__((always_inline)) uint32_t grayscale(uint8_t *image, size_t pixels, uint32_t channels, uint32_t out,
-                          int fused)
+                          int fused, int simd)
 {
+    const size_t done = simd && channels == 3 ? pim_grayscale_avx2(image, pixels, out, fused) : 0;
     if (channels == 3 && out == 1) {
-        for (size_t i = 0; i < pixels; i++) /* i <= 3i: in place, front to back */
+        for (size_t i = done; i < pixels; i++) /* i <= 3i: in place, front to back */
             image[i] = (uint8_t)gray(image + 3 * i, fused);
     } else if (channels == 3) {
-        for (size_t i = 0; i < pixels; i++) {
+        for (size_t i = done; i < pixels; i++) {
             uint8_t *px = image + 3 * i;
             px[0] = px[1] = px[2] = (uint8_t)gray(px, fused);
         }
@@ -188,7 +194,7 @@ static inline __attribute__((always_inline)) uint32_t grayscale(uint8_t *image, 
 /* The ops in order; always inlined into the two entry points below, so that fmaf becomes
  * one instruction where the CPU has FMA (the arithmetic is the same either way). */
 static inline __attribute__((always_inline)) uint32_t
-colour_ops(const pim_extra_t *e, uint8_t *image, size_t pixels, uint32_t channels)
+colour_ops(const pim_extra_t *e, uint8_t *image, size_t pixels, uint32_t channels, int simd)
 {
     const int fused = e->fused_mul_add != 0;
     for (uint32_t k = 0; k < e->n_ops; k++) {
@@ -198,13 +204,13 @@ colour_ops(const pim_extra_t *e, uint8_t *image, size_t pixels, uint32_t channel
             brightness(image, pixels * channels, op->factor);
             break;
         case PIM_COLOUR_CONTRAST:
-            contrast(image, pixels, channels, op->factor, fused);
+            contrast(image, pixels, channels, op->factor, fused, simd);
             break;
         case PIM_COLOUR_SATURATION:
-            saturation(image, pixels, channels, op->factor, fused);
+            saturation(image, pixels, channels, op->factor, fused, simd);
             break;
         case PIM_COLOUR_GRAYSCALE:
-            channels = grayscale(image, pixels, channels, op->channels, fused);
+            channels = grayscale(image, pixels, channels, op->channels, fused, simd);
             break;
         }
     }
@@ -214,9 +220,9 @@ colour_ops(const pim_extra_t *e, uint8_t *image, size_t pixels, uint32_t channel
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 __attribute__((target("fma"))) static uint32_t colour_ops_fma(const pim_extra_t *e,
                                                              uint8_t *image, size_t pixels,
-                                                             uint32_t channels)
+                                                             uint32_t channels, int simd)
 {
-    return colour_ops(e, image, pixels, channels);
+    return colour_ops(e, image, pixels, channels, simd);
 }
 
 static int cpu_has_fma(void)
@@ -235,10 +241,12 @@ static int cpu_has_fma(void)
 uint32_t pim_colour_apply(const pim_extra_t *e, uint8_t *image, size_t pixels,
                           uint32_t channels)
 {
-    static int has_fma = -1;
-    if (has_fma < 0)
+    static int has_fma = -1, has_avx2 = -1;
+    if (has_fma < 0) {
         has_fma = cpu_has_fma();
+        has_avx2 = pim_colour_avx2_usable();
+    }
     if (has_fma)
-        return colour_ops_fma(e, image, pixels, channels);
-    return colour_ops(e, image, pixels, channels);
+        return colour_ops_fma(e, image, pixels, channels, has_avx2 && pim_cpu_simd_level() >= 2);
+    return colour_ops(e, image, pixels, channels, 0);
 }

@@ -269,6 +269,11 @@ int pim_cpu_simd(int request)
     return g_simd;
 }
 
+int pim_cpu_simd_level(void)
+{
+    return g_simd < 0 ? pim_cpu_simd(-1) : g_simd;
+}
+
 static inline uint32_t round4(uint32_t v)
 {
     return (v + 3u) & ~3u;

@@ -103,6 +103,27 @@ def test_each_colour_op_on_whole_photographs():
             assert torch.equal(actual, apply_colour(resized, ops)), (name, ops)
 
 
+@pytest.mark.parametrize("level", [0, 1, 2])
+def test_colour_at_every_simd_level(level):
+    """The AVX2 colour steps (level 2: 8 pixels at a time, the rest by the scalar code)
+    and the scalar ones give torchvision's bytes, with and without fused multiply-adds."""
+    programs = ([("saturation", 1.8), ("contrast", 0.61)], [("grayscale", 1)],
+                [("grayscale", 3), ("brightness", 1.2)], [("contrast", 2.2), ("saturation", 0.3)])
+    try:
+        assert K.lib.pim_cpu_simd(level) <= level
+        for size in [(224, 224), (13, 17), (1, 7), (9, 9), (3, 40)]:
+            box = (5, 9, 300, 280)
+            resized = F.resized_crop(chw(PHOTO), *box, list(size), antialias=True)
+            for ops in programs:
+                actual = kernel([PHOTO], [box], size, colours=[ops])[0]
+                assert torch.equal(actual, apply_colour(resized, ops)), (size, ops)
+                v1_ops = [op for op in ops if op[0] != "grayscale"] + [("grayscale", 3)]
+                actual = kernel([PHOTO], [box], size, colours=[v1_ops], fused_mul_add=False)[0]
+                assert torch.equal(actual, apply_colour(resized, v1_ops, v1=True)), (size, v1_ops)
+    finally:
+        K.lib.pim_cpu_simd(-1)
+
+
 def test_one_channel_colour_follows_torchvision():
     """After Grayscale(1): saturation leaves the image alone, contrast takes its own mean."""
     box, size = (10, 20, 200, 150), (31, 17)

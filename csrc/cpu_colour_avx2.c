@@ -1,0 +1,164 @@
+/* cpu_colour_avx2.c: the per-pixel colour steps of cpu_colour.c, 8 pixels at a time.
+ *
+ * Every lane computes exactly what the scalar code computes for its pixel: the same float32
+ * products and sums in the same order, a fused multiply-add (_mm256_fmadd_ps, rounded once,
+ * as fmaf) exactly where the scalar code calls fmaf, floor, clamping to [0, 255] and
+ * truncation. The file is compiled with -ffp-contract=off, so no other product is fused.
+ * Pixels are interleaved RGB: 8 of them (24 bytes) are split into three vectors of 8 and
+ * put back together with byte shuffles.
+ */
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pim_cpu_internal.h"
+
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+#define AVX2 __attribute__((target("avx2,fma")))
+
+int pim_colour_avx2_usable(void)
+{
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+typedef struct {
+    __m256 r, g, b;
+} rgb8_t;
+
+/* 8 pixels (24 bytes) as three vectors of 8 floats */
+AVX2 static inline rgb8_t load_rgb8(const uint8_t *px)
+{
+    const __m128i lo = _mm_loadu_si128((const __m128i *)(const void *)px);
+    const __m128i hi = _mm_loadl_epi64((const __m128i *)(const void *)(px + 16));
+    const __m128i r = _mm_or_si128(
+        _mm_shuffle_epi8(lo, _mm_setr_epi8(0, 3, 6, 9, 12, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1)),
+        _mm_shuffle_epi8(hi, _mm_setr_epi8(-1, -1, -1, -1, -1, -1, 2, 5, -1, -1, -1, -1, -1, -1, -1, -1)));
+    const __m128i g = _mm_or_si128(
+        _mm_shuffle_epi8(lo, _mm_setr_epi8(1, 4, 7, 10, 13, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1)),
+        _mm_shuffle_epi8(hi, _mm_setr_epi8(-1, -1, -1, -1, -1, 0, 3, 6, -1, -1, -1, -1, -1, -1, -1, -1)));
+    const __m128i b = _mm_or_si128(
+        _mm_shuffle_epi8(lo, _mm_setr_epi8(2, 5, 8, 11, 14, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1)),
+        _mm_shuffle_epi8(hi, _mm_setr_epi8(-1, -1, -1, -1, -1, 1, 4, 7, -1, -1, -1, -1, -1, -1, -1, -1)));
+    const rgb8_t out = {_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(r)),
+                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(g)),
+                        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b))};
+    return out;
+}
+
+/* to_u8 of 8 floats (clamp to [0, 255], truncate): the bytes in the low 8 of 16 */
+AVX2 static inline __m128i to_u8x8(__m256 x)
+{
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_setzero_ps()), _mm256_set1_ps(255.0f));
+    const __m256i whole = _mm256_cvttps_epi32(x);
+    const __m128i words = _mm_packus_epi32(_mm256_castsi256_si128(whole),
+                                           _mm256_extracti128_si256(whole, 1));
+    return _mm_packus_epi16(words, words);
+}
+
+/* 8 pixels back from their channels' bytes (each in the low 8 bytes) */
+AVX2 static inline void store_rgb8(uint8_t *px, __m128i r, __m128i g, __m128i b)
+{
+    const __m128i rg = _mm_unpacklo_epi64(r, g); /* r0..r7 g0..g7 */
+    const __m128i first = _mm_or_si128(
+        _mm_shuffle_epi8(rg, _mm_setr_epi8(0, 8, -1, 1, 9, -1, 2, 10, -1, 3, 11, -1, 4, 12, -1, 5)),
+        _mm_shuffle_epi8(b, _mm_setr_epi8(-1, -1, 0, -1, -1, 1, -1, -1, 2, -1, -1, 3, -1, -1, 4, -1)));
+    const __m128i rest = _mm_or_si128(
+        _mm_shuffle_epi8(rg, _mm_setr_epi8(13, -1, 6, 14, -1, 7, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1)),
+        _mm_shuffle_epi8(b, _mm_setr_epi8(-1, 5, -1, -1, 6, -1, -1, 7, -1, -1, -1, -1, -1, -1, -1, -1)));
+    _mm_storeu_si128((__m128i *)(void *)px, first);
+    _mm_storel_epi64((__m128i *)(void *)(px + 16), rest);
+}
+
+/* u * k + v, rounded once or twice (cpu_colour.c's mul_add) */
+AVX2 static inline __m256 mul_add8(__m256 u, __m256 k, __m256 v, int fused)
+{
+    return fused ? _mm256_fmadd_ps(u, k, v) : _mm256_add_ps(_mm256_mul_ps(u, k), v);
+}
+
+/* cpu_colour.c's gray: floor(b * 0.114 + (g * 0.587 + r * 0.2989)) */
+AVX2 static inline __m256 gray8(rgb8_t px, int fused)
+{
+    const __m256 red = _mm256_mul_ps(px.r, _mm256_set1_ps((float)0.2989));
+    const __m256 green = mul_add8(px.g, _mm256_set1_ps((float)0.587), red, fused);
+    return _mm256_floor_ps(mul_add8(px.b, _mm256_set1_ps((float)0.114), green, fused));
+}
+
+/* cpu_colour.c's blend: to_u8(y * rest + x * ratio) */
+AVX2 static inline __m128i blend8(__m256 x, __m256 y, __m256 ratio, __m256 rest, int fused)
+{
+    return to_u8x8(mul_add8(y, rest, _mm256_mul_ps(x, ratio), fused));
+}
+
+AVX2 size_t pim_gray_sum_avx2(const uint8_t *image, size_t pixels, int fused, uint64_t *sum)
+{
+    const size_t done = pixels - pixels % 8;
+    size_t i = 0;
+    *sum = 0;
+    while (i < done) { /* int32 lanes: at most 2^20 * 255 before they are added up */
+        const size_t stop = done - i > ((size_t)8 << 20) ? i + ((size_t)8 << 20) : done;
+        __m256i lanes = _mm256_setzero_si256();
+        for (; i < stop; i += 8)
+            lanes = _mm256_add_epi32(lanes, _mm256_cvttps_epi32(gray8(load_rgb8(image + 3 * i), fused)));
+        int32_t part[8];
+        _mm256_storeu_si256((__m256i *)(void *)part, lanes);
+        for (int k = 0; k < 8; k++)
+            *sum += (uint64_t)part[k];
+    }
+    return done;
+}
+
+AVX2 size_t pim_saturation_avx2(uint8_t *image, size_t pixels, float ratio, float rest, int fused)
+{
+    const size_t done = pixels - pixels % 8;
+    const __m256 k = _mm256_set1_ps(ratio), l = _mm256_set1_ps(rest);
+    for (size_t i = 0; i < done; i += 8) {
+        const rgb8_t px = load_rgb8(image + 3 * i);
+        const __m256 y = gray8(px, fused);
+        store_rgb8(image + 3 * i, blend8(px.r, y, k, l, fused), blend8(px.g, y, k, l, fused),
+                   blend8(px.b, y, k, l, fused));
+    }
+    return done;
+}
+
+/* 3 channels to `out_channels` (1: in place, front to back, as the scalar code) */
+AVX2 size_t pim_grayscale_avx2(uint8_t *image, size_t pixels, uint32_t out_channels, int fused)
+{
+    const size_t done = pixels - pixels % 8;
+    for (size_t i = 0; i < done; i += 8) {
+        const __m128i y = to_u8x8(gray8(load_rgb8(image + 3 * i), fused));
+        if (out_channels == 1)
+            _mm_storel_epi64((__m128i *)(void *)(image + i), y);
+        else
+            store_rgb8(image + 3 * i, y, y, y);
+    }
+    return done;
+}
+
+#else /* no x86 SIMD: the scalar code does every pixel */
+
+int pim_colour_avx2_usable(void)
+{
+    return 0;
+}
+
+size_t pim_gray_sum_avx2(const uint8_t *image, size_t pixels, int fused, uint64_t *sum)
+{
+    (void)image, (void)pixels, (void)fused;
+    *sum = 0;
+    return 0;
+}
+
+size_t pim_saturation_avx2(uint8_t *image, size_t pixels, float ratio, float rest, int fused)
+{
+    (void)image, (void)pixels, (void)ratio, (void)rest, (void)fused;
+    return 0;
+}
+
+size_t pim_grayscale_avx2(uint8_t *image, size_t pixels, uint32_t out_channels, int fused)
+{
+    (void)image, (void)pixels, (void)out_channels, (void)fused;
+    return 0;
+}
+#endif
