@@ -114,18 +114,19 @@ static inline uint8_t blend(uint8_t x, float y, blend_t b)
     return to_u8(mul_add(y, b.rest, (float)x * b.ratio, b.fused));
 }
 
-static inline __attribute__((always_inline)) void apply_table(uint8_t *image, size_t values, const uint8_t table[256])
+static inline __attribute__((always_inline)) void apply_table(uint8_t *image, size_t from, size_t values, const uint8_t table[256])
 {
-    for (size_t i = 0; i < values; i++)
+    for (size_t i = from; i < values; i++)
         image[i] = table[image[i]];
 }
 
-static inline __attribute__((always_inline)) void brightness(uint8_t *image, size_t values, double factor)
+static inline __attribute__((always_inline)) void brightness(uint8_t *image, size_t values, double factor, int simd)
 {
     uint8_t table[256];
+    const size_t done = simd ? pim_scale_values_avx2(image, values, (float)factor) : 0;
     for (uint32_t v = 0; v < 256; v++)
         table[v] = to_u8((float)v * (float)factor);
-    apply_table(image, values, table);
+    apply_table(image, done, values, table);
 }
 
 /* torch.mean of the (floored) grayscale image: an exact sum of integers, then sum / count
@@ -147,10 +148,12 @@ static inline __attribute__((always_inline)) void contrast(uint8_t *image, size_
 {
     const float mean = mean_gray(image, pixels, channels, fused, simd);
     const blend_t b = blend_of(factor, fused);
+    const size_t done =
+        simd ? pim_blend_values_avx2(image, pixels * channels, mean, b.ratio, b.rest, fused) : 0;
     uint8_t table[256];
     for (uint32_t v = 0; v < 256; v++)
         table[v] = blend((uint8_t)v, mean, b);
-    apply_table(image, pixels * channels, table);
+    apply_table(image, done, pixels * channels, table);
 }
 
 static inline __attribute__((always_inline)) void saturation(uint8_t *image, size_t pixels, uint32_t channels, double factor,
@@ -201,7 +204,7 @@ colour_ops(const pim_extra_t *e, uint8_t *image, size_t pixels, uint32_t channel
         const pim_colour_op_t *op = &e->ops[k];
         switch (op->kind) {
         case PIM_COLOUR_BRIGHTNESS:
-            brightness(image, pixels * channels, op->factor);
+            brightness(image, pixels * channels, op->factor, simd);
             break;
         case PIM_COLOUR_CONTRAST:
             contrast(image, pixels, channels, op->factor, fused, simd);

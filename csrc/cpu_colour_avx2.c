@@ -122,6 +122,34 @@ AVX2 size_t pim_saturation_avx2(uint8_t *image, size_t pixels, float ratio, floa
     return done;
 }
 
+/* Each value v through to_u8(v * factor) (brightness), or to_u8(y * rest + v * ratio)
+ * (a blend with the constant y: contrast), as the scalar code's tables compute them. Any
+ * number of channels: these steps treat every value alike. */
+AVX2 size_t pim_scale_values_avx2(uint8_t *values, size_t n, float factor)
+{
+    const size_t done = n - n % 8;
+    const __m256 f = _mm256_set1_ps(factor);
+    for (size_t i = 0; i < done; i += 8) {
+        const __m128i bytes = _mm_loadl_epi64((const __m128i *)(const void *)(values + i));
+        const __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
+        _mm_storel_epi64((__m128i *)(void *)(values + i), to_u8x8(_mm256_mul_ps(x, f)));
+    }
+    return done;
+}
+
+AVX2 size_t pim_blend_values_avx2(uint8_t *values, size_t n, float y, float ratio, float rest,
+                                  int fused)
+{
+    const size_t done = n - n % 8;
+    const __m256 k = _mm256_set1_ps(ratio), l = _mm256_set1_ps(rest), c = _mm256_set1_ps(y);
+    for (size_t i = 0; i < done; i += 8) {
+        const __m128i bytes = _mm_loadl_epi64((const __m128i *)(const void *)(values + i));
+        const __m256 x = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes));
+        _mm_storel_epi64((__m128i *)(void *)(values + i), blend8(x, c, k, l, fused));
+    }
+    return done;
+}
+
 /* 3 channels to `out_channels` (1: in place, front to back, as the scalar code) */
 AVX2 size_t pim_grayscale_avx2(uint8_t *image, size_t pixels, uint32_t out_channels, int fused)
 {
@@ -159,6 +187,19 @@ size_t pim_saturation_avx2(uint8_t *image, size_t pixels, float ratio, float res
 size_t pim_grayscale_avx2(uint8_t *image, size_t pixels, uint32_t out_channels, int fused)
 {
     (void)image, (void)pixels, (void)out_channels, (void)fused;
+    return 0;
+}
+
+size_t pim_scale_values_avx2(uint8_t *values, size_t n, float factor)
+{
+    (void)values, (void)n, (void)factor;
+    return 0;
+}
+
+size_t pim_blend_values_avx2(uint8_t *values, size_t n, float y, float ratio, float rest,
+                             int fused)
+{
+    (void)values, (void)n, (void)y, (void)ratio, (void)rest, (void)fused;
     return 0;
 }
 #endif

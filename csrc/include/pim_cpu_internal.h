@@ -34,5 +34,10 @@ int pim_colour_avx2_usable(void);
 size_t pim_gray_sum_avx2(const uint8_t *image, size_t pixels, int fused, uint64_t *sum);
 size_t pim_saturation_avx2(uint8_t *image, size_t pixels, float ratio, float rest, int fused);
 size_t pim_grayscale_avx2(uint8_t *image, size_t pixels, uint32_t out_channels, int fused);
+/* The value-wise steps (any channels): brightness, and the blend with contrast's mean; they
+ * do the first n - n % 8 values of `values`. */
+size_t pim_scale_values_avx2(uint8_t *values, size_t n, float factor);
+size_t pim_blend_values_avx2(uint8_t *values, size_t n, float y, float ratio, float rest,
+                             int fused);
 
 #endif /* PIM_CPU_INTERNAL_H */
