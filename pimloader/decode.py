@@ -11,6 +11,11 @@ JPEGs are decoded by `pimloader._jpeg` (csrc/jpeg_decode.c) on the system libjpe
   whole image and cropping (tests/test_decode.py checks this).  Progressive JPEGs work as
   well; libjpeg entropy-decodes all their scans up front, so for them a box saves only the
   IDCT, upsampling and colour conversion outside it;
+- into a caller's reusable buffer with the decoded margin columns kept, the box returned
+  as a strided view (`decode_jpeg_into`, what the loader uses: nothing is copied out);
+- from the restart intervals around the box only, when the file has restart markers at a
+  suitable interval (`add_restart_markers` writes such a copy losslessly, `seek_info`
+  tells): bit-identical too, and the rows above the box are not entropy-decoded;
 - at a reduced DCT scale M/8 (`decode_jpeg_scaled`): each 8x8 block is inverse-transformed
   straight to MxM pixels, which is much cheaper than decoding at full size and shrinking.
   The pixels differ slightly from a full decode followed by a resize, so it is an option
