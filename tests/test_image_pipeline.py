@@ -343,3 +343,14 @@ def test_upmem_backend_without_the_sdk_is_a_clear_error(photos):
     from pimloader._dpu_backend import DpuBackendError
     with pytest.raises(DpuBackendError, match="UPMEM SDK"):
         PIMDataLoader(ImageFolder(photos), transform=PIPELINES["val_f32"], backend="upmem")
+
+
+def test_make_seekable_command_line(photos, tmp_path, capsys):
+    from pimloader.make_seekable import main
+    assert main([str(photos), str(tmp_path / "copy"), "--threads", "2"]) == 0
+    assert "JPEGs rewritten" in capsys.readouterr().out
+    assert ImageFolder(tmp_path / "copy").classes == ImageFolder(photos).classes
+    assert main([str(photos), str(tmp_path / "copy")]) == 1
+    assert "exists (pass --overwrite)" in capsys.readouterr().err
+    assert main([str(tmp_path / "missing"), str(tmp_path / "other")]) == 1
+    assert "is not a directory" in capsys.readouterr().err

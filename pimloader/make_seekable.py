@@ -1,0 +1,51 @@
+"""Command line for `pimloader.datasets.make_seekable`: copy an image folder with its JPEGs
+rewritten losslessly with restart markers, from which pimloader decodes a crop without
+the rest of the image (the same pixels for every decoder).
+
+    python -m pimloader.make_seekable /data/imagenet/train /data/imagenet/train-seekable
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+from .datasets import make_seekable
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m pimloader.make_seekable",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("source", help="the image folder to copy")
+    parser.add_argument("destination", help="where the copy goes (must not exist)")
+    parser.add_argument("--max-interval", type=int, default=4,
+                        help="MCUs per restart interval at most (default: %(default)s)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="threads rewriting files (default: one per CPU)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="write into an existing destination")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    try:
+        report = make_seekable(args.source, args.destination, max_interval=args.max_interval,
+                               overwrite=args.overwrite, threads=args.threads)
+    except FileExistsError:
+        print(f"make_seekable: {args.destination!r} exists (pass --overwrite)", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as error:
+        print(error, file=sys.stderr)
+        return 1
+    growth = report.bytes_after / report.bytes_before - 1 if report.bytes_before else 0.0
+    print(f"{report.transcoded} JPEGs rewritten ({growth:+.1%} bytes), {report.copied} other "
+          f"files copied, in {time.perf_counter() - started:.1f} s")
+    for path in report.unreadable:
+        print(f"copied unchanged, libjpeg cannot read it whole: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
