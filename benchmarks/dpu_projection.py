@@ -15,7 +15,9 @@ and bytes per DPU, host<->DPU bytes and the padded transfer lengths. `pimloader.
 turns those counts, the work counted from the batch's axis tables, and the published figures
 of UPMEM systems into PROJECTED per-stage times and images/s for a 64-DPU rank, a 640-DPU and
 a 2,560-DPU system, in a best / nominal / worst case (docs/cost_model.md). The end-to-end
-projection is min(host decode rate, DPU path rate), the host rate MEASURED here.
+projection is min(host decode rate, DPU path rate), the host rate MEASURED here, for the
+plain JPEGs and for seekable copies of them (`decode.add_restart_markers`: the same pixels,
+a crop decoded from the restart intervals around it; column "e2e seek").
 
     python -m benchmarks.dpu_projection [--dpus 64] [--images-per-dpu 4] [--quick]
 """
@@ -69,20 +71,30 @@ def image_files(root: Path, count: int) -> list[Path]:
 
 def decode_batch(files: list[Path], plan, repeats: int):
     """Each file's drawn geometry and decoded crop box, and the MEASURED decode time per image
-    (median over `repeats` passes after one warm-up, wall and this thread's CPU time)."""
+    (wall and CPU, see decode_time) of the files and of seekable copies of them."""
     datas = [f.read_bytes() for f in files]
     geometries = []
     for data in datas:
         height, width = decode.image_size(data)
         geometries.append(plan.draw(height, width).geometry)
-    sources, walls, cpus = [], [], []
+    sources = [decode.decode_image(d, g.box, channels=3) for d, g in zip(datas, geometries)]
+    seekable = [decode.add_restart_markers(d) for d in datas]
+    return (geometries, sources, decode_time(datas, geometries, repeats),
+            decode_time(seekable, geometries, repeats))
+
+
+def decode_time(datas: list[bytes], geometries, repeats: int) -> tuple[float, float]:
+    """(wall, this thread's CPU) seconds per image to decode each crop box as the loader does
+    (into a reused buffer), median over `repeats` passes after one warm-up."""
+    buffer, walls, cpus = np.empty(0, np.uint8), [], []
     for rep in range(repeats + 1):
         wall, cpu = time.perf_counter(), time.thread_time()
-        sources = [decode.decode_image(d, g.box, channels=3) for d, g in zip(datas, geometries)]
+        for data, geometry in zip(datas, geometries):
+            buffer = decode.decode_jpeg_into(data, geometry.box, buffer)[1]
         if rep:  # the first pass warms the caches
             walls.append((time.perf_counter() - wall) / len(datas))
             cpus.append((time.thread_time() - cpu) / len(datas))
-    return geometries, sources, statistics.median(walls), statistics.median(cpus)
+    return statistics.median(walls), statistics.median(cpus)
 
 
 def host_copy_bandwidth() -> float:
@@ -99,7 +111,8 @@ def host_copy_bandwidth() -> float:
 
 def measure(pipeline: str, dtype: str, files: list[Path], backend: DpuBackend, repeats: int) -> dict:
     plan = lower(make_transform(pipeline, dtype))
-    geometries, sources, decode_wall, decode_cpu = decode_batch(files, plan, repeats)
+    geometries, sources, (decode_wall, decode_cpu), (_, seekable_cpu) = decode_batch(
+        files, plan, repeats)
     n = len(sources)
     out = torch.empty(n, 3, 224, 224, dtype=DTYPES[dtype])
     lut = K.normalize_lut(3, DTYPES[dtype], MEAN, STD)
@@ -118,6 +131,7 @@ def measure(pipeline: str, dtype: str, files: list[Path], backend: DpuBackend, r
     return {"pipeline": pipeline, "dtype": dtype, "images": n, "dpus": backend.nr_dpus,
             "tasklets": backend.nr_tasklets, "run": run,
             "decode_s_per_image": decode_wall, "decode_cpu_s_per_image": decode_cpu,
+            "seekable_decode_cpu_s_per_image": seekable_cpu,
             "emulator_wall_s": emulated_s}
 
 
@@ -131,7 +145,9 @@ def summarise(entry: dict, copy_bw: float, host_cores: int, assumptions: cm.Assu
     projections = []
     for p in cm.project_all(run, cm.SYSTEMS, assumptions):
         e2e = cm.end_to_end(p.images_per_s, host_s, host_cores)
-        projections.append({**p.as_dict(), "end_to_end": e2e})
+        seekable = cm.end_to_end(p.images_per_s, host_s - entry["decode_cpu_s_per_image"] +
+                                 entry["seekable_decode_cpu_s_per_image"], host_cores)
+        projections.append({**p.as_dict(), "end_to_end": e2e, "end_to_end_seekable": seekable})
     what_if = []  # nominal case: the bound of a perfect split, which the driver cannot reach
     for system in cm.SYSTEMS:
         rates = {label: cm.project(r, system, assumptions, "nominal").images_per_s for label, r in
@@ -183,7 +199,7 @@ def run(args: argparse.Namespace) -> dict:
 def format_counts(entries: list[dict]) -> str:
     head = (f"{'pipeline':<8} {'dtype':<8} {'img':>4} {'MRAM rd kB':>10} {'MRAM wr kB':>10} "
             f"{'least kB':>9} {'DMA/least':>9} {'H->D kB':>8} {'D->H kB':>8} {'xfer/least':>10} "
-            f"{'decode ms':>9} {'dec CPU':>7} {'copy ms':>7}")
+            f"{'decode ms':>9} {'dec CPU':>7} {'seek CPU':>8} {'copy ms':>7}")
     lines = [head, "-" * len(head)]
     for e in entries:
         p = e["per_image"]
@@ -193,6 +209,7 @@ def format_counts(entries: list[dict]) -> str:
             f"{p['dma_ratio']:>9.2f} {p['host_to_dpu_bytes'] / 1e3:>8.0f} {p['dpu_to_host_bytes'] / 1e3:>8.0f} "
             f"{p['transfer_ratio']:>10.2f} {e['decode_s_per_image'] * 1e3:>9.3f} "
             f"{e['decode_cpu_s_per_image'] * 1e3:>7.3f} "
+            f"{e['seekable_decode_cpu_s_per_image'] * 1e3:>8.3f} "
             f"{e['host_copy_s_per_image'] * 1e3:>7.3f}")
     return "\n".join(lines)
 
@@ -200,7 +217,7 @@ def format_counts(entries: list[dict]) -> str:
 def format_projections(entries: list[dict], host_cores: int) -> str:
     head = (f"{'pipeline':<13} {'system':<10} {'case':<7} {'H->D ms':>8} {'compute ms':>10} {'DMA ms':>7} "
             f"{'D->H ms':>8} {'launch ms':>9} {'img/launch':>10} {'DPU img/s':>10} {'bound':<18} "
-            f"{'e2e img/s':>9} {'e2e bound':<11}")
+            f"{'e2e img/s':>9} {'e2e bound':<11} {'e2e seek':>8}")
     lines = [f"ALL FIGURES BELOW ARE {LABEL.upper()} (cost model, no DPU hardware); "
              f"e2e = min(host decode + copy on {host_cores} cores (CPU time "
              f"measured here, scaled linearly), DPU path)", head, "-" * len(head)]
@@ -211,7 +228,8 @@ def format_projections(entries: list[dict], host_cores: int) -> str:
                 f"{p['t_in'] * 1e3:>8.1f} {p['t_compute'] * 1e3:>10.1f} {p['t_dma'] * 1e3:>7.1f} "
                 f"{p['t_out'] * 1e3:>8.1f} {p['t_launch'] * 1e3:>9.1f} {p['images_per_launch']:>10.0f} "
                 f"{p['images_per_s']:>10.0f} {p['bound']:<18} {p['end_to_end']['images_per_s']:>9.0f} "
-                f"{p['end_to_end']['bound']:<11}")
+                f"{p['end_to_end']['bound']:<11} "
+                f"{p['end_to_end_seekable']['images_per_s']:>8.0f}")
     return "\n".join(lines)
 
 
