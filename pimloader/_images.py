@@ -244,6 +244,10 @@ class ImageFetcher:
 class DirectImageProducer:
     """Produces whole batches by rendering each sample into its row of a slot."""
 
+    # samples read and drawn ahead of their decode: enough to keep the draws' Python warm in
+    # the caches, few enough that a large batch of large files is never all in memory
+    LOAD_AHEAD = 32
+
     def __init__(self, pipeline: ImagePipeline, writer, fallback) -> None:
         self.pipeline = pipeline
         self.writer = writer
@@ -270,7 +274,7 @@ class DirectImageProducer:
                         total - timing["fetch"] - timing["decode"], skipped, timing["decode"])
 
     def _fill(self, index, out: torch.Tensor, timing: dict) -> list:
-        """Reads and draws every sample of the batch first, then decodes and resamples them:
+        """Reads and draws LOAD_AHEAD samples at a time, then decodes and resamples them:
         the Python of the draws runs warm in the caches instead of after each decode (about
         60 us less per sample). Should a sample then fail (on_error="raise"), the draws are
         replayed up to the sample before it, leaving torch's random state where torch's
@@ -278,19 +282,21 @@ class DirectImageProducer:
         fails to decode draws nothing. (A sample skipped by on_error="skip" for its pixels
         has drawn its parameters; one skipped for an unreadable header has not.)"""
         rng_state = torch.get_rng_state()
-        started = time.perf_counter()
-        loaded = self._load_all(index)
-        timing["fetch"] += time.perf_counter() - started
+        index = list(index)
         skeletons: list = []
         pending = _KernelBatch(self.pipeline, out, self.buffers)
-        for position, sample_index, sample, params in loaded:
-            self.current = f"sample {sample_index!r}"
-            try:
-                if self._render(sample, params, len(skeletons), out, pending, timing):
-                    skeletons.append((SlotField(0), sample.target))
-            except Exception:
-                self._replay_draws(rng_state, list(index)[:position])
-                raise
+        for first in range(0, len(index), self.LOAD_AHEAD):
+            started = time.perf_counter()
+            loaded = self._load_all(index, first, first + self.LOAD_AHEAD)
+            timing["fetch"] += time.perf_counter() - started
+            for position, sample_index, sample, params in loaded:
+                self.current = f"sample {sample_index!r}"
+                try:
+                    if self._render(sample, params, len(skeletons), out, pending, timing):
+                        skeletons.append((SlotField(0), sample.target))
+                except Exception:
+                    self._replay_draws(rng_state, index[:position])
+                    raise
         pending.flush()
         if not skeletons:
             raise decode.DecodeError(
@@ -316,11 +322,12 @@ class DirectImageProducer:
             return False
         return True
 
-    def _load_all(self, index) -> list:
+    def _load_all(self, index: list, first: int, stop: int) -> list:
         """(position in the batch, index, encoded sample, drawn parameters) of each
-        readable sample, in order."""
+        readable sample of index[first:stop], in order."""
         loaded = []
-        for position, sample_index in enumerate(index):
+        for position in range(first, min(stop, len(index))):
+            sample_index = index[position]
             self.current = f"sample {sample_index!r}"
             try:
                 loaded.append((position, sample_index, *self.pipeline.load(sample_index)))

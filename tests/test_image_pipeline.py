@@ -243,9 +243,14 @@ def steps_until_exhausted(loader, errors):
         steps.append(("batch", images, labels))
 
 
-def test_a_failed_decode_leaves_the_random_state_where_torch_does(photos_with_a_half_file):
+@pytest.mark.parametrize("load_ahead", [32, 3])
+def test_a_failed_decode_leaves_the_random_state_where_torch_does(photos_with_a_half_file,
+                                                                  monkeypatch, load_ahead):
     """torch's DataLoader decodes then transforms: a sample that fails draws nothing, and
-    iterating on after the error gives the same crops."""
+    iterating on after the error gives the same crops (whole batches drawn ahead, or 3
+    samples at a time)."""
+    from pimloader import _images
+    monkeypatch.setattr(_images.DirectImageProducer, "LOAD_AHEAD", load_ahead)
     root = photos_with_a_half_file
     transform = PIPELINES["train_f32"]
     dataset = torchvision.datasets.ImageFolder(root, transform=transform, loader=tensor_loader)
