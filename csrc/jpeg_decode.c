@@ -482,7 +482,7 @@ static int pl_decode_body(j_decompress_ptr cinfo, pl_error_mgr *err, pl_source_m
 }
 
 /* A box of a JPEG with restart markers: decodes the sub-image of the restart intervals
- * around it (jpeg_restart.c), with the box moved into it. -1 when the file or the box
+ * around it (jpeg_restart.c), with the box moved into it (at any DCT scale). -1 when the file or the box
  * does not allow it, or it would not pay (a box outside the image, a box that needs
  * nearly every interval a plain region-of-interest decode reads): the caller then
  * decodes as usual, with its usual errors. */
@@ -496,12 +496,13 @@ static int pl_decode_seeking(const uint8_t *data, size_t size, const pl_jpeg_req
     uint8_t *image;
     size_t bytes;
     int status;
+    const int32_t scale = req->scale_num;
 
     if (!pl_restart_layout_read(data, size, &layout) ||
-        (int64_t)req->top + req->height > layout.height ||
-        (int64_t)req->left + req->width > layout.width)
+        (int64_t)req->top + req->height > pl_scaled(layout.height, scale) ||
+        (int64_t)req->left + req->width > pl_scaled(layout.width, scale))
         return -1;
-    pl_seek_box(&layout, req->top, req->left, req->height, req->width, &rect);
+    pl_seek_box(&layout, scale, req->top, req->left, req->height, req->width, &rect);
     if (!pl_seek_pays(&layout, &rect) || !pl_restart_layout_index(data, size, &layout))
         return -1;
     if ((image = malloc(bytes = pl_subimage_size(&layout, &rect))) == NULL) {
@@ -510,13 +511,13 @@ static int pl_decode_seeking(const uint8_t *data, size_t size, const pl_jpeg_req
     }
     pl_subimage_write(data, &layout, &rect, image);
     sub.seek = 0;
-    sub.top -= rect.row0 * layout.mcu_height;
-    sub.left -= rect.col0 * layout.mcu_width;
+    sub.top -= rect.row0 * layout.mcu_height * scale / 8;
+    sub.left -= rect.col0 * layout.mcu_width * scale / 8;
     status = pl_jpeg_decode(image, bytes, &sub, out, out_row_stride, out_size, res);
     res->seek_used = 1;
-    res->decoded_left += rect.col0 * layout.mcu_width;
-    res->scaled_height = layout.height;
-    res->scaled_width = layout.width;
+    res->decoded_left += rect.col0 * layout.mcu_width * scale / 8;
+    res->scaled_height = pl_scaled(layout.height, scale);
+    res->scaled_width = pl_scaled(layout.width, scale);
     free(image);
     pl_restart_layout_free(&layout);
     return status;
@@ -537,7 +538,7 @@ int pl_jpeg_decode(const uint8_t *data, size_t size, const pl_jpeg_request *req,
         return pl_arg_error(res, "channels must be 0 (native), 1 or 3");
     if (req->top < 0 || req->left < 0 || req->height < 0 || req->width < 0)
         return pl_arg_error(res, "negative box");
-    if (req->seek && req->roi && req->scale_num == 8 && req->height > 0 && req->width > 0) {
+    if (req->seek && req->roi && req->height > 0 && req->width > 0) {
         const int status = pl_decode_seeking(data, size, req, out, out_row_stride, out_size, res);
         if (status >= 0)
             return status;

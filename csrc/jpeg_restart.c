@@ -11,7 +11,8 @@
  * same DCT blocks, hence the same pixels, everywhere but where libjpeg's upsampling reads
  * past its edges. pl_seek_box therefore keeps the box one pixel and at least one MCU
  * inside every edge of the sub-image that is not an edge of the image, and the sub-image
- * at least two MCUs wide (libjpeg upsamples narrower components differently).
+ * at least two MCUs wide (libjpeg upsamples narrower components differently). At a DCT
+ * scale M/8 the same holds in the scaled image, where an MCU is M/8 as large.
  *
  * pl_jpeg_add_restarts writes such a JPEG losslessly: the coefficients are copied, not
  * re-quantised (jpeg_read_coefficients / jpeg_write_coefficients), so every decoder gives
@@ -188,26 +189,35 @@ static int32_t pl_min(int32_t a, int32_t b)
     return a < b ? a : b;
 }
 
-void pl_seek_box(const pl_restart_layout *layout, int32_t top, int32_t left, int32_t height,
-                 int32_t width, pl_mcu_rect *rect)
+void pl_seek_box(const pl_restart_layout *layout, int32_t scale_num, int32_t top, int32_t left,
+                 int32_t height, int32_t width, pl_mcu_rect *rect)
 {
-    const int32_t mw = layout->mcu_width, mh = layout->mcu_height, k = layout->interval;
-    const int32_t bottom = top + height, right = left + width; /* exclusive */
+    /* in pixels of the image decoded at scale_num/8: an MCU is an exact number of them */
+    const int32_t mw = layout->mcu_width * scale_num / 8, mh = layout->mcu_height * scale_num / 8;
+    const int32_t image_h = pl_scaled(layout->height, scale_num);
+    const int32_t image_w = pl_scaled(layout->width, scale_num);
+    const int32_t k = layout->interval, bottom = top + height, right = left + width;
+    /* libjpeg upsamples a component of 2 samples or fewer per row by replication instead of
+     * its "fancy" filter: keep more than 2 of each (an MCU holds scale_num of a 2x
+     * subsampled component) */
+    const int32_t min_mcus = scale_num < 2 ? 3 : 2;
 
     rect->row0 = top > 0 ? (top - 1) / mh : 0;
-    rect->row1 = bottom < layout->height ? pl_min(layout->mcu_rows, bottom / mh + 1)
-                                         : layout->mcu_rows;
+    rect->row1 = bottom < image_h ? pl_min(layout->mcu_rows, bottom / mh + 1) : layout->mcu_rows;
     rect->col0 = (left > 0 ? (left - 1) / mw : 0) / k * k;
-    rect->col1 = right < layout->width ? pl_min(layout->mcus_per_row, (right / mw + k) / k * k)
-                                       : layout->mcus_per_row;
-    /* libjpeg upsamples a component of 2 samples or fewer per row by replication instead
-     * of its "fancy" filter: keep at least 2 MCUs (more than 8 pixels of each component) */
-    while (rect->col1 - rect->col0 < 2 && rect->col1 - rect->col0 < layout->mcus_per_row) {
+    rect->col1 = right < image_w ? pl_min(layout->mcus_per_row, (right / mw + k) / k * k)
+                                 : layout->mcus_per_row;
+    while (rect->col1 - rect->col0 < min_mcus && rect->col1 - rect->col0 < layout->mcus_per_row) {
         if (rect->col1 < layout->mcus_per_row)
             rect->col1 += k;
         else
             rect->col0 -= k;
     }
+}
+
+int32_t pl_scaled(int32_t size, int32_t scale_num)
+{
+    return (int32_t)(((int64_t)size * scale_num + 7) / 8);
 }
 
 size_t pl_subimage_size(const pl_restart_layout *layout, const pl_mcu_rect *rect)

@@ -374,15 +374,36 @@ def test_restart_copy_is_lossless_and_crops_decode_exactly(name, max_interval):
     assert seeks >= len(boxes) // 2
 
 
+@pytest.mark.parametrize("name", ENCODING_NAMES)
+@pytest.mark.parametrize("scale", [4, 2, 1, 3, 6])
+def test_restart_seek_at_dct_scales(name, scale):
+    """Seeking at a reduced DCT scale (reduced_dct): the same pixels as the original's
+    decode at that scale, cropped."""
+    original = enc(name)
+    full = full_scaled(original, scale)
+    H, W = full.shape[:2]
+    for max_interval in (1, 4):
+        copy = D.add_restart_markers(original, max_interval)
+        assert np.array_equal(full_scaled(copy, scale), full)
+        boxes = edge_boxes(H, W) + random_boxes(H, W, 20, hash((name, scale)) & 0xFFFF)
+        for box in boxes:
+            got, res = _raw(copy, box, scale)
+            t, l, h, w = box
+            assert np.array_equal(got, full[t:t + h, l:l + w]), (
+                name, scale, max_interval, box, res.seek_used)
+            assert (res.scaled_height, res.scaled_width) == (H, W)
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(h=st.integers(1, 90), w=st.integers(1, 90), sub=st.sampled_from([0, 1, 2]),
-       interval=st.integers(1, 5), data=st.data())
-def test_restart_seek_property(h, w, sub, interval, data):
+       interval=st.integers(1, 5), scale=st.sampled_from([8, 8, 4, 2, 1, 3]), data=st.data())
+def test_restart_seek_property(h, w, sub, interval, scale, data):
     jpeg = D.add_restart_markers(pil_jpeg(photo(h, w, 3), 85, sub), interval)
-    full = full_scaled(jpeg, 8)
-    bh, bw = data.draw(st.integers(1, h)), data.draw(st.integers(1, w))
-    t, l = data.draw(st.integers(0, h - bh)), data.draw(st.integers(0, w - bw))
-    got, _ = _raw(jpeg, (t, l, bh, bw))
+    full = full_scaled(jpeg, scale)
+    H, W = full.shape[:2]
+    bh, bw = data.draw(st.integers(1, H)), data.draw(st.integers(1, W))
+    t, l = data.draw(st.integers(0, H - bh)), data.draw(st.integers(0, W - bw))
+    got, _ = _raw(jpeg, (t, l, bh, bw), scale)
     assert np.array_equal(got, full[t:t + bh, l:l + bw])
 
 

@@ -46,8 +46,8 @@ typedef struct {
      * rows of decoded_width pixels, packed (out_row_stride must be 0), the box starting at
      * column left - decoded_left. out must hold height x (scaled width) x channels. */
     int32_t margin;
-    /* 1: with roi at full scale, decode a JPEG with restart markers (see jpeg_restart.c)
-     * from the restart intervals around the box only */
+    /* 1: with roi, decode a JPEG with restart markers (see jpeg_restart.c) from the
+     * restart intervals around the box only */
     int32_t seek;
 } pl_jpeg_request;
 

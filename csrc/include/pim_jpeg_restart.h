@@ -34,10 +34,12 @@ void pl_restart_layout_free(pl_restart_layout *layout);
  * the intervals and copying them costs more than it saves. */
 int pl_seek_pays(const pl_restart_layout *layout, const pl_mcu_rect *rect);
 
-/* The whole intervals that decode the box exactly (one pixel of upsampling context kept
- * inside every edge that is not the image's). */
-void pl_seek_box(const pl_restart_layout *layout, int32_t top, int32_t left, int32_t height,
-                 int32_t width, pl_mcu_rect *rect);
+/* The whole intervals that decode the box (in pixels of the image decoded at scale_num/8)
+ * exactly: one pixel of upsampling context kept inside every edge that is not the image's. */
+void pl_seek_box(const pl_restart_layout *layout, int32_t scale_num, int32_t top, int32_t left,
+                 int32_t height, int32_t width, pl_mcu_rect *rect);
+/* A size at scale_num/8, rounded up as libjpeg does. */
+int32_t pl_scaled(int32_t size, int32_t scale_num);
 size_t pl_subimage_size(const pl_restart_layout *layout, const pl_mcu_rect *rect);
 void pl_subimage_write(const uint8_t *data, const pl_restart_layout *layout,
                        const pl_mcu_rect *rect, uint8_t *out);
