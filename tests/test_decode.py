@@ -868,6 +868,22 @@ def measure():
         ("progressive: pimloader ROI decode", lambda: D.decode_jpeg(prog, box)),
         ("progressive: ROI + DCT scale 4/8", lambda: D.decode_jpeg_scaled(prog, box, scale=4)),
     ]
+    seekable = D.add_restart_markers(data)
+    rows += [
+        ("seekable copy: pimloader ROI decode", lambda: D.decode_jpeg(seekable, box)),
+        ("seekable copy: ROI + DCT scale 4/8",
+         lambda: D.decode_jpeg_scaled(seekable, box, scale=4)),
+    ]
+    big = pil_jpeg(photo(1536, 2048, 1), 90, 2)
+    big_box = (300, 500, 900, 1100)  # a RandomResizedCrop box of a 3-megapixel photo
+    big_seekable = D.add_restart_markers(big)
+    rows += [
+        ("2048x1536: pimloader ROI decode", lambda: D.decode_jpeg(big, big_box)),
+        ("2048x1536: seekable copy, ROI decode", lambda: D.decode_jpeg(big_seekable, big_box)),
+        ("2048x1536: ROI + DCT scale 2/8", lambda: D.decode_jpeg_scaled(big, big_box, scale=2)),
+        ("2048x1536: seekable, ROI + DCT scale 2/8",
+         lambda: D.decode_jpeg_scaled(big_seekable, big_box, scale=2)),
+    ]
     for label, fn in rows:
         print(f"  {label:45s} {_median_ms(fn):7.3f}")
 
