@@ -863,10 +863,13 @@ def measure():
         rows.append((f"pimloader full + DCT scale {m}/8",
                      lambda m=m: D.decode_jpeg_scaled(data, scale=m)))
     prog = pil_jpeg(photo(375, 500, 1), 90, 2, progressive=True)
+    prog_seekable = D.add_restart_markers(prog)
     rows += [
         ("progressive: pimloader full decode", lambda: D.decode_jpeg(prog)),
         ("progressive: pimloader ROI decode", lambda: D.decode_jpeg(prog, box)),
         ("progressive: ROI + DCT scale 4/8", lambda: D.decode_jpeg_scaled(prog, box, scale=4)),
+        ("progressive: its seekable copy, ROI decode",
+         lambda: D.decode_jpeg(prog_seekable, box)),
     ]
     seekable = D.add_restart_markers(data)
     rows += [
