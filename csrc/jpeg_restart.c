@@ -100,7 +100,7 @@ static int pl_read_markers(const uint8_t *data, size_t size, pl_restart_layout *
                 return 0;
             layout->interval = (int32_t)pl_be16(data + at + 3);
         } else if (marker == 0xDA) {
-            if (!have_frame || data[at + 3] != layout->components)
+            if (!have_frame || length < 3 || data[at + 3] != layout->components)
                 return 0; /* the first scan must hold every component */
             layout->scan_at = at + 1 + length;
             return layout->interval > 0 && layout->mcus_per_row % layout->interval == 0;
@@ -120,6 +120,8 @@ static int pl_find_intervals(const uint8_t *data, size_t size, pl_restart_layout
     const uint8_t *p = data + layout->scan_at, *end = data + size;
     int64_t found = 1;
 
+    if (count > (int64_t)(size / 2) + 1)
+        return 0; /* each interval but the last ends with a 2-byte marker: not all are here */
     layout->starts = malloc((size_t)(count + 1) * sizeof(size_t));
     if (layout->starts == NULL)
         return 0;

@@ -436,6 +436,36 @@ def test_files_the_decoder_cannot_seek_in():
     assert info is not None and info.interval == -(-_W // 16)
 
 
+def test_damaged_seekable_files_raise_or_decode_never_crash():
+    """Bytes of a seekable copy flipped anywhere (headers, markers, entropy data): each box
+    decodes, raises DecodeError naming the file, or (strict=False) warns; no crash, no
+    read outside the data (the suite runs this under the normal allocator; the C code
+    bounds every read by the data's size)."""
+    copy = D.add_restart_markers(enc("500x375-420"), 2)
+    rng = random.Random(5)
+    boxes = [(0, 0, 8, 8), (300, 400, 20, 30), (100, 100, 200, 200), (0, 0, 375, 500)]
+    for trial in range(300):
+        data = bytearray(copy)
+        for _ in range(rng.randint(1, 4)):
+            data[rng.randrange(len(data))] = rng.randrange(256)
+        if trial % 10 == 0:
+            data = data[:rng.randrange(len(data))]
+        for box in boxes:
+            try:
+                got = D.decode_jpeg(bytes(data), box, name="damaged.jpg")
+                assert got.shape == (box[2], box[3], 3)
+            except D.DecodeError as error:
+                assert error.name == "damaged.jpg"
+            except ValueError as error:  # a damaged header can shrink the image below the box
+                assert "damaged.jpg" in str(error)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", D.DecodeWarning)
+                try:
+                    D.decode_jpeg(bytes(data), box, strict=False, name="damaged.jpg")
+                except (D.DecodeError, ValueError):
+                    pass
+
+
 def test_add_restart_markers_errors():
     with pytest.raises(ValueError, match="max_interval"):
         D.add_restart_markers(enc("gray"), 0)
