@@ -244,12 +244,10 @@ static int cpu_has_fma(void)
 uint32_t pim_colour_apply(const pim_extra_t *e, uint8_t *image, size_t pixels,
                           uint32_t channels)
 {
-    static int has_fma = -1, has_avx2 = -1;
-    if (has_fma < 0) {
+    static int has_fma = -1;
+    if (has_fma < 0)
         has_fma = cpu_has_fma();
-        has_avx2 = pim_colour_avx2_usable();
-    }
-    if (has_fma)
-        return colour_ops_fma(e, image, pixels, channels, has_avx2 && pim_cpu_simd_level() >= 2);
+    if (has_fma) /* SIMD level 2: the CPU has AVX2, and the kernel may use it */
+        return colour_ops_fma(e, image, pixels, channels, pim_cpu_simd_level() >= 2);
     return colour_ops(e, image, pixels, channels, 0);
 }

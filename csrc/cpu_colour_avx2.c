@@ -17,12 +17,6 @@
 
 #define AVX2 __attribute__((target("avx2,fma")))
 
-int pim_colour_avx2_usable(void)
-{
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
-
 typedef struct {
     __m256 r, g, b;
 } rgb8_t;
@@ -165,11 +159,6 @@ AVX2 size_t pim_grayscale_avx2(uint8_t *image, size_t pixels, uint32_t out_chann
 }
 
 #else /* no x86 SIMD: the scalar code does every pixel */
-
-int pim_colour_avx2_usable(void)
-{
-    return 0;
-}
 
 size_t pim_gray_sum_avx2(const uint8_t *image, size_t pixels, int fused, uint64_t *sum)
 {

@@ -605,7 +605,7 @@ typedef struct scratch {
     uint8_t *ring;       /* ring_rows x pitch: horizontally resampled rows */
     uint8_t *hrow;       /* pitch: one horizontally resampled row (no vertical pass) */
     uint8_t *orow;       /* pitch: one finished output row */
-    uint8_t *converted;  /* 4 x pitch: that row converted for the output, before streaming */
+    uint8_t *converted;  /* that row converted for the output, before streaming (out_w x 3 x esize) */
     uint8_t *srow;       /* padded copy of a source row, when the image itself is too short */
     int32_t *acc;        /* vertical accumulator */
     const uint8_t **rows;/* the source rows of one output row */
@@ -773,8 +773,7 @@ int pim_cpu_crop_resize(const pim_sample_t *samples, const pim_extra_t *extras,
         set_err(err, err_len, "null samples, sources, tables or output");
         return 1;
     }
-    if (g_simd < 0)
-        pim_cpu_simd(-1);
+    pim_cpu_simd_level(); /* detect the SIMD level on first use */
     size_t max_row = 0, max_ring_rows = 0, max_src = 0, max_converted = 0;
     for (uint32_t i = 0; i < n_samples; i++) {
         const pim_sample_t *s = &samples[i];

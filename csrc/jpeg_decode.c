@@ -482,8 +482,8 @@ static int pl_decode_body(j_decompress_ptr cinfo, pl_error_mgr *err, pl_source_m
 }
 
 /* A box of a JPEG with restart markers: decodes the sub-image of the restart intervals
- * around it (jpeg_restart.c), with the box moved into it (at any DCT scale). -1 when the file or the box
- * does not allow it, or it would not pay (a box outside the image, a box that needs
+ * around it (jpeg_restart.c), with the box moved into it (at any DCT scale). -1 when the
+ * file or the box does not allow it, or it would not pay (a box outside the image, a box that needs
  * nearly every interval a plain region-of-interest decode reads): the caller then
  * decodes as usual, with its usual errors. */
 static int pl_decode_seeking(const uint8_t *data, size_t size, const pl_jpeg_request *req,

@@ -201,6 +201,18 @@ static const uint8_t *read_span(const parts_t *p, uint32_t r, uint32_t lo, uint3
     return p->src + (at - start);
 }
 
+/* Crop row r (columns lo..lo+n), resampled horizontally into p->hrow when the sample needs
+ * it; 0 when the span does not fit the source buffer. */
+static const uint8_t *source_row(const parts_t *p, uint32_t r, uint32_t lo, uint32_t n,
+                                 int need_h)
+{
+    const uint8_t *row = read_span(p, r, lo, n);
+    if (row == 0 || !need_h)
+        return row;
+    pim_hpass_row(row, p->s->channels, p->xseg, p->hrow);
+    return p->hrow;
+}
+
 /* Output rows [ya, yb) of sample i (this tasklet's part of it). */
 static void run_rows(uint32_t i, const parts_t *p, uint32_t ya, uint32_t yb)
 {
@@ -293,14 +305,10 @@ static void run_rows(uint32_t i, const parts_t *p, uint32_t ya, uint32_t yb)
                     }
                 } else {
                     for (uint32_t t = 0; t < count; t++) { /* no ring: one source row per tap */
-                        const uint8_t *src = read_span(p, first + t, lo, span);
+                        const uint8_t *src = source_row(p, first + t, lo, span, need_h);
                         if (src == 0) {
                             fail(PIM_DPU_ERR_WRAM, i, span * C);
                             return;
-                        }
-                        if (need_h) {
-                            pim_hpass_row(src, C, p->xseg, p->hrow);
-                            src = p->hrow;
                         }
                         pim_vpass_mac(p->acc, src, yweights[t], len);
                     }
@@ -308,14 +316,10 @@ static void run_rows(uint32_t i, const parts_t *p, uint32_t ya, uint32_t yb)
                 pim_vpass_finish(p->acc, ay->precision, p->hrow, len);
                 row = p->hrow;
             } else {
-                row = read_span(p, y, lo, span);
+                row = source_row(p, y, lo, span, need_h);
                 if (row == 0) {
                     fail(PIM_DPU_ERR_WRAM, i, span * C);
                     return;
-                }
-                if (need_h) {
-                    pim_hpass_row(row, C, p->xseg, p->hrow);
-                    row = p->hrow;
                 }
             }
             const uint32_t yy = vflip ? s->out_h - 1 - y : y;

@@ -300,7 +300,7 @@ class DirectImageProducer:
         pending.flush()
         if not skeletons:
             raise decode.DecodeError(
-                f"every sample of the batch {list(index)!r} failed to decode (on_error='skip')")
+                f"every sample of the batch {index!r} failed to decode (on_error='skip')")
         return skeletons
 
     def _render(self, sample, params, row: int, out, pending: "_KernelBatch",

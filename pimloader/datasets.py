@@ -20,6 +20,8 @@ from typing import Any, Callable
 import torchvision.datasets as tv_datasets
 from torchvision.datasets.folder import default_loader, pil_loader
 
+from . import decode
+
 
 class ImageFolder(tv_datasets.ImageFolder):
     """torchvision.datasets.ImageFolder under pimloader's name (same arguments and items)."""
@@ -107,8 +109,6 @@ def make_seekable(source, destination, *, max_interval: int = 4, overwrite: bool
     `destination` must not exist, unless `overwrite=True`. Files are rewritten on `threads`
     threads (default: one per CPU; libjpeg runs without the GIL), about 3 ms per
     ImageNet-sized photo on one core."""
-    from . import decode
-
     source, destination = os.fspath(source), os.fspath(destination)
     if not os.path.isdir(source):
         raise NotADirectoryError(f"make_seekable: {source!r} is not a directory")
@@ -122,7 +122,7 @@ def make_seekable(source, destination, *, max_interval: int = 4, overwrite: bool
                  for name in sorted(files)]
     report = SeekableCopy(0, 0, [], 0, 0)
     with ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as pool:
-        for outcome in pool.map(lambda job: _copy_seekable(*job, max_interval, decode), jobs):
+        for outcome in pool.map(lambda job: _copy_seekable(*job, max_interval), jobs):
             _count(report, *outcome)
     return report
 
@@ -138,7 +138,7 @@ def _count(report: SeekableCopy, kind: str, path: str, before: int, after: int) 
         report.unreadable.append(path)
 
 
-def _copy_seekable(path: str, target: str, max_interval: int, decode) -> tuple:
+def _copy_seekable(path: str, target: str, max_interval: int) -> tuple:
     """(what was done, path, bytes before, bytes after) for one file."""
     data = _read_file(path)
     if not decode.is_jpeg(data):

@@ -26,11 +26,11 @@ uint32_t pim_colour_apply(const pim_extra_t *e, uint8_t *image, size_t pixels,
 /* The SIMD level pim_cpu_simd set (detecting the best on first use). */
 int pim_cpu_simd_level(void);
 
-/* The per-pixel colour steps, 8 pixels at a time on CPUs with AVX2 and FMA (cpu_colour_avx2.c),
- * with the scalar code's float32 operations, lane by lane. Each does the first
- * pixels - pixels % 8 pixels of a 3-channel image and returns that count (0 without AVX2
- * and FMA); the caller does the rest. `fused`: multiply-adds rounded once (fmaf). */
-int pim_colour_avx2_usable(void);
+/* The per-pixel colour steps, 8 pixels at a time, for CPUs with AVX2 and FMA (callers check
+ * both; cpu_colour_avx2.c), with the scalar code's float32 operations, lane by lane. Each
+ * does the first pixels - pixels % 8 pixels of a 3-channel image and returns that count
+ * (0 where the compiler has no x86 SIMD); the caller does the rest. `fused`: multiply-adds
+ * rounded once (fmaf). */
 size_t pim_gray_sum_avx2(const uint8_t *image, size_t pixels, int fused, uint64_t *sum);
 size_t pim_saturation_avx2(uint8_t *image, size_t pixels, float ratio, float rest, int fused);
 size_t pim_grayscale_avx2(uint8_t *image, size_t pixels, uint32_t out_channels, int fused);
