@@ -21,7 +21,7 @@ Contenders, all with `shuffle=True` and the same batch size:
   pipeline>)`, cpu backend, `reduced_dct="auto"` (on for RandomResizedCrop, off for the
   validation pipeline); "pimloader exact" is the training pipeline with reduced_dct=False;
   "pimloader seekable" is "pimloader" over a copy of the folder made once by
-  `pimloader.datasets.make_seekable` (the same pixels: JPEGs rewritten losslessly with
+  `pimloader.decode.make_seekable` (the same pixels: JPEGs rewritten losslessly with
   restart markers, so that a crop decodes without the rest of the image).
 
 Each group (pipeline, dtype, workers) runs its contenders in the same process, one epoch each
@@ -62,7 +62,7 @@ from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
 try:
     from pimloader import PIMDataLoader
     from pimloader.datasets import ImageFolder as PimImageFolder
-    from pimloader.datasets import make_seekable
+    from pimloader.decode import make_seekable
     PIMLOADER_IMPORT_ERROR = None
 except ImportError as error:
     PIMDataLoader = PimImageFolder = make_seekable = None

@@ -6,7 +6,7 @@ float32 with scale and normalised with the ImageNet statistics, NCHW.
 
 - torchvision: per image, `resized_crop` on the CHW uint8 tensor, `horizontal_flip`,
   `to_dtype(float32, scale=True)`, `normalize` (what a torch DataLoader worker runs);
-- pimloader: one `pimloader._kernels_api` call per batch writing every image into its slot
+- pimloader: one `pimloader.backends.kernels` call per batch writing every image into its slot
   of a preallocated [batch, 3, 224, 224] float32 tensor; "kernel" excludes, "call" includes
   the Python-side packing of the batch's descriptors.
 
@@ -31,7 +31,7 @@ import torch
 from torchvision.transforms import v2 as T
 from torchvision.transforms.v2 import functional as F
 
-from pimloader import _kernels_api as K
+from pimloader.backends import kernels as K
 
 MEAN = [0.485, 0.456, 0.406]
 STD = [0.229, 0.224, 0.225]

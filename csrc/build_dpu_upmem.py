@@ -6,7 +6,7 @@ The SDK is found when `dpu-pkg-config` is on the PATH (or under $UPMEM_HOME/bin)
 `--cflags --libs dpu` give the include and library flags. setup.py globs every
 `csrc/build_*.py:ffibuilder`, and cffi needs an FFI with set_source() called, so without the
 SDK this file defines a placeholder: an out-of-line *ABI-mode* module of the same name with
-an empty cdef (a few lines of generated Python, nothing compiled). `pimloader._dpu_backend`
+an empty cdef (a few lines of generated Python, nothing compiled). `pimloader.backends.dpu.driver`
 recognises it (it has no `lib`) and says the SDK build is missing.
 PIMLOADER_UPMEM=0 forces the placeholder even when the SDK is present; PIMLOADER_UPMEM=1
 makes a missing SDK an error instead of a silent placeholder.
@@ -69,11 +69,11 @@ else:
 def prebuild_default_kernel():
     """Build dpu_src/crop_resize.c for DPUs with the loader's defaults (16 tasklets, 1 KB
     stacks) into pimloader's kernel cache, so that a first run need not; other tasklet
-    counts are built on first use (pimloader/_dpu_toolchain.py, loaded here by path)."""
+    counts are built on first use (pimloader/backends/dpu/toolchain.py, loaded here by path)."""
     import importlib.util
     repo = os.path.dirname(HERE)
     spec = importlib.util.spec_from_file_location(
-        "pimloader_dpu_toolchain", os.path.join(repo, "pimloader", "_dpu_toolchain.py"))
+        "pimloader_dpu_toolchain", os.path.join(repo, "pimloader", "backends", "dpu", "toolchain.py"))
     toolchain = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(toolchain)
     built = toolchain.build_kernel(

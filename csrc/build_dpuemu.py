@@ -5,7 +5,7 @@ emulator-only calls of dpu_emulator.h (counters, fault messages), so that Python
 emulated DPUs directly (tests, counters for the cost model).  A C host driver built "against
 the emulator" compiles csrc/emulator/dpuemu.c into its own module with
 `include_dirs=[EMULATOR_INCLUDE]` instead of linking libdpu; `emulator_build_args()` gives
-the arguments.  DPU kernels are built separately, by pimloader._emulator.compile_kernel.
+the arguments.  DPU kernels are built separately, by pimloader.backends.dpu.emulator.compile_kernel.
 """
 import os
 

@@ -1,8 +1,8 @@
 """pimloader: a drop-in torch DataLoader that moves memory-bound preprocessing off the CPUs."""
 from torch.utils.data import get_worker_info
 
-from ._stats import EpochStats
-from .loader import PIMDataLoader
+from . import datasets, transforms
+from .loader import EpochStats, PIMDataLoader
 
-__all__ = ["PIMDataLoader", "EpochStats", "get_worker_info"]
+__all__ = ["PIMDataLoader", "EpochStats", "get_worker_info", "datasets", "transforms"]
 __version__ = "0.1.0"

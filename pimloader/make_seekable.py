@@ -1,4 +1,4 @@
-"""Command line for `pimloader.datasets.make_seekable`: copy an image folder with its JPEGs
+"""Command line for `pimloader.decode.make_seekable`: copy an image folder with its JPEGs
 rewritten losslessly with restart markers, from which pimloader decodes a crop without
 the rest of the image (the same pixels for every decoder).
 
@@ -10,7 +10,7 @@ import argparse
 import sys
 import time
 
-from .datasets import make_seekable
+from .decode import make_seekable
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from torchvision.transforms import functional as F1
 from torchvision.transforms.v2 import functional as F
 
-from pimloader import _kernels_api as K
-from pimloader._images import ImagePipeline, _lookup_table
+from pimloader.backends import kernels as K
+from pimloader.pipelines.classification import ImagePipeline, _lookup_table
 from pimloader.transforms import lower
 from pimloader.transforms._plan import MAX_COLOUR_OPS, apply_colour, apply_geometry
 from test_image_pipeline import (MEAN, STD, level_differences, photos,  # noqa: F401 (fixture)

@@ -1,4 +1,4 @@
-"""pimloader.cost_model: its arithmetic against hand computations, its monotonicity, the work it
+"""pimloader.costmodel.model: its arithmetic against hand computations, its monotonicity, the work it
 counts against a literal walk of the kernel's loops, the least-possible bytes against numpy
 sizes of real batches, and the emulator counters it reads against what the host sent."""
 from dataclasses import replace
@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from skimage import data
 from torchvision.transforms import v2
 
-from pimloader import _kernels_api as K
-from pimloader import cost_model as cm
-from pimloader._dpu_backend import DpuBackend
+from pimloader.backends import kernels as K
+from pimloader.costmodel import model as cm
+from pimloader.backends.dpu.driver import DpuBackend
 from pimloader.transforms import lower
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from pimloader import decode as D
+from pimloader.decode import jpeg as J
 
 # --------------------------------------------------------------------------------------
 # Test images: real photographs where scikit-image is installed, else gradients + noise
@@ -95,8 +96,8 @@ def pil_rgb(data, box=None, mode="RGB"):
 
 def _raw(data, region, scale=8, channels=3, roi=True, strict=True):
     """The C call on a box in scaled coordinates -> (array, pl_jpeg_result)."""
-    buf = D.ffi.from_buffer("uint8_t[]", data)
-    return D._jpeg_call(data, buf, len(data), region, scale, channels, None, strict, roi,
+    buf = J.ffi.from_buffer("uint8_t[]", data)
+    return J._jpeg_call(data, buf, len(data), region, scale, channels, None, strict, roi,
                         "test")
 
 
@@ -337,16 +338,16 @@ def test_decode_into_greyscale_channels_and_errors():
 
 def test_margin_rows_are_packed_at_the_decoded_width():
     data = enc("500x375-420")
-    req = D.ffi.new("pl_jpeg_request *", {"scale_num": 8, "top": 0, "left": 0, "height": 8,
+    req = J.ffi.new("pl_jpeg_request *", {"scale_num": 8, "top": 0, "left": 0, "height": 8,
                                            "width": 8, "channels": 3, "strict": 1, "roi": 1,
                                            "margin": 1})
-    res = D.ffi.new("pl_jpeg_result *")
+    res = J.ffi.new("pl_jpeg_result *")
     out = np.empty(8 * 500 * 3, np.uint8)
-    buf = D.ffi.from_buffer("uint8_t[]", data)
-    rc = D.lib.pl_jpeg_decode(buf, len(data), req, D._pointer(out), 1500, out.nbytes, res)
-    assert rc == D.lib.PL_JPEG_EARG and b"out_row_stride must be 0" in D.ffi.string(res.message)
-    rc = D.lib.pl_jpeg_decode(buf, len(data), req, D._pointer(out), 0, 8 * 500 * 3 - 1, res)
-    assert rc == D.lib.PL_JPEG_EARG and b"too small" in D.ffi.string(res.message)
+    buf = J.ffi.from_buffer("uint8_t[]", data)
+    rc = J.lib.pl_jpeg_decode(buf, len(data), req, J._pointer(out), 1500, out.nbytes, res)
+    assert rc == J.lib.PL_JPEG_EARG and b"out_row_stride must be 0" in J.ffi.string(res.message)
+    rc = J.lib.pl_jpeg_decode(buf, len(data), req, J._pointer(out), 0, 8 * 500 * 3 - 1, res)
+    assert rc == J.lib.PL_JPEG_EARG and b"too small" in J.ffi.string(res.message)
 
 
 # --------------------------------------------------------------------------------------

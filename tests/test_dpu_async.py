@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from pimloader import _kernels_api as K
-from pimloader._dpu_backend import DpuBackend, DpuBackendError, DpuFaultError
+from pimloader.backends import kernels as K
+from pimloader.backends.dpu.driver import DpuBackend, DpuBackendError, DpuFaultError
 from test_dpu_backend import MEAN, STD, batch, bits
 
 SIZE = (96, 112)
@@ -164,7 +164,7 @@ def test_a_dropped_handle_cancels_its_batch():
 
 
 def test_loader_runs_are_at_least_one_row_per_dpu_and_at_most_half_the_batch():
-    from pimloader._images import _KernelBatch
+    from pimloader.pipelines.classification import _KernelBatch
     run = _KernelBatch.dpu_run_rows
     assert run(64, 256) == 64 and run(8, 64) == 32 and run(2048, 256) == 128 and run(7, 4) == 2
     assert run(1, 1) == 1
@@ -176,8 +176,8 @@ def test_the_loader_decodes_the_next_run_while_the_dpus_work(tmp_path, monkeypat
     from benchmarks.make_dataset import make_imagenet_like
     import torchvision.transforms.v2 as v2
     from pimloader import PIMDataLoader
-    from pimloader import _dpu_backend as B
-    from pimloader import _images as I
+    from pimloader.backends.dpu import driver as B
+    from pimloader.pipelines import classification as I
     from pimloader.datasets import ImageFolder
 
     root = make_imagenet_like(tmp_path / "set", count=16, classes=2)

@@ -10,9 +10,9 @@ import pytest
 import torch
 from skimage import data
 
-from pimloader import _kernels_api as K
-from pimloader import cost_model as cm
-from pimloader._dpu_backend import DpuBackend, DpuFaultError, DpuKernelError
+from pimloader.backends import kernels as K
+from pimloader.costmodel import model as cm
+from pimloader.backends.dpu.driver import DpuBackend, DpuFaultError, DpuKernelError
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 PHOTOS = [data.astronaut(), data.chelsea(), data.coffee(), data.rocket(), data.immunohistochemistry(),

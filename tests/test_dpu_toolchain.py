@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from pimloader import PIMDataLoader
-from pimloader import _dpu_toolchain as toolchain
-from pimloader._dpu_backend import KERNEL_INCLUDES, KERNEL_SOURCE
+from pimloader.backends.dpu import toolchain as toolchain
+from pimloader.backends.dpu.driver import KERNEL_INCLUDES, KERNEL_SOURCE
 from pimloader.datasets import ImageFolder
 
 from test_image_pipeline import PIPELINES, photos, pimloader_batches  # noqa: F401  (fixture)
@@ -98,7 +98,7 @@ def test_the_compiler_is_found_under_upmem_home(tmp_path, monkeypatch):
 
 
 def test_the_dpu_profile_reaches_the_dpu_set(photos, monkeypatch):  # noqa: F811
-    import pimloader._dpu_backend as backend
+    import pimloader.backends.dpu.driver as backend
     profiles = []
     original = backend.DpuBackend.__init__
 

@@ -1,4 +1,4 @@
-"""pimloader's libdpu emulator (csrc/emulator, pimloader._emulator): the kernels of
+"""pimloader's libdpu emulator (csrc/emulator, pimloader.backends.dpu.emulator): the kernels of
 tests/emulator_kernels run as UPMEM DPU C, checked against numpy; every hardware rule the
 emulator enforces faults the DPU with the rule named; counters match the DMA done."""
 import os
@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from pimloader import _emulator as E
+from pimloader.backends.dpu import emulator as E
 
 KERNELS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "emulator_kernels")
 HEAP = E.HEAP_POINTER_NAME

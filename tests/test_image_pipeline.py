@@ -103,7 +103,7 @@ def test_exact_decoding_path_matches_torchvision(photos, name, num_workers):
 def test_reused_decode_buffers_never_mix_samples(photos, monkeypatch, num_workers):
     """Runs of 3 rows in batches of 10, two epochs: every run after the first decodes into
     buffers that earlier runs (of this batch and of earlier ones) gave back."""
-    from pimloader import _images
+    from pimloader.pipelines import classification as _images
     monkeypatch.setattr(_images._KernelBatch, "CHUNK", 3)
     transform = PIPELINES["train_f32"]
     torch.manual_seed(7)
@@ -122,7 +122,7 @@ def test_reused_decode_buffers_never_mix_samples(photos, monkeypatch, num_worker
 
 def test_a_seekable_copy_gives_torchvision_batches_of_the_original(photos, tmp_path):
     from pimloader import decode
-    from pimloader.datasets import make_seekable
+    from pimloader.decode import make_seekable
     copy = tmp_path / "seekable"
     report = make_seekable(photos, copy)
     jpegs = [path for path, _ in ImageFolder(photos).samples
@@ -155,7 +155,7 @@ def test_a_seekable_copy_gives_torchvision_batches_of_the_original(photos, tmp_p
 
 
 def test_make_seekable_copies_a_corrupt_jpeg_as_it_is(photos_with_a_half_file, tmp_path):
-    from pimloader.datasets import make_seekable
+    from pimloader.decode import make_seekable
     report = make_seekable(photos_with_a_half_file, tmp_path / "copy")
     assert len(report.unreadable) == 1
     victim = report.unreadable[0]
@@ -249,7 +249,7 @@ def test_a_failed_decode_leaves_the_random_state_where_torch_does(photos_with_a_
     """torch's DataLoader decodes then transforms: a sample that fails draws nothing, and
     iterating on after the error gives the same crops (whole batches drawn ahead, or 3
     samples at a time)."""
-    from pimloader import _images
+    from pimloader.pipelines import classification as _images
     monkeypatch.setattr(_images.DirectImageProducer, "LOAD_AHEAD", load_ahead)
     root = photos_with_a_half_file
     transform = PIPELINES["train_f32"]
@@ -345,7 +345,7 @@ def test_emulated_dpus_give_the_cpu_backends_batches(photos, name, num_workers):
 
 
 def test_upmem_backend_without_the_sdk_is_a_clear_error(photos):
-    from pimloader._dpu_backend import DpuBackendError
+    from pimloader.backends.dpu.driver import DpuBackendError
     with pytest.raises(DpuBackendError, match="UPMEM SDK"):
         PIMDataLoader(ImageFolder(photos), transform=PIPELINES["val_f32"], backend="upmem")
 

@@ -22,7 +22,7 @@ from torchvision.transforms import InterpolationMode
 from torchvision.transforms import v2 as T
 from torchvision.transforms.v2 import functional as F
 
-from pimloader import _kernels_api as K
+from pimloader.backends import kernels as K
 
 IMAGENET_MEAN = [0.485, 0.456, 0.406]
 IMAGENET_STD = [0.229, 0.224, 0.225]
@@ -487,7 +487,7 @@ def test_kernel_call_releases_the_gil():
 def test_a_window_of_the_resized_axis_equals_cropping_the_full_resize():
     """Resize(256) then CenterCrop(224) as one kernel call: table slices of the full axes."""
     import torchvision.transforms.v2.functional as F
-    from pimloader._kernels_api import resized_crop_batch
+    from pimloader.backends.kernels import resized_crop_batch
     rng = np.random.default_rng(5)
     image = rng.integers(0, 256, (375, 500, 3), dtype=np.uint8)
     for resized, window in (((256, 341), (16, 58)), ((256, 500), (0, 100)), ((375, 300), (20, 30))):

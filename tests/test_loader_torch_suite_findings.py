@@ -91,7 +91,7 @@ def test_running_out_of_file_descriptors_says_so_like_torch():
 RUN_OUT_OF_FDS_IN_A_WORKER = textwrap.dedent('''
     import resource
     import torch
-    from pimloader._worker import _allocate_shared
+    from pimloader.loader._worker import _allocate_shared
 
     kept = []
     resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))

@@ -23,7 +23,7 @@ from torch.utils.data import IterDataPipe
 from torch.utils.data._utils import worker as torch_worker
 from torch.utils.data.graph_settings import apply_random_seed
 
-from ._errors import TOO_MANY_OPEN_FILES, WorkerError
+from pimloader.errors import TOO_MANY_OPEN_FILES, WorkerError
 from ._produce import make_producer
 from ._slots import SlotWriter
 

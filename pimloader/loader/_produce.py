@@ -104,7 +104,7 @@ def make_producer(dataset, is_iterable: bool, auto_collation: bool, collate_fn,
             if fetcher.native:
                 return InMemoryImageProducer(fetcher, collate_fn, auto_collation, writer)
         return BatchProducer(fetcher, collate_fn, auto_collation, writer)
-    from ._images import DirectImageProducer, ImageFetcher
+    from pimloader.pipelines.classification import DirectImageProducer, ImageFetcher
     fallback = BatchProducer(ImageFetcher(image_pipeline, auto_collation), collate_fn,
                              auto_collation, writer)
     if image_pipeline.direct and fallback.writer is not None:

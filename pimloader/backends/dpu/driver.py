@@ -4,10 +4,10 @@
 module: `pimloader._dpu_emulated` (the driver built against pimloader's libdpu emulator;
 always present) or `pimloader._dpu_upmem` (built against UPMEM's SDK when setup.py found it;
 see docs/dpu.md). The kernel is dpu_src/crop_resize.c: for the emulator it is compiled with
-the host gcc by `pimloader._emulator.compile_kernel`; for DPUs with UPMEM's
-dpu-upmem-dpurte-clang by `pimloader._dpu_toolchain.build_kernel` (or pass `binary=`).
+the host gcc by `pimloader.backends.dpu.emulator.compile_kernel`; for DPUs with UPMEM's
+dpu-upmem-dpurte-clang by `pimloader.backends.dpu.toolchain.build_kernel` (or pass `binary=`).
 
-`run` takes the arguments of `pimloader._kernels_api.resized_crop_batch` and reuses its
+`run` takes the arguments of `pimloader.backends.kernels.resized_crop_batch` and reuses its
 `pack_batch` (descriptors + axis tables) and lookup tables, so both backends read the same
 plan and agree bit for bit. `submit` takes the same arguments, queues the batch on the DPUs
 (libdpu's asynchronous transfers and launch) and returns a `DpuBatch` whose `wait()` fills
@@ -25,9 +25,9 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from . import _kernels_api as K
+from pimloader.backends import kernels as K
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 KERNEL_SOURCE = os.path.join(_REPO, "dpu_src", "crop_resize.c")
 KERNEL_INCLUDES = (os.path.join(_REPO, "dpu_src"), os.path.join(_REPO, "csrc", "include"))
 DEFAULT_STACK_BYTES = 1024
@@ -86,10 +86,10 @@ def build_kernel(nr_tasklets: int, stack_bytes: int, emulated: bool) -> str:
     dpu-upmem-dpurte-clang), with these NR_TASKLETS and STACK_SIZE_DEFAULT; cached."""
     defines = {"STACK_SIZE_DEFAULT": int(stack_bytes)}
     if emulated:
-        from . import _emulator
+        from . import emulator as _emulator
         return _emulator.compile_kernel(KERNEL_SOURCE, nr_tasklets=nr_tasklets,
                                         include_dirs=KERNEL_INCLUDES, defines=defines)
-    from ._dpu_toolchain import ToolchainError, build_kernel as build_for_dpus
+    from .toolchain import ToolchainError, build_kernel as build_for_dpus
     try:
         return build_for_dpus(KERNEL_SOURCE, nr_tasklets=nr_tasklets, defines=defines,
                               include_dirs=KERNEL_INCLUDES)
@@ -160,7 +160,7 @@ class DpuBackend:
     def run(self, sources: Sequence, boxes, size: Sequence[int], out, hflip=None, vflip=None,
             interpolation: str = "bilinear", layout: str = "NCHW", lut: Optional[np.ndarray] = None,
             windows=None, *, debug: int = 0, debug_dpu: int = -1):
-        """As `pimloader._kernels_api.resized_crop_batch`, on the DPUs. Returns out.
+        """As `pimloader.backends.kernels.resized_crop_batch`, on the DPUs. Returns out.
         `debug`/`debug_dpu` are test hooks (PIM_DPU_DEBUG_HALT, PIM_DPU_DEBUG_CORRUPT)."""
         return self.submit(sources, boxes, size, out, hflip, vflip, interpolation, layout, lut, windows,
                            debug=debug, debug_dpu=debug_dpu).wait()

@@ -1,6 +1,6 @@
 """The native image path: encoded bytes -> (ROI) decode -> fused kernel -> batch slot.
 
-For datasets whose samples pimloader can read as encoded bytes (see datasets.py) and a
+For datasets whose samples pimloader can read as encoded bytes (see datasets/folders.py) and a
 lowerable transform, a producer no longer calls the dataset's `__getitem__`. For each
 sample it reads the bytes and target, reads the image size from the header, draws the
 sample's parameters with the plan (torchvision's draws, in sample order, as the dataset's
@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import decode
-from ._layout import Layout, SlotField
-from ._produce import Produced
-from .transforms._plan import Geometry, Plan, SampleParams
+from pimloader.decode import jpeg as decode
+from pimloader.loader._layout import Layout, SlotField
+from pimloader.loader._produce import Produced
+from pimloader.transforms._plan import Geometry, Plan, SampleParams
 
 
 @dataclass
@@ -213,7 +213,7 @@ class DecodeBuffers:
 
 
 class ImageFetcher:
-    """A fetcher (see _fetch.py) whose samples come from the native image path."""
+    """A fetcher (see loader/_fetch.py) whose samples come from the native image path."""
 
     def __init__(self, pipeline: ImagePipeline, auto_collation: bool) -> None:
         self.pipeline = pipeline
@@ -446,7 +446,7 @@ class _KernelBatch:
 
 
 def _cpu_kernel():
-    from ._kernels_api import resized_crop_batch
+    from pimloader.backends.kernels import resized_crop_batch
     return resized_crop_batch
 
 
@@ -458,7 +458,7 @@ def _dpu_backend(nr_dpus: int, nr_tasklets: int, emulated: bool, profile: str = 
     import os
     key = (os.getpid(), nr_dpus, nr_tasklets, emulated, profile)
     if key not in _DPU_SETS:
-        from ._dpu_backend import DpuBackend
+        from pimloader.backends.dpu.driver import DpuBackend
         _DPU_SETS[key] = DpuBackend(nr_dpus, nr_tasklets, profile, emulated=emulated)
     return _DPU_SETS[key]
 
@@ -470,8 +470,8 @@ def build_image_pipeline(dataset, transform, *, backend: str, on_error: str, red
                          memory_format=torch.contiguous_format, nr_dpus: int = 64,
                          nr_tasklets: int = 16, dpu_profile: str = "") -> ImagePipeline | None:
     """The native image path for this dataset and transform, or None for torch's path."""
-    from .datasets import EncodedSource
-    from .transforms import lower
+    from pimloader.datasets.folders import EncodedSource
+    from pimloader.transforms import lower
     _check_options(backend, on_error, reduced_dct, memory_format)
     source = EncodedSource.detect(dataset)
     if source is not None and source.transform is not None and transform is not None:
@@ -507,14 +507,14 @@ def _dpu_config(backend: str, nr_dpus: int, nr_tasklets: int,
         raise ValueError(f"nr_dpus must be >= 1 and nr_tasklets 1..24, got {nr_dpus}, "
                          f"{nr_tasklets}")
     if backend == "upmem" and not _upmem_available():
-        from ._dpu_backend import _module
+        from pimloader.backends.dpu.driver import _module
         _module(False)  # raises, saying what is missing
     return (nr_dpus, nr_tasklets, backend == "emulator", dpu_profile)
 
 
 def _upmem_available() -> bool:
     try:
-        from ._dpu_backend import _module
+        from pimloader.backends.dpu.driver import _module
         _module(False)
     except Exception:
         return False
@@ -535,7 +535,7 @@ def _check_options(backend: str, on_error: str, reduced_dct, memory_format) -> N
 
 def _native_available(backend: str) -> bool:
     try:
-        from . import _jpeg, _kernels  # noqa: F401  (built by setup.py)
+        from pimloader import _jpeg, _kernels  # noqa: F401  (built by setup.py)
     except ImportError as error:
         if backend == "cpu":
             raise ImportError(f"backend='cpu' needs pimloader's native extensions, which "
@@ -550,7 +550,7 @@ def _native_available(backend: str) -> bool:
 def _lookup_table(plan: Plan, channels: int = 3) -> np.ndarray | None:
     """The plan's elementwise table as the kernel's bit patterns for images of `channels`
     channels (None: not a kernel dtype)."""
-    from ._kernels_api import OUT_DTYPES
+    from pimloader.backends.kernels import OUT_DTYPES
     element_size, bits = OUT_DTYPES.get(plan.output_dtype, (None, None))
     if bits is None:
         return None

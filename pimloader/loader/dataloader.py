@@ -7,10 +7,10 @@ from typing import TypeVar
 import torch
 from torch.utils.data import DataLoader
 
-from ._images import build_image_pipeline
+from pimloader.pipelines.classification import build_image_pipeline
 from ._multi import MultiProcessIter
 from ._single import SingleProcessIter
-from ._tensor_images import build_in_memory_images
+from pimloader.pipelines.in_memory import build_in_memory_images
 from ._state import LoaderState
 from ._stats import EpochStats
 

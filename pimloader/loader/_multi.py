@@ -26,7 +26,7 @@ from torch.utils.data import _utils as torch_utils
 from torch.utils.data.dataloader import (
     _BaseDataLoaderIter, _DatasetKind, _sharding_worker_init_fn)
 
-from ._errors import TOO_MANY_OPEN_FILES, LoaderTimeoutError, WorkerDiedError, WorkerError
+from pimloader.errors import TOO_MANY_OPEN_FILES, LoaderTimeoutError, WorkerDiedError, WorkerError
 from ._produce import Produced, deliver
 from ._slots import SlotBatch
 from ._worker import IterableEnd, ResumeIteration, WorkerConfig, worker_loop

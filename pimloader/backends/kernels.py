@@ -31,7 +31,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from . import _kernels
+from pimloader import _kernels
 
 ffi = _kernels.ffi
 lib = _kernels.lib
@@ -78,7 +78,7 @@ def _check_layouts() -> None:
                          ("pim_colour_op_t", COLOUR_OP_DTYPE), ("pim_extra_t", EXTRA_DTYPE)):
         if ffi.sizeof(ctype) != dtype.itemsize:
             raise ImportError(f"{ctype} is {ffi.sizeof(ctype)} bytes in C but "
-                              f"{dtype.itemsize} in pimloader._kernels_api: rebuild the extension")
+                              f"{dtype.itemsize} in pimloader.backends.kernels: rebuild the extension")
         for name in dtype.names:
             if ffi.offsetof(ctype, name) != dtype.fields[name][1]:
                 raise ImportError(f"{ctype}.{name} is at a different offset in C and Python")

@@ -58,13 +58,13 @@ from typing import Any, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ._jpeg import ffi, lib
+from pimloader._jpeg import ffi, lib
 
 __all__ = [
     "DecodeError", "DecodeWarning", "JpegHeader", "ScaledImage",
     "is_jpeg", "read_header", "image_size", "scaled_size", "scaled_region", "pick_scale",
-    "decode_jpeg", "decode_jpeg_into", "decode_jpeg_scaled", "SeekInfo", "seek_info",
-    "add_restart_markers", "decode_image", "decode_image_scaled", "encode_jpeg",
+    "decode_jpeg", "decode_jpeg_into", "decode_jpeg_scaled", "decode_image",
+    "decode_image_scaled",
 ]
 
 Box = Tuple[int, int, int, int]  # (top, left, height, width), as torchvision's crop params
@@ -478,98 +478,3 @@ def decode_image_scaled(data, box: Optional[Sequence[int]] = None, *,
     image = _decode_pil(data, box, channels, out, name)
     shape = image.shape
     return ScaledImage(image, 8, (0.0, 0.0, float(shape[0]), float(shape[1])))
-
-
-# --------------------------------------------------------------------------------------
-# Restart markers: JPEGs a crop can be decoded from without the rest
-# --------------------------------------------------------------------------------------
-class SeekInfo(NamedTuple):
-    interval: int    # MCUs per restart interval
-    mcu_size: Tuple[int, int]  # (height, width) of an MCU in pixels
-
-
-def seek_info(data) -> Optional[SeekInfo]:
-    """How the decoder can seek in this JPEG (see add_restart_markers), or None: it must then
-    entropy-decode everything above and beside a crop."""
-    data, buf, size = _buffer(data)
-    interval, mcu_width, mcu_height = (ffi.new("int32_t *") for _ in range(3))
-    if not lib.pl_jpeg_seek_info(buf, size, interval, mcu_width, mcu_height):
-        return None
-    return SeekInfo(interval[0], (mcu_height[0], mcu_width[0]))
-
-
-def add_restart_markers(data, max_interval: int = 4, name=None) -> bytes:
-    """A lossless copy of a JPEG in which a crop decodes from the restart intervals around it.
-
-    The copy has the same DCT coefficients (read and written with libjpeg's coefficient
-    API, never re-quantised), so every decoder gives it the same pixels as the original.
-    It is one baseline scan with a restart marker every k MCUs, k the largest divisor of an
-    MCU row's count that is at most `max_interval` (an MCU is 16x16 pixels in a 4:2:0 JPEG,
-    8x8 in a greyscale one). Progressive and arithmetic-coded JPEGs become baseline;
-    markers such as EXIF and ICC profiles are not copied. Each interval costs 2 to 3 bytes:
-    at `max_interval=4` a 500x375 photo grows by about 2%.
-
-    Decoding a box of such a file (pimloader's decoder does it by itself) reads only the
-    intervals the box and one pixel around it need, where a plain JPEG must be entropy-
-    decoded from its start to the box's last row, across the image's whole width.
-    Corrupt data raises DecodeError naming `name` (libjpeg's warnings are errors here)."""
-    if not isinstance(max_interval, int) or not 1 <= max_interval <= 65535:
-        raise ValueError(f"max_interval must be an int in 1..65535, not {max_interval!r}")
-    data, buf, size = _buffer(data, name)
-    if not is_jpeg(data):
-        raise _fail(name, "not a JPEG (restart markers are a JPEG feature)")
-    out = ffi.new("uint8_t **")
-    out_size = ffi.new("size_t *")
-    message = ffi.new("char[]", lib.PL_JPEG_MSG_LEN)
-    if lib.pl_jpeg_add_restarts(buf, size, max_interval, out, out_size, message) != lib.PL_JPEG_OK:
-        raise _fail(name, ffi.string(message).decode(errors="replace"))
-    try:
-        return bytes(ffi.buffer(out[0], out_size[0]))
-    finally:
-        lib.pl_jpeg_free(out[0])
-
-
-# --------------------------------------------------------------------------------------
-# Encoding (tests, dataset makers)
-# --------------------------------------------------------------------------------------
-def encode_jpeg(pixels, *, quality: int = 90, colorspace: Optional[str] = None,
-                sampling: Optional[Sequence[Tuple[int, int]]] = None,
-                progressive: bool = False, restart_rows: int = 0,
-                arithmetic: bool = False) -> bytes:
-    """Encode a uint8 HWC array with the system libjpeg, with control Pillow lacks.
-
-    pixels      (h, w), (h, w, 1): greyscale; (h, w, 3): RGB; (h, w, 4): CMYK, stored as
-                given (pass Adobe-inverted values to match what Photoshop writes).
-    colorspace  the JPEG's colour space: "YCbCr" (default for RGB), "RGB", "GRAY",
-                "CMYK" (default for 4 channels) or "YCCK".
-    sampling    per-component (h, v) sampling factors, e.g. [(2, 2), (1, 1), (1, 1)] for
-                4:2:0 (libjpeg's default), [(1, 1)] * 3 for 4:4:4.
-    """
-    array = np.ascontiguousarray(pixels, dtype=np.uint8)
-    if array.ndim == 2:
-        array = array[:, :, None]
-    height, width, comps = array.shape
-    in_space = {1: "GRAY", 3: "RGB", 4: "CMYK"}.get(comps)
-    if in_space is None:
-        raise ValueError(f"pixels must have 1, 3 or 4 channels, not {comps}")
-    if colorspace is None:
-        colorspace = {"GRAY": "GRAY", "RGB": "YCbCr", "CMYK": "CMYK"}[in_space]
-    if colorspace not in _JCS_VALUE or colorspace == "UNKNOWN":
-        raise ValueError(f"unknown colour space {colorspace!r}")
-    h_samp = v_samp = ffi.NULL
-    if sampling is not None:
-        h_samp = ffi.new("int32_t[]", [int(h) for h, _ in sampling] + [1] * 4)
-        v_samp = ffi.new("int32_t[]", [int(v) for _, v in sampling] + [1] * 4)
-    out = ffi.new("uint8_t **")
-    out_size = ffi.new("size_t *")
-    message = ffi.new("char[]", 256)
-    rc = lib.pl_jpeg_encode(ffi.from_buffer("uint8_t[]", array), height, width, comps,
-                            _JCS_VALUE[in_space], _JCS_VALUE[colorspace], int(quality),
-                            h_samp, v_samp, int(bool(progressive)), int(restart_rows),
-                            int(bool(arithmetic)), out, out_size, message)
-    if rc != lib.PL_JPEG_OK:
-        raise ValueError(f"JPEG encoding failed: {ffi.string(message).decode(errors='replace')}")
-    try:
-        return bytes(ffi.buffer(out[0], out_size[0]))
-    finally:
-        lib.pl_jpeg_free(out[0])

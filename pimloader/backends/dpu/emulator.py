@@ -19,13 +19,13 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from . import _dpuemu
-from ._dpu_toolchain import build_atomically, cache_folder, content_key, define_flags
+from pimloader import _dpuemu
+from .toolchain import build_atomically, cache_folder, content_key, define_flags
 
 ffi = _dpuemu.ffi
 lib = _dpuemu.lib
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 EMULATOR_DIR = os.path.join(_REPO, "csrc", "emulator")
 DPU_INCLUDE = os.path.join(EMULATOR_DIR, "dpu_include")   # mram.h, defs.h, barrier.h, ...
 RUNTIME_SOURCE = os.path.join(EMULATOR_DIR, "dpu_rt.c")

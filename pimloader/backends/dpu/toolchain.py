@@ -4,7 +4,7 @@ The kernel is built once per set of flags (NR_TASKLETS, STACK_SIZE_DEFAULT) into
 cache keyed by the compiler, the flags and the text of the source and of every header it
 can include; setup.py builds the default one when it finds the SDK, and `DpuBackend`
 builds others on first use. The emulator's build of the same source (host gcc, no floating
-point) is `pimloader._emulator.compile_kernel`, which shares this module's cache helpers.
+point) is `pimloader.backends.dpu.emulator.compile_kernel`, which shares this module's cache helpers.
 
 This module imports nothing from pimloader, so that setup.py can load it by path before the
 package is built.

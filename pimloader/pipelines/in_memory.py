@@ -27,10 +27,10 @@ import torch
 import torchvision.transforms.v2 as v2
 from torchvision import tv_tensors
 
-from ._fetch import image_of, with_image
-from ._images import ImagePipeline, _dpu_config, _lookup_table, _native_available
-from ._slots import SlotBatch, SlotWriter
-from .transforms._plan import Geometry, Plan, SampleParams
+from pimloader.loader._fetch import image_of, with_image
+from .classification import ImagePipeline, _dpu_config, _lookup_table, _native_available
+from pimloader.loader._slots import SlotBatch, SlotWriter
+from pimloader.transforms._plan import Geometry, Plan, SampleParams
 
 # Steps that refuse tensors (they take PIL images or arrays): such a pipeline stays Python.
 _TENSOR_REFUSING = ("torchvision.transforms.transforms.ToTensor",
@@ -270,8 +270,8 @@ def _clipped_axis(start: int, length: int, pad_before: int, extent: int):
 def build_in_memory_images(transform, *, backend: str, nr_dpus: int = 64,
                            nr_tasklets: int = 16, dpu_profile: str = "") -> InMemoryImages | None:
     """The native path for in-memory images under `transform`, or None (Python only)."""
-    from .transforms import lower
-    from .transforms._lower import _flatten
+    from pimloader.transforms import lower
+    from pimloader.transforms._lower import _flatten
     steps = _flatten(transform)
     if any(_qualified_name(step) in _TENSOR_REFUSING for step in steps):
         return None
