@@ -24,7 +24,7 @@ from torchvision.transforms.v2 import functional as F
 from pimloader.backends import kernels as K
 from pimloader.pipelines.classification import ImagePipeline, _lookup_table
 from pimloader.transforms import lower
-from pimloader.transforms._plan import MAX_COLOUR_OPS, apply_colour, apply_geometry
+from pimloader.transforms._params import MAX_COLOUR_OPS, apply_colour, apply_geometry
 from test_image_pipeline import (MEAN, STD, level_differences, photos,  # noqa: F401 (fixture)
                                  pimloader_batches, torchvision_batches)
 from test_kernels import PHOTOS

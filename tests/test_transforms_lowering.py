@@ -11,7 +11,7 @@ import torchvision.transforms as v1
 import torchvision.transforms.v2 as v2
 
 from pimloader.transforms import lower
-from pimloader.transforms._plan import apply_geometry
+from pimloader.transforms._params import apply_geometry
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 BICUBIC = v2.InterpolationMode.BICUBIC
@@ -147,7 +147,7 @@ def test_padding_crop_fuses_into_a_padded_geometry():
 def test_fast_resized_crop_draw_is_make_params(rrc):
     """The plan's RandomResizedCrop draw: make_params' numbers and RNG state, call for call
     (fallback central crops included: tiny and extreme sizes, impossible ratios)."""
-    from pimloader.transforms._lower import resized_crop_params
+    from pimloader.transforms._draw import resized_crop_params
     sizes = [(375, 500), (500, 333), (1, 1), (1, 700), (700, 2), (3, 5), (224, 224)]
     for seed in range(150):
         height, width = sizes[seed % len(sizes)]

@@ -20,7 +20,8 @@ import torch
 from pimloader.decode import jpeg as decode
 from pimloader.loader._layout import Layout, SlotField
 from pimloader.loader._produce import Produced
-from pimloader.transforms._plan import Geometry, Plan, SampleParams
+from pimloader.transforms._params import Geometry, SampleParams
+from pimloader.transforms._plan import Plan
 
 
 @dataclass

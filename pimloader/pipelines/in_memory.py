@@ -30,7 +30,8 @@ from torchvision import tv_tensors
 from pimloader.loader._fetch import image_of, with_image
 from .classification import ImagePipeline, _dpu_config, _lookup_table, _native_available
 from pimloader.loader._slots import SlotBatch, SlotWriter
-from pimloader.transforms._plan import Geometry, Plan, SampleParams
+from pimloader.transforms._params import Geometry, SampleParams
+from pimloader.transforms._plan import Plan
 
 # Steps that refuse tensors (they take PIL images or arrays): such a pipeline stays Python.
 _TENSOR_REFUSING = ("torchvision.transforms.transforms.ToTensor",

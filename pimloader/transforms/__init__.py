@@ -22,7 +22,8 @@ from torchvision.transforms.v2 import (
     ToImage,
 )
 
-from ._plan import Geometry, Plan, SampleParams
+from ._params import Geometry, SampleParams
+from ._plan import Plan
 from ._lower import lower
 
 __all__ = [

@@ -1,0 +1,234 @@
+"""Drawing one sample's parameters, with torchvision's own calls in torchvision's order.
+
+Random parameters are drawn by the transforms' own `make_params` (and the same
+`torch.rand(1)` test that `_RandomApplyTransform` uses for flips and RandomGrayscale), in
+pipeline order, so that under the same seed a sample gets exactly the numbers torchvision
+would draw for it; the draws are then fused into one `Geometry` where the kernel can run it.
+"""
+from __future__ import annotations
+
+import math
+import weakref
+
+import torch
+import torchvision.transforms.v2 as v2
+from torchvision.transforms.v2 import functional as F
+from torchvision.transforms.v2._utils import _get_fill
+from torchvision.transforms.v2.functional._geometry import (
+    _center_crop_compute_crop_anchor, _center_crop_compute_padding,
+    _center_crop_parse_output_size, _compute_resized_output_size, _parse_pad_padding)
+
+from ._params import Geometry, NotFusable, SampleParams
+from ._v1 import _V1_COLOUR, _V1Grayscale
+
+
+def draw_sample(plan, height: int, width: int) -> SampleParams:
+    """One sample's draw for an image of `height` x `width`: geometry, then colour."""
+    params = draw_geometric(plan.geometric, height, width)
+    channels = 3
+    size = params.geometry.size if params.geometry is not None else None
+    for step in plan.colour:
+        step_params, ops, channels = _draw_colour(step, channels, size)
+        params.steps.append((step, step_params))
+        if params.geometry is not None and ops:
+            try:
+                params.geometry = params.geometry.adjust_colour(
+                    ops, isinstance(step, _V1_COLOUR))
+            except NotFusable:
+                params.geometry = None
+    return params
+
+
+def colour_output_channels(colour: list, channels: int) -> int:
+    """Channels after the colour steps (whatever their draws) for `channels` in."""
+    for step in colour:
+        if isinstance(step, v2.Grayscale):
+            channels = _grayscale_channels(step, channels)
+    return channels
+
+
+def _grayscale_channels(step, channels: int) -> int:
+    if isinstance(step, _V1Grayscale) and channels == 1:
+        return 1  # v1 expands a one-channel image to its own shape: it stays one channel
+    return step.num_output_channels
+
+
+def _draw_colour(step, channels: int, size):
+    """(params for replay (None: not applied), kernel colour ops, channels after)."""
+    stand_in = _stand_in(size or (1, 1), channels)
+    if isinstance(step, v2.RandomGrayscale):
+        if torch.rand(1) >= step.p:
+            return None, [], channels
+        params = step.make_params(stand_in)
+        return params, [("grayscale", params["num_input_channels"])], channels
+    params = step.make_params(stand_in)
+    if isinstance(step, v2.Grayscale):
+        out = _grayscale_channels(step, channels)
+        return params, [("grayscale", out)], out
+    factors = {0: params["brightness_factor"], 1: params["contrast_factor"],
+               2: params["saturation_factor"]}
+    names = {0: "brightness", 1: "contrast", 2: "saturation"}
+    ops = [(names[fn_id], factors[fn_id]) for fn_id in params["fn_idx"].tolist()
+           if fn_id in factors and factors[fn_id] is not None]
+    return params, ops, channels
+
+
+def draw_geometric(geometric: list, height: int, width: int) -> SampleParams:
+    """Draw one sample's parameters for an image of `height` x `width`, as torchvision."""
+    geometry: Geometry | None = Geometry.identity(height, width)
+    size = (height, width)
+    steps = []
+    for step in geometric:
+        params, size, fuse = _draw_step(step, size)
+        steps.append((step, params))
+        if geometry is not None and params is not None:
+            try:
+                geometry = fuse(geometry)
+            except NotFusable:
+                geometry = None
+    return SampleParams(steps, geometry)
+
+
+def _stand_in(size: tuple[int, int], channels: int = 3) -> list:
+    """What make_params reads of an image (its size), without an image."""
+    return [torch.empty((), dtype=torch.uint8).expand(channels, *size)]
+
+
+def _draw_step(step, size):
+    if isinstance(step, (v2.RandomHorizontalFlip, v2.RandomVerticalFlip)):
+        if torch.rand(1) >= step.p:
+            return None, size, None
+        horizontal = isinstance(step, v2.RandomHorizontalFlip)
+        params = {} if type(step) in _PLAIN_FLIPS else step.make_params(_stand_in(size))
+        return params, size, lambda g: g.flip(horizontal)
+    if type(step) is v2.RandomResizedCrop:
+        params = resized_crop_params(step, *size)
+    else:
+        params = step.make_params(_stand_in(size))
+    if isinstance(step, v2.RandomResizedCrop):
+        box = (params["top"], params["left"], params["height"], params["width"])
+        out = tuple(step.size)
+        return params, out, lambda g: g.crop(*box).resize(
+            *out, step.interpolation, step.antialias)
+    if isinstance(step, v2.Resize):
+        out = tuple(_compute_resized_output_size(size, step.size, step.max_size))
+        if out == size:
+            return params, out, lambda g: g
+        return params, out, lambda g: g.resize(*out, step.interpolation, step.antialias)
+    if isinstance(step, v2.CenterCrop):
+        return params, *_center_crop(step, size)
+    if isinstance(step, v2.RandomCrop):
+        return params, *_random_crop(step, params, size)
+    if isinstance(step, v2.Pad):
+        left, right, top, bottom = _parse_pad_padding(step.padding)
+        out = (size[0] + top + bottom, size[1] + left + right)
+        return params, out, lambda g: g.pad(left, top, right, bottom, step.padding_mode,
+                                            _fill_values(step))
+    raise TypeError(f"{type(step).__name__} is not a lowerable geometric transform")
+
+
+_PLAIN_FLIPS = (v2.RandomHorizontalFlip, v2.RandomVerticalFlip)  # make_params: {}
+
+
+class _Uniform:
+    """One reused 1-element tensor of the default dtype for `uniform_` draws: the numbers
+    depend on the generator and the dtype, not on which tensor receives them."""
+
+    def __init__(self) -> None:
+        self.buffer = torch.empty(1)
+
+    def __call__(self, low: float, high: float) -> torch.Tensor:
+        if self.buffer.dtype != torch.get_default_dtype():
+            self.buffer = torch.empty(1)
+        return self.buffer.uniform_(low, high)
+
+
+_uniform = _Uniform()
+
+
+def resized_crop_params(step: v2.RandomResizedCrop, height: int, width: int) -> dict:
+    """`step.make_params` for a height x width image, making the very same torch RNG calls
+    in the same order (so the same numbers), without its per-call tensors and input checks."""
+    area = height * width
+    scale_low, scale_high = step.scale
+    ratio_low, ratio_high = step._log_ratio.tolist()
+    for _ in range(10):
+        target_area = area * _uniform(scale_low, scale_high).item()
+        aspect_ratio = _uniform(ratio_low, ratio_high).exp_().item()
+        w = int(round(math.sqrt(target_area * aspect_ratio)))
+        h = int(round(math.sqrt(target_area / aspect_ratio)))
+        if 0 < w <= width and 0 < h <= height:
+            top = torch.randint(0, height - h + 1, size=(1,)).item()
+            left = torch.randint(0, width - w + 1, size=(1,)).item()
+            return dict(top=top, left=left, height=h, width=w)
+    return _central_crop_params(step.ratio, height, width)
+
+
+def _central_crop_params(ratio, height: int, width: int) -> dict:
+    """RandomResizedCrop's fallback after ten rejected draws (torchvision's rule)."""
+    in_ratio = float(width) / float(height)
+    if in_ratio < min(ratio):
+        w = width
+        h = int(round(w / min(ratio)))
+    elif in_ratio > max(ratio):
+        h = height
+        w = int(round(h * max(ratio)))
+    else:
+        w, h = width, height
+    return dict(top=(height - h) // 2, left=(width - w) // 2, height=h, width=w)
+
+
+def _center_crop(step, size):
+    """(output size, fuse) of a CenterCrop: torchvision pads with zeros where it is larger."""
+    crop = tuple(_center_crop_parse_output_size(step.size))
+    height, width = size
+    if crop[0] <= height and crop[1] <= width:
+        top, left = _center_crop_compute_crop_anchor(*crop, height, width)
+        return crop, lambda g: g.crop(top, left, *crop)
+    left, top, right, bottom = _center_crop_compute_padding(*crop, height, width)
+    padded = (height + top + bottom, width + left + right)
+    anchor = _center_crop_compute_crop_anchor(*crop, *padded)
+
+    def fuse(geometry):
+        geometry = geometry.pad(left, top, right, bottom, "constant", (0, 0, 0))
+        return geometry if crop == padded else geometry.crop(*anchor, *crop)
+    return crop, fuse
+
+
+def _random_crop(step, params, size):
+    """(output size, fuse) of a RandomCrop's draw: pad (padding, pad_if_needed), then crop."""
+    box = (params["top"], params["left"], params["height"], params["width"])
+    if params["needs_pad"]:
+        left, top, right, bottom = params["padding"]
+        padded = (size[0] + top + bottom, size[1] + left + right)
+    else:
+        padded = size
+
+    def fuse(geometry):
+        if params["needs_pad"]:
+            geometry = geometry.pad(*params["padding"], step.padding_mode, _fill_values(step))
+        return geometry.crop(*box) if params["needs_crop"] else geometry
+    return (box[2:] if params["needs_crop"] else padded), fuse
+
+
+_FILLS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _fill_values(step) -> tuple[int, ...]:
+    """The uint8 values torchvision's pad writes for `step`'s fill, per channel: read back
+    from a 1x1 image padded by torchvision itself (so its conversions and errors apply)."""
+    if step.padding_mode != "constant":
+        return (0, 0, 0)
+    if step not in _FILLS:
+        probe = torch.zeros((3, 1, 1), dtype=torch.uint8)
+        try:
+            padded = F.pad(probe, [1, 0, 0, 0], fill=_get_fill(step._fill, torch.Tensor),
+                           padding_mode="constant")
+        except (TypeError, ValueError, RuntimeError) as error:
+            _FILLS[step] = error
+        else:
+            _FILLS[step] = tuple(int(v) for v in padded[:, 0, 0])
+    fill = _FILLS[step]
+    if isinstance(fill, Exception):
+        raise NotFusable(f"fill {step.fill!r}: {fill}")
+    return fill
