@@ -9,7 +9,7 @@ No DPU hardware is reachable: nothing here measures a DPU. For each pipeline
 it draws each image's parameters with pimloader's lowering of that torchvision pipeline (the
 draws PIMDataLoader makes), decodes each crop box on the host with pimloader's libjpeg-turbo
 decoder (MEASURED here, per image on one core: decoding stays on the host), runs the batch
-through `DpuBackend` on pimloader's libdpu emulator (`--dpus` DPUs x `--tasklets` tasklets,
+through `DpuDriver` on pimloader's libdpu emulator (`--dpus` DPUs x `--tasklets` tasklets,
 `--images-per-dpu` images each), and reads what the emulator COUNTED: MRAM<->WRAM DMA calls
 and bytes per DPU, host<->DPU bytes and the padded transfer lengths. `pimloader.costmodel.model`
 turns those counts, the work counted from the batch's axis tables, and the published figures
@@ -39,7 +39,7 @@ from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
 from pimloader.backends import kernels as K
 from pimloader.costmodel import model as cm
 from pimloader import decode
-from pimloader.backends.dpu.driver import DpuBackend
+from pimloader.backends.dpu.driver import DpuDriver
 from pimloader.transforms import lower
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -109,7 +109,7 @@ def host_copy_bandwidth() -> float:
     return a.nbytes / statistics.median(times)
 
 
-def measure(pipeline: str, dtype: str, files: list[Path], backend: DpuBackend, repeats: int) -> dict:
+def measure(pipeline: str, dtype: str, files: list[Path], backend: DpuDriver, repeats: int) -> dict:
     plan = lower(make_transform(pipeline, dtype))
     geometries, sources, (decode_wall, decode_cpu), (_, seekable_cpu) = decode_batch(
         files, plan, repeats)
@@ -173,7 +173,7 @@ def run(args: argparse.Namespace) -> dict:
     copy_bw = host_copy_bandwidth()
     assumptions = cm.Assumptions()
     entries = []
-    with DpuBackend(args.dpus, args.tasklets) as backend:
+    with DpuDriver(args.dpus, args.tasklets) as backend:
         for pipeline, dtype in PIPELINES:
             entry = measure(pipeline, dtype, files, backend, args.decode_repeats)
             entries.append(summarise(entry, copy_bw, args.host_cores, assumptions))

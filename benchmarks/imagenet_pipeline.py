@@ -194,7 +194,7 @@ def make_loader(name: str, root: Path, group: Group, batch_size: int,
         root = seekable_copy(root)
     loader = PIMDataLoader(PimImageFolder(root), transform=make_transform(
         group.pipeline, group.dtype), reduced_dct=reduced_dct, **backend, **options)
-    if loader._image_pipeline is None:
+    if loader._pipeline is None:
         raise RuntimeError("PIMDataLoader did not take the native image path")
     return loader
 
@@ -273,7 +273,7 @@ def measure(root: Path, group: Group, batch_size: int, epochs: int, warmup: int)
         entry = {"median_img_s": samples / statistics.median(times), "epoch_s": times}
         if stats[name]:
             entry["median_epoch_stats"] = stats[name][median_epoch(times)]
-            entry["reduced_dct"] = loaders[name]._image_pipeline.reduced_dct
+            entry["reduced_dct"] = loaders[name]._pipeline.images.reduced_dct
         row["contenders"][name] = entry
     base = row["contenders"][BASELINE]["median_img_s"]
     for entry in row["contenders"].values():

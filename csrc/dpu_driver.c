@@ -1318,6 +1318,16 @@ int pim_dpu_counters(pim_dpu_driver_t *drv, uint32_t index, uint64_t *values)
 #endif
 }
 
+int64_t pim_dpu_emulator_live_dpus(void)
+{
+#ifdef PIMLOADER_DPU_EMULATOR
+    uint32_t nr_dpus = 0;
+    return dpuemu_live_dpus(&nr_dpus) == DPU_OK ? (int64_t)nr_dpus : -1;
+#else
+    return -1;
+#endif
+}
+
 int pim_dpu_reset_counters(pim_dpu_driver_t *drv)
 {
 #ifdef PIMLOADER_DPU_EMULATOR

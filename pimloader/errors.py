@@ -1,4 +1,13 @@
-"""Errors that cross process boundaries as data, and the exceptions pimloader raises.
+"""The exceptions pimloader raises, and errors that cross process boundaries as data.
+
+Exceptions users catch (all exported from `pimloader`):
+- `WorkerDiedError`: a worker process ended while the loader still needed it;
+- `LoaderTimeoutError`: no batch within the loader's `timeout`;
+- `DecodeError` (a ValueError, from pimloader.decode): a sample that cannot be decoded,
+  naming it and the cause;
+- `DpuBackendError`, and its `DpuFaultError` (a DPU faulted) and `DpuKernelError` (the
+  kernel refused its input): a DPU run failed, naming the libdpu call and the DPU.
+A sample's own exception raised in a worker comes back with its original type.
 
 A failure in a worker is captured as a `WorkerError` (its type, traceback text and where it
 happened), sent to the main process like any result, and re-raised there with the original
@@ -52,6 +61,24 @@ class WorkerDiedError(RuntimeError):
 
 class LoaderTimeoutError(RuntimeError):
     """No batch arrived within the loader's `timeout`."""
+
+
+class DpuBackendError(RuntimeError):
+    """A DPU run failed. `dpu` is the index of the DPU concerned (None: the whole set);
+    `code` the driver's (or libdpu's) status code."""
+
+    def __init__(self, message: str, code: int = 0, dpu: int | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.dpu = dpu
+
+
+class DpuFaultError(DpuBackendError):
+    """A DPU faulted during a launch (on the emulator: a hardware rule was broken)."""
+
+
+class DpuKernelError(DpuBackendError):
+    """The kernel refused its chunk (invalid descriptor, table or build)."""
 
 
 TOO_MANY_OPEN_FILES = (

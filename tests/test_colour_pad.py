@@ -22,7 +22,9 @@ from torchvision.transforms import functional as F1
 from torchvision.transforms.v2 import functional as F
 
 from pimloader.backends import kernels as K
-from pimloader.pipelines.classification import ImagePipeline, _lookup_table
+from pimloader.backends.select import Backends
+from pimloader.pipelines.images import ImagePipeline, lookup_table
+from pimloader.pipelines.runs import RunBatcher
 from pimloader.transforms import lower
 from pimloader.transforms._params import MAX_COLOUR_OPS, apply_colour, apply_geometry
 from test_image_pipeline import (MEAN, STD, level_differences, photos,  # noqa: F401 (fixture)
@@ -279,12 +281,16 @@ SIZES = [(44, 52), (33, 80), (1, 1), (5, 3)]
 
 
 def plan_kernel(plan, image_hwc, params):
-    """The plan's fused step for one draw, through ImagePipeline.resample (the CPU kernel)."""
+    """The plan's fused step for one draw, through the run batcher (the CPU kernel)."""
     g = params.geometry
-    pipeline = ImagePipeline(None, plan, _lookup_table(plan) if plan.elementwise else None,
+    pipeline = ImagePipeline(None, plan, lookup_table(plan) if plan.elementwise else None,
                              False, False)
     out = torch.empty((1, pipeline.out_channels, *g.size), dtype=plan.output_dtype)
-    pipeline.resample([image_hwc], [g.box], g.size, out, [g], "NCHW")
+    backends = Backends()
+    runs = RunBatcher(backends.router(pipeline.backend), 1)
+    runs.add(out, 0, image_hwc, g.box, g, "NCHW", pipeline.lut)
+    runs.flush()
+    backends.close()
     return out[0]
 
 

@@ -13,7 +13,7 @@ from torchvision.transforms import v2
 
 from pimloader.backends import kernels as K
 from pimloader.costmodel import model as cm
-from pimloader.backends.dpu.driver import DpuBackend
+from pimloader.backends.dpu.driver import DpuDriver
 from pimloader.transforms import lower
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
@@ -243,7 +243,7 @@ def emulated():
     (5 of them idle), float32 NCHW."""
     results = []
     lut = K.normalize_lut(3, torch.float32, MEAN, STD)
-    with DpuBackend(8, 16) as dpus:
+    with DpuDriver(8, 16) as dpus:
         for n, seed in ((10, 1), (3, 2)):
             images, boxes, hflip = training_batch(n, seed)
             out = torch.empty((n, 3, 224, 224))

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from pimloader.backends import kernels as K
-from pimloader.backends.dpu.driver import DpuBackend, DpuBackendError, DpuFaultError
+from pimloader.backends.dpu.driver import DpuDriver
+from pimloader.errors import DpuBackendError, DpuFaultError
 from test_dpu_backend import MEAN, STD, batch, bits
 
 SIZE = (96, 112)
@@ -46,7 +47,7 @@ def test_two_batches_in_flight_are_bit_identical_to_the_cpu(nr_dpus, nr_tasklets
     rng = np.random.default_rng(nr_dpus * 31 + nr_tasklets)
     # 7 and 64 DPUs in ranks of 4: each batch spans several ranks
     profile = "backend=emulator" if nr_dpus == 1 else "backend=emulator,nrDpusPerRank=4"
-    with DpuBackend(nr_dpus, nr_tasklets, profile) as dpus:
+    with DpuDriver(nr_dpus, nr_tasklets, profile) as dpus:
         works = [job(rng, 9, torch.float32), job(rng, 5, torch.uint8, "NHWC", "bicubic"),
                  job(rng, 11, torch.float16)]
         first, second = submit(dpus, works[0]), submit(dpus, works[1])
@@ -63,7 +64,7 @@ def test_two_batches_in_flight_are_bit_identical_to_the_cpu(nr_dpus, nr_tasklets
 
 def test_sources_may_go_once_submitted_and_out_is_written_by_wait_only():
     rng = np.random.default_rng(5)
-    with DpuBackend(7, 11) as dpus:
+    with DpuDriver(7, 11) as dpus:
         work = job(rng, 12)
         images = [im.copy() for im in work[0]]
         handle = dpus.submit(images, work[1], SIZE, work[2], **work[4])
@@ -77,7 +78,7 @@ def test_sources_may_go_once_submitted_and_out_is_written_by_wait_only():
 
 def test_the_host_is_free_while_the_dpus_work():
     rng = np.random.default_rng(6)
-    with DpuBackend(1, 1) as dpus:          # one DPU, one tasklet: slow emulated work
+    with DpuDriver(1, 1) as dpus:          # one DPU, one tasklet: slow emulated work
         work = job(rng, 6)
         dpus.run(*work[:2], SIZE, torch.empty_like(work[2]), **work[4])   # warm up
         start = time.perf_counter()
@@ -96,7 +97,7 @@ def threads_and_fds():
 @pytest.mark.parametrize("settle", ["sleep", "at_once"])
 def test_a_fault_in_a_batch_in_flight_is_raised_at_wait_and_the_backend_recovers(settle):
     rng = np.random.default_rng(7)
-    with DpuBackend(8, 11, "backend=emulator,nrDpusPerRank=4") as dpus:   # ranks: DPUs 0-3, 4-7
+    with DpuDriver(8, 11, "backend=emulator,nrDpusPerRank=4") as dpus:   # ranks: DPUs 0-3, 4-7
         bad, behind, later = job(rng, 8), job(rng, 8), job(rng, 8)
         failing = submit(dpus, bad, debug=dpus.lib.PIM_DPU_DEBUG_HALT, debug_dpu=5)
         queued = submit(dpus, behind)
@@ -123,7 +124,7 @@ def test_a_fault_in_a_batch_in_flight_is_raised_at_wait_and_the_backend_recovers
 
 def test_a_fault_in_the_second_batch_leaves_the_first_one_right():
     rng = np.random.default_rng(8)
-    with DpuBackend(7, 16) as dpus:
+    with DpuDriver(7, 16) as dpus:
         good, bad = job(rng, 7), job(rng, 7)
         first = submit(dpus, good)
         second = submit(dpus, bad, debug=dpus.lib.PIM_DPU_DEBUG_HALT, debug_dpu=0)
@@ -135,11 +136,11 @@ def test_a_fault_in_the_second_batch_leaves_the_first_one_right():
 def test_close_with_batches_in_flight_neither_hangs_nor_leaks():
     rng = np.random.default_rng(9)
     works = [job(rng, 10) for _ in range(3)]
-    with DpuBackend(7, 11) as warm_up:     # thread pools of torch start once per process
+    with DpuDriver(7, 11) as warm_up:     # thread pools of torch start once per process
         submit(warm_up, works[2]).wait()
     before = threads_and_fds()
     for debug in (0, 1):                   # a plain batch, and one that faults, left in flight
-        dpus = DpuBackend(7, 11)
+        dpus = DpuDriver(7, 11)
         first = submit(dpus, works[0], debug=debug, debug_dpu=2)
         second = submit(dpus, works[1])
         dpus.close()
@@ -151,7 +152,7 @@ def test_close_with_batches_in_flight_neither_hangs_nor_leaks():
 
 def test_a_dropped_handle_cancels_its_batch():
     rng = np.random.default_rng(10)
-    with DpuBackend(7, 11) as dpus:
+    with DpuDriver(7, 11) as dpus:
         work = job(rng, 9)
         handle = submit(dpus, work)
         del handle                          # cancelled: run out, nothing written
@@ -164,8 +165,8 @@ def test_a_dropped_handle_cancels_its_batch():
 
 
 def test_loader_runs_are_at_least_one_row_per_dpu_and_at_most_half_the_batch():
-    from pimloader.pipelines.classification import _KernelBatch
-    run = _KernelBatch.dpu_run_rows
+    from pimloader.backends.dpu.backend import DpuBackend
+    run = DpuBackend.run_rows_for
     assert run(64, 256) == 64 and run(8, 64) == 32 and run(2048, 256) == 128 and run(7, 4) == 2
     assert run(1, 1) == 1
 
@@ -177,7 +178,7 @@ def test_the_loader_decodes_the_next_run_while_the_dpus_work(tmp_path, monkeypat
     import torchvision.transforms.v2 as v2
     from pimloader import PIMDataLoader
     from pimloader.backends.dpu import driver as B
-    from pimloader.pipelines import classification as I
+    from pimloader.pipelines import images as I
     from pimloader.datasets import ImageFolder
 
     root = make_imagenet_like(tmp_path / "set", count=16, classes=2)
@@ -190,7 +191,7 @@ def test_the_loader_decodes_the_next_run_while_the_dpus_work(tmp_path, monkeypat
         return call
 
     monkeypatch.setattr(I.ImagePipeline, "decoded_box", logged("decode", I.ImagePipeline.decoded_box))
-    monkeypatch.setattr(B.DpuBackend, "submit", logged("submit", B.DpuBackend.submit))
+    monkeypatch.setattr(B.DpuDriver, "submit", logged("submit", B.DpuDriver.submit))
     monkeypatch.setattr(B.DpuBatch, "wait", logged("wait", B.DpuBatch.wait))
     transform = v2.Compose([v2.RandomResizedCrop(64), v2.RandomHorizontalFlip(),
                             v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])

@@ -12,7 +12,8 @@ from skimage import data
 
 from pimloader.backends import kernels as K
 from pimloader.costmodel import model as cm
-from pimloader.backends.dpu.driver import DpuBackend, DpuFaultError, DpuKernelError
+from pimloader.backends.dpu.driver import DpuDriver
+from pimloader.errors import DpuFaultError, DpuKernelError
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 PHOTOS = [data.astronaut(), data.chelsea(), data.coffee(), data.rocket(), data.immunohistochemistry(),
@@ -72,7 +73,7 @@ CASES = [(torch.float32, "bilinear", "NCHW"), (torch.uint8, "bicubic", "NCHW"),
 @pytest.mark.parametrize("nr_dpus", [1, 7, 64])
 def test_bit_identical_to_cpu_backend(nr_dpus, nr_tasklets):
     rng = np.random.default_rng(nr_dpus * 31 + nr_tasklets)
-    with DpuBackend(nr_dpus, nr_tasklets) as dpus:
+    with DpuDriver(nr_dpus, nr_tasklets) as dpus:
         assert dpus.nr_dpus == nr_dpus
         for k, (dtype, interpolation, layout) in enumerate(CASES):
             n = [3, 10, 9, 12][k]                 # fewer images than DPUs for 7 and 64
@@ -86,7 +87,7 @@ def test_grayscale_upscale_and_identity_axes():
     rng = np.random.default_rng(5)
     gray = [data.camera(), data.camera()[:40, :300], data.camera()[:224, :224]]
     boxes = [(10, 10, 300, 224), (0, 0, 40, 300), (0, 0, 224, 224)]  # width kept, height kept, both
-    with DpuBackend(2, 11) as dpus:
+    with DpuDriver(2, 11) as dpus:
         for dtype in (torch.uint8, torch.float32):
             ref = torch.empty((3, 1, 224, 224), dtype=dtype)
             got = torch.zeros_like(ref)
@@ -99,7 +100,7 @@ def test_grayscale_upscale_and_identity_axes():
 
 def test_extreme_downscale_is_refused_on_the_host():
     big = data.retina()
-    with DpuBackend(1, 16) as dpus:
+    with DpuDriver(1, 16) as dpus:
         out = torch.empty((1, 3, 4, 4), dtype=torch.float32)
         with pytest.raises(ValueError, match=r"sample 0: .*needs \d+ bytes of WRAM per tasklet"):
             dpus.run([big], [(0, 0, 1411, 1411)], (4, 4), out, interpolation="bicubic",
@@ -119,11 +120,11 @@ def test_dpu_fault_mid_run_raises_naming_the_dpu_without_leaks():
     out = torch.empty((12, 3, 224, 224), dtype=torch.uint8)
     # torch and the emulator start thread pools once per process and keep them: start them
     # before counting, so that only what this backend leaves behind is measured
-    with DpuBackend(1, 1) as warm_up:
+    with DpuDriver(1, 1) as warm_up:
         check_same(warm_up, images[:1], boxes[:1], (224, 224), torch.uint8, "bilinear", "NCHW",
                    rng)
     before = threads_and_fds()
-    dpus = DpuBackend(7, 11)
+    dpus = DpuDriver(7, 11)
     try:
         check_same(dpus, images, boxes, (224, 224), torch.uint8, "bilinear", "NCHW", rng)
         with pytest.raises(DpuFaultError, match=r"DPU 3 faulted.*halt") as info:
@@ -154,7 +155,7 @@ def test_dma_bytes_of_a_training_crop_against_the_least_possible():
     boxes = rrc_boxes(images, rng)
     lut = K.normalize_lut(3, torch.float32, MEAN, STD)
     out = torch.empty((n, 3, 224, 224), dtype=torch.float32)
-    with DpuBackend(1, 16) as dpus:
+    with DpuDriver(1, 16) as dpus:
         dpus.reset_counters()
         dpus.run(images, boxes, (224, 224), out, rng.integers(0, 2, n).astype(bool), None, "bilinear", "NCHW", lut)
         c = dpus.counters(0)
@@ -197,13 +198,13 @@ def test_row_ring_upscales_downscales_near_the_wram_limit_tiny_outputs_and_windo
         (PHOTOS[3], (100, 0, 200, 512), (150, 513)),
     ]
     plans = [plan_of(im, box, size, nr_tasklets) for im, box, size in cases]
-    with DpuBackend(1, nr_tasklets) as probe:
+    with DpuDriver(1, nr_tasklets) as probe:
         probe.run([PHOTOS[0]], [(0, 0, 8, 8)], (8, 8), torch.empty((1, 3, 8, 8), dtype=torch.uint8))
         assert probe.run_info()["arena_bytes"] == cm.arena_bytes(nr_tasklets)
     if nr_tasklets == 16:
         assert plans[0].ring_rows == 0 and plans[1].ring_rows > 0 and plans[1].seg_w == 8
     assert all(p is not None and p.ring_rows > 0 for p in plans[2:])  # both axes resampled
-    with DpuBackend(3, nr_tasklets) as dpus:
+    with DpuDriver(3, nr_tasklets) as dpus:
         for (image, box, size), plan in zip(cases, plans):
             for dtype, interp in ((torch.float32, "bilinear"), (torch.uint8, "bicubic")):
                 if plan_of(image, box, size, nr_tasklets, interp, dtype) is None:
@@ -229,7 +230,7 @@ def test_the_ring_reads_each_source_row_once_and_the_fallback_once_per_tap():
     less WRAM: 1411 -> 70 fits the ring too)."""
     big = data.retina()
     per_byte = {}
-    with DpuBackend(1, 16) as dpus:
+    with DpuDriver(1, 16) as dpus:
         for out in (70, 71):
             assert (plan_of(big, (0, 0, 1411, 1411), (out, out), 16).ring_rows > 0) == (out == 71)
             dest = torch.empty((1, 3, out, out), dtype=torch.float32)
@@ -268,7 +269,7 @@ def test_work_split_balances_one_huge_and_many_small_crops_better_than_pixels():
                                                                                          "nominal"))) for run in runs]
         return [c.mram_read_bytes for c in counters], instr
 
-    with DpuBackend(6, 16) as dpus:
+    with DpuDriver(6, 16) as dpus:
         dpus.reset_counters()
         dpus.run(images, boxes, (224, 224), out)
         ref = torch.empty_like(out)
@@ -281,7 +282,7 @@ def test_work_split_balances_one_huge_and_many_small_crops_better_than_pixels():
         new_reads, new_instr = per_dpu(dpus, [dpus.counters(d) for d in range(6)], new_runs)
     old_runs = cm.split_by_pixels([224 * 224] * 24, 6)
     assert old_runs[0] == range(0, 4)
-    with DpuBackend(1, 16) as one:
+    with DpuDriver(1, 16) as one:
         old_counters = []
         for run in old_runs:
             one.reset_counters()

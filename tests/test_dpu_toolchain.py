@@ -100,13 +100,13 @@ def test_the_compiler_is_found_under_upmem_home(tmp_path, monkeypatch):
 def test_the_dpu_profile_reaches_the_dpu_set(photos, monkeypatch):  # noqa: F811
     import pimloader.backends.dpu.driver as backend
     profiles = []
-    original = backend.DpuBackend.__init__
+    original = backend.DpuDriver.__init__
 
     def recording(self, nr_dpus, nr_tasklets, profile="", *args, **kwargs):
         profiles.append(profile)
         original(self, nr_dpus, nr_tasklets, profile, *args, **kwargs)
 
-    monkeypatch.setattr(backend.DpuBackend, "__init__", recording)
+    monkeypatch.setattr(backend.DpuDriver, "__init__", recording)
     transform = PIPELINES["val_f32"]
     expected, _ = pimloader_batches(photos, transform, 0, backend="cpu")
     actual, _ = pimloader_batches(photos, transform, 0, backend="emulator", nr_dpus=3,

@@ -103,8 +103,8 @@ def test_exact_decoding_path_matches_torchvision(photos, name, num_workers):
 def test_reused_decode_buffers_never_mix_samples(photos, monkeypatch, num_workers):
     """Runs of 3 rows in batches of 10, two epochs: every run after the first decodes into
     buffers that earlier runs (of this batch and of earlier ones) gave back."""
-    from pimloader.pipelines import classification as _images
-    monkeypatch.setattr(_images._KernelBatch, "CHUNK", 3)
+    from pimloader.backends.cpu import CpuBackend
+    monkeypatch.setattr(CpuBackend, "RUN_ROWS", 3)
     transform = PIPELINES["train_f32"]
     torch.manual_seed(7)
     expected = [torchvision_batches(photos, transform, num_workers, seed, batch_size=10)
@@ -345,7 +345,7 @@ def test_emulated_dpus_give_the_cpu_backends_batches(photos, name, num_workers):
 
 
 def test_upmem_backend_without_the_sdk_is_a_clear_error(photos):
-    from pimloader.backends.dpu.driver import DpuBackendError
+    from pimloader import DpuBackendError
     with pytest.raises(DpuBackendError, match="UPMEM SDK"):
         PIMDataLoader(ImageFolder(photos), transform=PIPELINES["val_f32"], backend="upmem")
 

@@ -267,11 +267,11 @@ def test_the_main_process_reads_no_sample_with_workers():
 def test_pipelines_that_refuse_tensors_or_lower_nothing_stay_python():
     import torchvision.transforms as v1
     assert not isinstance(PIMDataLoader(Images(PHOTOS), transform=v1.Compose(
-        [v1.ToTensor(), v1.RandomResizedCrop(32)]))._sample_transform, InMemoryImages)
+        [v1.ToTensor(), v1.RandomResizedCrop(32)]))._pipeline, InMemoryImages)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nothing lowered: nothing to warn about
         plain = PIMDataLoader(Images(PHOTOS), transform=v2.RandomErasing())
-    assert not isinstance(plain._sample_transform, InMemoryImages)
+    assert not isinstance(plain._pipeline, InMemoryImages)
 
 
 def test_an_error_of_the_transform_names_the_sample():

@@ -836,6 +836,9 @@ static dpu_error_t parse_profile(const char *profile, struct profile *p)
 static void *rank_worker(void *arg);
 static void stop_rank_workers(struct emu_alloc *a);
 
+/* DPUs allocated and not freed in this process (a forked child starts with its parent's). */
+static _Atomic uint32_t live_dpus;
+
 static dpu_error_t alloc_dpus(uint32_t nr_dpus, const struct profile *p, struct dpu_set_t *set)
 {
     uint32_t nr_ranks = (nr_dpus + p->dpus_per_rank - 1) / p->dpus_per_rank;
@@ -882,6 +885,7 @@ static dpu_error_t alloc_dpus(uint32_t nr_dpus, const struct profile *p, struct 
     set->kind = DPU_SET_RANKS;
     set->list.nr_ranks = nr_ranks;
     set->list.ranks = a->rank_list;
+    live_dpus += nr_dpus;
     return DPU_OK;
 fail:
     if (a->ranks != NULL) {
@@ -1285,6 +1289,7 @@ dpu_error_t dpu_free(struct dpu_set_t set)
     drain(a->rank_list, a->nr_ranks);
     stop_rank_workers(a);
     for (uint32_t r = 0; r < a->nr_ranks; ++r) {
+        live_dpus -= a->ranks[r].nr_dpus;
         for (uint32_t i = 0; i < a->ranks[r].nr_dpus; ++i) {
             struct dpu_t *d = &a->ranks[r].dpus[i];
             unload_image(d);
@@ -2250,5 +2255,12 @@ dpu_error_t dpuemu_program_info(struct dpu_set_t set, uint32_t *nr_tasklets, uin
     *nr_tasklets = d->image.nr_tasklets;
     *wram_globals_bytes = d->image.globals_bytes;
     *stack_bytes_per_tasklet = d->image.stack_size;
+    return DPU_OK;
+}
+
+dpu_error_t dpuemu_live_dpus(uint32_t *nr_dpus)
+{
+    if (nr_dpus == NULL) return DPU_ERR_INVALID_DPU_SET;
+    *nr_dpus = live_dpus;
     return DPU_OK;
 }

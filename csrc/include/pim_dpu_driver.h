@@ -108,6 +108,8 @@ int pim_dpu_reset_counters(pim_dpu_driver_t *drv);
 /* Emulator only: per tasklet of DPU `index`, mram_read calls, read bytes, mram_write calls,
  * write bytes (4 values per tasklet, nr_tasklets tasklets) since the last reset. */
 int pim_dpu_tasklet_counters(pim_dpu_driver_t *drv, uint32_t index, uint64_t *values);
+/* Emulator only: DPUs this process has allocated and not freed, or -1 when not emulated. */
+int64_t pim_dpu_emulator_live_dpus(void);
 /* cffi-cdef-end */
 
 #endif /* PIM_DPU_DRIVER_H */

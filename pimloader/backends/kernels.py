@@ -448,17 +448,23 @@ def _windowed_axis(start: int, length: int, out: int, window, axis: int):
     return (length, resized, offset, out), start, length
 
 
-def _out_pointer(out) -> tuple:
-    """(cffi uint8_t *, byte length) of a C-contiguous torch tensor or numpy array."""
+def out_address(out) -> tuple[int, int]:
+    """(address, byte length) of a C-contiguous CPU torch tensor or writeable numpy array."""
     if isinstance(out, torch.Tensor):
         if out.device.type != "cpu" or not out.is_contiguous():
             raise ValueError("out must be a contiguous CPU tensor")
-        return ffi.cast("uint8_t *", out.data_ptr()), out.numel() * out.element_size()
+        return out.data_ptr(), out.numel() * out.element_size()
     if isinstance(out, np.ndarray):
         if not out.flags.c_contiguous or not out.flags.writeable:
             raise ValueError("out must be a writeable C-contiguous array")
-        return ffi.cast("uint8_t *", out.ctypes.data), out.nbytes
+        return out.ctypes.data, out.nbytes
     raise TypeError(f"out must be a torch.Tensor or numpy.ndarray, not {type(out).__name__}")
+
+
+def _out_pointer(out) -> tuple:
+    """(cffi uint8_t *, byte length) of `out` (see out_address)."""
+    address, nbytes = out_address(out)
+    return ffi.cast("uint8_t *", address), nbytes
 
 
 def _address(array: np.ndarray):
@@ -526,6 +532,21 @@ def resized_crop_batch(images: Sequence, boxes, size: Sequence[int], out, *, hfl
     paddings, colours, fused_mul_add: padding of the sources and colour ops (`pack_extras`);
             C is then the channel count after the colour ops
     Returns out."""
+    packed, arrays, lut = checked_batch(
+        images, boxes, size, out, hflip=hflip, vflip=vflip, interpolation=interpolation,
+        layout=layout, lut=lut, windows=windows, paddings=paddings, colours=colours,
+        fused_mul_add=fused_mul_add)
+    run_packed(packed, arrays, out, lut)
+    return out
+
+
+def checked_batch(images: Sequence, boxes, size: Sequence[int], out, *, hflip=None,
+                  vflip=None, interpolation: str = "bilinear", layout: str = "NCHW",
+                  lut: Optional[np.ndarray] = None, windows=None, paddings=None, colours=None,
+                  fused_mul_add: Optional[bool] = None):
+    """(packed batch, HWC sources, lookup table) for `resized_crop_batch`'s arguments,
+    every argument checked against `out` (its dtype, shape and the table it needs): what
+    every backend runs."""
     if isinstance(out, torch.Tensor):
         dtype = out.dtype
     else:
@@ -553,8 +574,8 @@ def resized_crop_batch(images: Sequence, boxes, size: Sequence[int], out, *, hfl
         if lut is None or lut.dtype != want_lut or lut.shape != (c, 256):
             raise ValueError(f"{dtype} output needs a [{c}, 256] {np.dtype(want_lut)} lookup "
                              f"table (normalize_lut / lut_from_fn)")
-    run_packed(packed, arrays, out, lut)
-    return out
+        lut = np.ascontiguousarray(lut)
+    return packed, arrays, lut
 
 
 def check_mul_8x8() -> int:

@@ -13,10 +13,34 @@ def _as_is(sample):
     return sample
 
 
-class MapFetcher:
-    def __init__(self, dataset, auto_collation: bool) -> None:
-        self.dataset = dataset
+class Fetcher:
+    """What every fetcher offers its producer: `fetch(index)`, `auto_collation`, `current`
+    (what is being fetched, for error messages), and the counts of the samples it dropped
+    (on_error="skip") and rendered with the fused kernel since they were last taken."""
+
+    current = ""
+
+    def __init__(self, auto_collation: bool) -> None:
         self.auto_collation = auto_collation
+        self.skipped = 0
+        self.kernel_samples = 0
+
+    def fetch(self, index, each=_as_is) -> Any:
+        raise NotImplementedError
+
+    def take_skipped(self) -> int:
+        skipped, self.skipped = self.skipped, 0
+        return skipped
+
+    def take_kernel_samples(self) -> int:
+        count, self.kernel_samples = self.kernel_samples, 0
+        return count
+
+
+class MapFetcher(Fetcher):
+    def __init__(self, dataset, auto_collation: bool) -> None:
+        super().__init__(auto_collation)
+        self.dataset = dataset
         self._described = ""
         self._sample_index = None  # the sample being fetched, described only on demand
 
@@ -55,9 +79,9 @@ class MapFetcher:
         return samples
 
 
-class IterableFetcher:
+class IterableFetcher(Fetcher):
     def __init__(self, dataset, auto_collation: bool, drop_last: bool) -> None:
-        self.auto_collation = auto_collation
+        super().__init__(auto_collation)
         self.drop_last = drop_last
         self.current = "the dataset's iterator (iter(dataset))"
         self.iterator = iter(dataset)
@@ -111,25 +135,17 @@ def with_image(sample, image):
     return image
 
 
-class TransformingFetcher:
+class TransformingFetcher(Fetcher):
     """Applies the loader's `transform` to each fetched sample's image (its first element,
     or the sample itself when it is not a tuple or list), as a dataset transform would:
-    right after the dataset returns the sample, before the next one is fetched.
+    right after the dataset returns the sample, before the next one is fetched. (A transform
+    that lowers to the fused kernel has its own subclass, in pipelines/in_memory.py.)"""
 
-    A transform that lowers to the fused kernel (an `InMemoryImages`) draws each eligible
-    sample's parameters at that moment and renders the batch's eligible images in runs
-    once the batch is fetched; the other samples are transformed as Python at once."""
-
-    def __init__(self, fetcher, transform) -> None:
+    def __init__(self, fetcher: Fetcher, transform) -> None:
+        super().__init__(fetcher.auto_collation)
         self.fetcher = fetcher
         self.transform = transform
-        self.native = hasattr(transform, "begin_batch")
-        self.kernel_samples = 0
         self._stage = ""
-
-    @property
-    def auto_collation(self) -> bool:
-        return self.fetcher.auto_collation
 
     @property
     def current(self) -> str:
@@ -140,47 +156,16 @@ class TransformingFetcher:
         self._stage = ""
         self.fetcher.current = value
 
-    def take_kernel_samples(self) -> int:
-        count, self.kernel_samples = self.kernel_samples, 0
-        return count
-
-    def fetch(self, index):
-        if not self.native:
-            self._stage = ""
-            return self.fetcher.fetch(index, self._transformed)
-        samples = self.finished(self.drawn(index))
-        return samples if self.auto_collation else samples[0]
-
-    def drawn(self, index):
-        """The batch at `index` (a `_BatchOfSamples`), each sample's parameters drawn (or
-        its Python transform run) as it was fetched; its kernel samples are not rendered."""
+    def fetch(self, index, each=_as_is):
         self._stage = ""
-        batch = self.transform.begin_batch()
-        self.fetcher.fetch(index, lambda sample: self._in_stage(batch.add, sample))
-        return batch
-
-    def finished(self, batch) -> list:
-        """The drawn batch's samples, the kernel's outputs in place of their images."""
-        return self._rendering(batch, batch.finish)
-
-    def written(self, batch, writer):
-        """The drawn batch rendered straight into a slot of `writer` (a SlotBatch), or
-        None, with nothing rendered, when it does not fit one."""
-        return self._rendering(batch, lambda: batch.write_into(writer))
-
-    def _rendering(self, batch, render):
-        self._stage = " (the batch's kernel run)"
-        result = render()
-        self._stage = ""
-        if result is not None:
-            self.kernel_samples += batch.kernel_samples
-        return result
+        return self.fetcher.fetch(index, self._transformed)
 
     def _transformed(self, sample):
         return self._in_stage(
             lambda sample: with_image(sample, self.transform(image_of(sample))), sample)
 
     def _in_stage(self, transform, sample):
+        """`transform(sample)`, with `current` saying that the sample's transform runs."""
         self._stage = " (its transform)"
         result = transform(sample)
         self._stage = ""

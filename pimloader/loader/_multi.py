@@ -68,8 +68,7 @@ class MultiProcessIter(_BaseDataLoaderIter):
                 auto_collation=self._auto_collation, collate_fn=self._collate_fn,
                 drop_last=self._drop_last, base_seed=self._base_seed, init_fn=init_fn,
                 worker_id=worker_id, num_workers=self._num_workers,
-                shared_seed=self._shared_seed, image_pipeline=loader._image_pipeline,
-                sample_transform=loader._sample_transform)
+                shared_seed=self._shared_seed, pipeline=loader._pipeline)
             index_queue = context.Queue()
             index_queue.cancel_join_thread()
             process = context.Process(

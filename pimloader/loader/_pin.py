@@ -12,14 +12,6 @@ import torch
 from torch.utils.data._utils.pin_memory import pin_memory as _pin_by_copy
 
 
-def pinning_device(requested: bool) -> str | None:
-    """The accelerator type to pin for, or None when pinning is off or impossible."""
-    if not requested or not torch.accelerator.is_available():
-        return None
-    accelerator = torch.accelerator.current_accelerator()
-    return None if accelerator is None or accelerator.type == "mps" else accelerator.type
-
-
 def pin_collated(data, device: str):
     return _pin_by_copy(data, device)
 

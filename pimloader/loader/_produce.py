@@ -54,31 +54,9 @@ class BatchProducer:
 
     def produced(self, data, count: int, fetch_s: float, write_s: float,
                  direct_samples: int = 0) -> Produced:
-        skipped = self.fetcher.take_skipped() if hasattr(self.fetcher, "take_skipped") else 0
-        kernel_samples = (self.fetcher.take_kernel_samples()
-                          if hasattr(self.fetcher, "take_kernel_samples") else 0)
-        return Produced(data, count, fetch_s, write_s, skipped, kernel_samples=kernel_samples,
+        return Produced(data, count, fetch_s, write_s, self.fetcher.take_skipped(),
+                        kernel_samples=self.fetcher.take_kernel_samples(),
                         direct_samples=direct_samples)
-
-
-class InMemoryImageProducer(BatchProducer):
-    """A BatchProducer over a TransformingFetcher whose transform runs the fused kernel
-    (an `InMemoryImages`): a batch whose images all take the kernel with one output shape
-    and dtype is rendered straight into the rows of a batch slot, without per-sample
-    outputs; any other batch (or no free slot) takes BatchProducer's path, unchanged."""
-
-    def produce(self, index) -> Produced:
-        if self.writer is None:
-            return super().produce(index)
-        start = time.perf_counter()
-        batch = self.fetcher.drawn(index)
-        fetched = time.perf_counter()
-        data = self.fetcher.written(batch, self.writer)
-        direct_samples = len(batch) if data is not None else 0
-        if data is None:
-            data = self.written_or_collated(index, self.fetcher.finished(batch))
-        return self.produced(data, len(batch), fetched - start,
-                             time.perf_counter() - fetched, direct_samples)
 
 
 def _describe(index, samples) -> str:
@@ -87,29 +65,34 @@ def _describe(index, samples) -> str:
     return f"{len(samples) if isinstance(samples, list) else 1} sample(s)"
 
 
-def is_slot_batch(data: Any) -> bool:
-    return isinstance(data, SlotBatch)
+@dataclass
+class ProducerContext:
+    """What a pipeline needs to make the producer of one iterator or worker."""
+
+    dataset: Any
+    is_iterable: bool
+    auto_collation: bool
+    collate_fn: Any
+    drop_last: bool
+    writer: SlotWriter | None   # the process's slots (None: collate only)
+    backends: Any               # backends.select.Backends: the backends this process opened
+
+    def plain_fetcher(self):
+        """torch's fetch semantics over the dataset (uncollated samples)."""
+        from ._fetch import create_fetcher
+        return create_fetcher(self.is_iterable, self.dataset, self.auto_collation,
+                              self.drop_last)
 
 
-def make_producer(dataset, is_iterable: bool, auto_collation: bool, collate_fn,
-                  drop_last: bool, writer, image_pipeline=None, sample_transform=None):
-    """The producer for one iterator or worker: the native image path when the loader
-    built one, else torch's fetch-then-collate semantics (with slots when possible), with
-    the loader's `transform` applied to each sample if it could not be lowered."""
-    from ._fetch import TransformingFetcher, create_fetcher
-    if image_pipeline is None or is_iterable:
-        fetcher = create_fetcher(is_iterable, dataset, auto_collation, drop_last)
-        if sample_transform is not None:
-            fetcher = TransformingFetcher(fetcher, sample_transform)
-            if fetcher.native:
-                return InMemoryImageProducer(fetcher, collate_fn, auto_collation, writer)
-        return BatchProducer(fetcher, collate_fn, auto_collation, writer)
-    from pimloader.pipelines.classification import DirectImageProducer, ImageFetcher
-    fallback = BatchProducer(ImageFetcher(image_pipeline, auto_collation), collate_fn,
-                             auto_collation, writer)
-    if image_pipeline.direct and fallback.writer is not None:
-        return DirectImageProducer(image_pipeline, writer, fallback)
-    return fallback
+def make_producer(context: ProducerContext, pipeline=None):
+    """The producer for one iterator or worker: the loader's pipeline's (see
+    pipelines/select.py), else torch's fetch-then-collate semantics, with slots when
+    possible."""
+    producer = pipeline.make_producer(context) if pipeline is not None else None
+    if producer is None:
+        producer = BatchProducer(context.plain_fetcher(), context.collate_fn,
+                                 context.auto_collation, context.writer)
+    return producer
 
 
 def deliver(produced: Produced, pool, stats, pin_device: str | None):

@@ -7,7 +7,7 @@ import torch.utils.data.graph_settings
 from torch.utils.data import IterDataPipe, MapDataPipe
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _DatasetKind
 
-from ._produce import Produced, deliver, make_producer
+from ._produce import Produced, ProducerContext, deliver, make_producer
 
 
 class SingleProcessIter(_BaseDataLoaderIter):
@@ -19,10 +19,9 @@ class SingleProcessIter(_BaseDataLoaderIter):
             torch.utils.data.graph_settings.apply_sharding(
                 self._dataset, self._world_size, self._rank)
         self._pool, writer = state.local_slots(self._pin_memory)
-        self._producer = make_producer(
+        self._producer = make_producer(ProducerContext(
             self._dataset, self._dataset_kind == _DatasetKind.Iterable, self._auto_collation,
-            self._collate_fn, self._drop_last, writer, loader._image_pipeline,
-            loader._sample_transform)
+            self._collate_fn, self._drop_last, writer, state.backends), loader._pipeline)
         self._stats = state.begin_epoch()
 
     def _next_data(self):

@@ -1,4 +1,5 @@
-"""What a loader keeps across its iterators: epoch statistics and its slot pools.
+"""What a loader keeps across its iterators: epoch statistics, its slot pools, and the
+backends (DPU sets) the main process opened for `num_workers=0`.
 
 Iterators hold this object rather than the loader, so that a loader and its persistent
 iterator do not form a reference cycle (their workers then stop as soon as the loader is
@@ -6,7 +7,11 @@ dropped, not at the next garbage collection).
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
+
+from pimloader.backends.select import Backends
 
 from ._pin import register_slot
 from ._slots import SlotPool, SlotWriter
@@ -18,6 +23,8 @@ class LoaderState:
         self.history: list[EpochStats] = []
         self._shared_pool: SlotPool | None = None
         self._local: tuple[bool, SlotPool, SlotWriter] | None = None
+        self.backends = Backends()
+        weakref.finalize(self, _close_quietly, self.backends)  # a safety net: call close()
 
     def begin_epoch(self) -> EpochStats:
         self.history.append(EpochStats(epoch=len(self.history)))
@@ -35,6 +42,10 @@ class LoaderState:
         """Drop the slots kept for later epochs (batches the user holds stay valid)."""
         self._shared_pool = None
         self._local = None
+
+    def close_backends(self) -> None:
+        """Free the backends the main process opened (its DPU sets)."""
+        self.backends.close()
 
     def return_shared_pool(self, pool: SlotPool) -> None:
         pool.release_unlent()
@@ -55,3 +66,10 @@ def _allocate_plain(nbytes: int) -> torch.Tensor:
 
 def _allocate_pinned(nbytes: int) -> torch.Tensor:
     return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+
+
+def _close_quietly(backends: Backends) -> None:
+    try:
+        backends.close()
+    except Exception:
+        pass

@@ -24,7 +24,9 @@ from torch.utils.data._utils import worker as torch_worker
 from torch.utils.data.graph_settings import apply_random_seed
 
 from pimloader.errors import TOO_MANY_OPEN_FILES, WorkerError
-from ._produce import make_producer
+from pimloader.backends.select import Backends
+
+from ._produce import ProducerContext, make_producer
 from ._slots import SlotWriter
 
 STATUS_CHECK_INTERVAL = 0.5
@@ -53,8 +55,7 @@ class WorkerConfig:
     worker_id: int
     num_workers: int
     shared_seed: int | None
-    image_pipeline: object = None
-    sample_transform: object = None
+    pipeline: object = None   # pipelines.select.build_pipeline's (None: torch's path)
 
 
 def _seed_like_torch(base_seed: int, worker_id: int) -> int:
@@ -78,6 +79,7 @@ class _Worker:
         self.shared_rng = torch.Generator()
         self.writer = SlotWriter(config.worker_id, flags, _allocate_shared, inherited_slots)
         self.producer = None
+        self.backends = Backends()  # this worker's own (DPU sets), closed when it exits
         self.pending_error: WorkerError | None = None
         self.iteration_end = False
 
@@ -102,9 +104,9 @@ class _Worker:
 
     def _new_producer(self) -> None:
         config = self.config
-        self.producer = make_producer(
+        self.producer = make_producer(ProducerContext(
             self.dataset, config.is_iterable, config.auto_collation, config.collate_fn,
-            config.drop_last, self.writer, config.image_pipeline, config.sample_transform)
+            config.drop_last, self.writer, self.backends), config.pipeline)
 
     def resume(self, seed) -> None:
         self.iteration_end = False
@@ -114,6 +116,14 @@ class _Worker:
             self.pending_error = None
         except Exception:
             self.pending_error = WorkerError(_where(self.config, "while restarting iteration"))
+
+    def close(self) -> None:
+        """Free what the worker holds: its producer, then its backends (DPU sets)."""
+        self.producer = None
+        try:
+            self.backends.close()
+        except Exception:  # exiting anyway: a DPU set that fails to close is freed with us
+            pass
 
     def handle(self, index):
         if self.pending_error is not None:
@@ -144,6 +154,7 @@ def _allocate_shared(nbytes: int) -> torch.Tensor:
 def worker_loop(config: WorkerConfig, dataset_holder: list, index_queue, result_queue,
                 done_event, flags: torch.Tensor, inherited_slots: list) -> None:
     parent = os.getppid()
+    worker = None
     try:
         torch._C._set_worker_signal_handlers()
         torch.set_num_threads(1)
@@ -171,6 +182,8 @@ def worker_loop(config: WorkerConfig, dataset_holder: list, index_queue, result_
         pass
     finally:
         torch_worker._worker_info = None
+        if worker is not None:
+            worker.close()
         if done_event.is_set():
             result_queue.cancel_join_thread()  # the loader is shutting down: don't flush
         result_queue.close()  # otherwise flush, releasing the lock all workers write under

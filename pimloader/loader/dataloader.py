@@ -7,10 +7,10 @@ from typing import TypeVar
 import torch
 from torch.utils.data import DataLoader
 
-from pimloader.pipelines.classification import build_image_pipeline
+from pimloader.pipelines.select import PipelineOptions, build_pipeline
+
 from ._multi import MultiProcessIter
 from ._single import SingleProcessIter
-from pimloader.pipelines.in_memory import build_in_memory_images
 from ._state import LoaderState
 from ._stats import EpochStats
 
@@ -65,16 +65,9 @@ class PIMDataLoader(DataLoader[_T_co]):
                  memory_format=torch.contiguous_format, nr_dpus: int = 64,
                  nr_tasklets: int = 16, dpu_profile: str = "", **kwargs) -> None:
         super().__init__(dataset, *args, **kwargs)
-        self._image_pipeline = build_image_pipeline(
-            dataset, transform, backend=backend, on_error=on_error, reduced_dct=reduced_dct,
-            memory_format=memory_format, nr_dpus=nr_dpus, nr_tasklets=nr_tasklets,
-            dpu_profile=dpu_profile)
-        self._sample_transform = None
-        if self._image_pipeline is None and transform is not None:
-            self._sample_transform = build_in_memory_images(
-                transform, backend=backend, nr_dpus=nr_dpus, nr_tasklets=nr_tasklets,
-                dpu_profile=dpu_profile) \
-                or transform
+        options = PipelineOptions(backend, on_error, reduced_dct, memory_format, nr_dpus,
+                                  nr_tasklets, dpu_profile)
+        self._pipeline = build_pipeline(dataset, transform, options)
 
     def _get_iterator(self):
         if self.num_workers == 0:
@@ -94,14 +87,16 @@ class PIMDataLoader(DataLoader[_T_co]):
         return list(self._state.history)
 
     def close(self) -> None:
-        """Stop persistent workers and free the batch slots kept for later epochs now,
-        rather than when the loader is garbage-collected. Batches still held stay valid;
-        the loader can be iterated again (it starts afresh)."""
+        """Stop persistent workers (each frees its DPU set as it exits), free the DPU set
+        of the main process and the batch slots kept for later epochs now, rather than when
+        the loader is garbage-collected. Batches still held stay valid; the loader can be
+        iterated again (it starts afresh)."""
         iterator = self._iterator
         self._iterator = None
         if iterator is not None and hasattr(iterator, "_shutdown_workers"):
             iterator._shutdown_workers()
         self._state.release_buffers()
+        self._state.close_backends()
 
     def __enter__(self) -> "PIMDataLoader":
         return self

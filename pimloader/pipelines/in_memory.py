@@ -19,6 +19,8 @@ even that for a channels_last tensor, whose HWC view already is interleaved.
 from __future__ import annotations
 
 import dataclasses
+import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,13 +29,16 @@ import torch
 import torchvision.transforms.v2 as v2
 from torchvision import tv_tensors
 
-from pimloader.loader._fetch import image_of, with_image
-from .classification import ImagePipeline, _dpu_config, _lookup_table, _native_available
+from pimloader.backends.select import choose_backend, native_available
+from pimloader.loader._fetch import Fetcher, TransformingFetcher, image_of, with_image
+from pimloader.loader._produce import BatchProducer, Produced
 from pimloader.loader._slots import SlotBatch, SlotWriter
 from pimloader.transforms._params import Geometry, SampleParams
 from pimloader.transforms._plan import Plan
 
-# Steps that refuse tensors (they take PIL images or arrays): such a pipeline stays Python.
+from .images import ImagePipeline, lookup_table
+from .runs import RunBatcher
+
 _TENSOR_REFUSING = ("torchvision.transforms.transforms.ToTensor",
                     "torchvision.transforms.transforms.PILToTensor")
 _GRAYSCALE_STEPS = (v2.Grayscale, v2.RandomGrayscale)
@@ -43,7 +48,7 @@ _GRAYSCALE_STEPS = (v2.Grayscale, v2.RandomGrayscale)
 class InMemoryImages:
     """The loader's `transform` for in-memory images (picklable: it travels to workers).
 
-    Calling it is the Python transform; `begin_batch` starts the native path."""
+    Calling it is the Python transform; `make_producer` starts the native path."""
 
     transform: Any                           # the user's pipeline, for ineligible samples
     plan: Plan
@@ -51,10 +56,14 @@ class InMemoryImages:
     returns_image: tuple[bool, bool]         # output is a tv_tensors.Image, by input kind
     takes_image_inputs: bool                 # tv_tensors.Image inputs may run natively
 
-    CHUNK = 32  # samples per kernel call at most, as the encoded path's batches
-
     def __call__(self, image):
         return self.transform(image)
+
+    def make_producer(self, context):
+        router = context.backends.router(next(iter(self.pipelines.values())).backend)
+        fetcher = KernelTransformingFetcher(context.plain_fetcher(), self, router)
+        return InMemoryImageProducer(fetcher, context.collate_fn, context.auto_collation,
+                                     context.writer)
 
     # -- which samples run natively -------------------------------------------------------
 
@@ -70,18 +79,13 @@ class InMemoryImages:
             return None
         return self.pipelines.get(image.shape[0])
 
-    # -- a batch of samples ---------------------------------------------------------------
-
-    def begin_batch(self) -> "_BatchOfSamples":
-        return _BatchOfSamples(self)
-
-    def one(self, image: torch.Tensor, pipeline: ImagePipeline,
-            params: SampleParams) -> torch.Tensor:
+    def one(self, image: torch.Tensor, pipeline: ImagePipeline, params: SampleParams,
+            router) -> torch.Tensor:
         """One sample's image through the plan (kernel, or torchvision's ops), then tail."""
         if params.geometry is None:
             output = pipeline.replayed_image(image, params)
         else:
-            output = render(pipeline, [image], [params.geometry])[0]
+            output = _KernelSample(0, image, pipeline, params.geometry).rendered(router)
         output = self.as_output_kind(output, type(image) is tv_tensors.Image)
         for step in self.plan.tail:
             output = step(output)
@@ -94,14 +98,76 @@ class InMemoryImages:
         return output.as_subclass(torch.Tensor) if type(output) is not torch.Tensor else output
 
 
+class KernelTransformingFetcher(TransformingFetcher):
+    """Applies an `InMemoryImages` to each fetched sample's image, as a dataset transform
+    would: each eligible sample's parameters are drawn right after the dataset returns it,
+    before the next one is fetched (the others are transformed as Python at once), and the
+    batch's eligible images are rendered in kernel runs once the batch is fetched."""
+
+    def __init__(self, fetcher: Fetcher, images: InMemoryImages, router) -> None:
+        super().__init__(fetcher, images)
+        self.images = images
+        self.router = router
+
+    def fetch(self, index, each=None):
+        samples = self.finished(self.drawn(index))
+        return samples if self.auto_collation else samples[0]
+
+    def drawn(self, index) -> "_BatchOfSamples":
+        """The batch at `index`, each sample's parameters drawn (or its Python transform
+        run) as it was fetched; its kernel samples are not rendered."""
+        self._stage = ""
+        batch = _BatchOfSamples(self.images, self.router)
+        self.fetcher.fetch(index, lambda sample: self._in_stage(batch.add, sample))
+        return batch
+
+    def finished(self, batch: "_BatchOfSamples") -> list:
+        """The drawn batch's samples, the kernel's outputs in place of their images."""
+        return self._rendering(batch, batch.finish)
+
+    def written(self, batch: "_BatchOfSamples", writer):
+        """The drawn batch rendered straight into a slot of `writer` (a SlotBatch), or
+        None, with nothing rendered, when it does not fit one."""
+        return self._rendering(batch, lambda: batch.write_into(writer))
+
+    def _rendering(self, batch, render):
+        self._stage = " (the batch's kernel run)"
+        result = render()
+        self._stage = ""
+        if result is not None:
+            self.kernel_samples += batch.kernel_samples
+        return result
+
+
+class InMemoryImageProducer(BatchProducer):
+    """A BatchProducer over a KernelTransformingFetcher: a batch whose images all take the
+    kernel with one output shape and dtype is rendered straight into the rows of a batch
+    slot, without per-sample outputs; any other batch (or no free slot) takes
+    BatchProducer's path, unchanged."""
+
+    def produce(self, index) -> Produced:
+        if self.writer is None:
+            return super().produce(index)
+        start = time.perf_counter()
+        batch = self.fetcher.drawn(index)
+        fetched = time.perf_counter()
+        data = self.fetcher.written(batch, self.writer)
+        direct_samples = len(batch) if data is not None else 0
+        if data is None:
+            data = self.written_or_collated(index, self.fetcher.finished(batch))
+        return self.produced(data, len(batch), fetched - start,
+                             time.perf_counter() - fetched, direct_samples)
+
+
 class _BatchOfSamples:
     """One batch on the native path: `add` each sample as soon as it is fetched (its
     parameters are drawn then, or, for a sample the kernel does not take, it is transformed
     as Python then); the kernel samples are rendered afterwards, in runs, either into
     per-sample outputs (`finish`) or straight into the rows of a batch slot (`write_into`)."""
 
-    def __init__(self, images: InMemoryImages) -> None:
+    def __init__(self, images: InMemoryImages, router) -> None:
         self.images = images
+        self.router = router
         self.results: list = []
         self.pending: list[_KernelSample] = []  # drawn, not rendered yet
         self.kernel_samples = 0
@@ -120,19 +186,34 @@ class _BatchOfSamples:
         params = images.plan.draw(image.shape[1], image.shape[2])
         if images.plan.tail or params.geometry is None:
             # alone: the tail's own draws come before the next sample's
-            self.results[position] = with_image(sample, images.one(image, pipeline, params))
+            output = images.one(image, pipeline, params, self.router)
+            self.results[position] = with_image(sample, output)
             self.kernel_samples += params.geometry is not None
             return sample
         self.pending.append(_KernelSample(position, image, pipeline, params.geometry))
         return sample
 
     def finish(self) -> list:
-        """Every sample, with the kernel's output (one tensor each) as its image."""
-        for run in self._runs():
-            for pending, output in zip(run, _rendered_run(run).unbind(0)):
-                sample = self.results[pending.position]
-                self.results[pending.position] = with_image(
-                    sample, self.images.as_output_kind(output, pending.is_image))
+        """Every sample, with the kernel's output as its image: the outputs of one pipeline
+        and size are rows of one tensor, so that consecutive ones share kernel runs."""
+        counts: Counter = Counter()
+        rows = []
+        for pending in self.pending:
+            rows.append((pending.output_key, counts[pending.output_key]))
+            counts[pending.output_key] += 1
+        outputs: dict[tuple, torch.Tensor] = {}
+        for pending in self.pending:
+            if pending.output_key not in outputs:
+                outputs[pending.output_key] = pipeline_output(
+                    pending.pipeline, counts[pending.output_key], pending.geometry.size)
+        runs = RunBatcher(self.router, len(self.pending))
+        for pending, (key, row) in zip(self.pending, rows):
+            pending.add_to(runs, outputs[key], row)
+        runs.flush()
+        for pending, (key, row) in zip(self.pending, rows):
+            sample = self.results[pending.position]
+            self.results[pending.position] = with_image(
+                sample, self.images.as_output_kind(outputs[key][row], pending.is_image))
         self._rendered()
         return self.results
 
@@ -169,20 +250,10 @@ class _BatchOfSamples:
 
     def _render_rows(self, rows: torch.Tensor) -> None:
         """Renders the images into `rows` (N, C, H, W), sample i into row i."""
-        for run in self._runs():
-            first = run[0].position
-            _rendered_run(run, out=rows[first:first + len(run)])
-
-    def _runs(self) -> list[list["_KernelSample"]]:
-        """The pending samples in kernel calls: consecutive ones of one pipeline, output size
-        and interpolation, `CHUNK` at most per call."""
-        runs: list[list[_KernelSample]] = []
+        runs = RunBatcher(self.router, len(self.pending))
         for pending in self.pending:
-            run = runs[-1] if runs else None
-            if run is None or len(run) == self.images.CHUNK or not run[0].runs_with(pending):
-                runs.append([])
-            runs[-1].append(pending)
-        return runs
+            pending.add_to(runs, rows, pending.position)
+        runs.flush()
 
     def _rendered(self) -> None:
         self.kernel_samples += len(self.pending)
@@ -202,29 +273,25 @@ class _KernelSample:
     def is_image(self) -> bool:
         return type(self.image) is tv_tensors.Image
 
-    def runs_with(self, other: "_KernelSample") -> bool:
-        return (other.pipeline is self.pipeline and other.geometry.size == self.geometry.size
-                and other.geometry.interpolation == self.geometry.interpolation)
+    @property
+    def output_key(self) -> tuple:
+        return (id(self.pipeline), self.geometry.size)
+
+    def add_to(self, runs: RunBatcher, out: torch.Tensor, row: int) -> None:
+        """Row `row` of `out` (N, C, H, W) is this sample's output."""
+        source, moved = hwc_region(self.image, self.geometry)
+        runs.add(out, row, source, moved.box, moved, "NCHW", self.pipeline.lut)
+
+    def rendered(self, router) -> torch.Tensor:
+        out = pipeline_output(self.pipeline, 1, self.geometry.size)
+        runs = RunBatcher(router, 1)
+        self.add_to(runs, out, 0)
+        runs.flush()
+        return out[0]
 
 
-def _rendered_run(run: list[_KernelSample], out: torch.Tensor | None = None) -> torch.Tensor:
-    return render(run[0].pipeline, [sample.image for sample in run],
-                  [sample.geometry for sample in run], out)
-
-
-def render(pipeline: ImagePipeline, images: list, geometries: list[Geometry],
-           out: torch.Tensor | None = None) -> torch.Tensor:
-    """The kernel's outputs for CHW uint8 `images` (one call; the same output size), in
-    `out` (N, C, H, W) or in a new tensor."""
-    regions = [hwc_region(image, geometry) for image, geometry in zip(images, geometries)]
-    sources = [source for source, _ in regions]
-    moved = [geometry for _, geometry in regions]
-    size = moved[0].size
-    if out is None:
-        out = torch.empty((len(images), pipeline.out_channels, *size),
-                          dtype=pipeline.plan.output_dtype)
-    pipeline.resample(sources, [g.box for g in moved], size, out, moved, "NCHW")
-    return out
+def pipeline_output(pipeline: ImagePipeline, count: int, size) -> torch.Tensor:
+    return torch.empty((count, pipeline.out_channels, *size), dtype=pipeline.plan.output_dtype)
 
 
 def hwc_region(image: torch.Tensor, geometry: Geometry) -> tuple[np.ndarray, Geometry]:
@@ -268,8 +335,7 @@ def _clipped_axis(start: int, length: int, pad_before: int, extent: int):
 
 # -- building it ----------------------------------------------------------------------------
 
-def build_in_memory_images(transform, *, backend: str, nr_dpus: int = 64,
-                           nr_tasklets: int = 16, dpu_profile: str = "") -> InMemoryImages | None:
+def build(transform, options) -> InMemoryImages | None:
     """The native path for in-memory images under `transform`, or None (Python only)."""
     from pimloader.transforms import lower
     from pimloader.transforms._lower import _flatten
@@ -279,10 +345,11 @@ def build_in_memory_images(transform, *, backend: str, nr_dpus: int = 64,
     plan = lower(transform, warn=False)
     if not (plan.geometric or plan.colour or plan.elementwise):
         return None
-    if not _native_available(backend):
+    if not native_available(options.backend):
         return None
-    dpus = _dpu_config(backend, nr_dpus, nr_tasklets, dpu_profile)
-    pipelines = {channels: ImagePipeline(None, plan, lut, False, False, dpus=dpus,
+    backend = choose_backend(options.backend, options.nr_dpus, options.nr_tasklets,
+                             options.dpu_profile)
+    pipelines = {channels: ImagePipeline(None, plan, lut, False, False, backend=backend,
                                          channels=channels)
                  for channels, lut in _tables_by_channels(plan).items()}
     if not pipelines:
@@ -308,7 +375,7 @@ def _tables_by_channels(plan: Plan) -> dict[int, np.ndarray | None]:
         if channels == 1 and any(isinstance(step, _GRAYSCALE_STEPS) for step in plan.colour):
             continue
         try:
-            table = _lookup_table(plan, channels)
+            table = lookup_table(plan, channels)
         except (RuntimeError, ValueError, TypeError):
             continue  # e.g. a three-channel Normalize: torchvision's error, from Python
         if plan.elementwise and (table is None or

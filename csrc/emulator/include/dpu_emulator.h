@@ -60,4 +60,7 @@ dpu_error_t dpuemu_wait_idle(struct dpu_set_t dpu_set);
 dpu_error_t dpuemu_nr_running(struct dpu_set_t dpu_set, uint32_t *nr_running);
 dpu_error_t dpuemu_queued_jobs(struct dpu_set_t dpu_set, uint32_t *nr_jobs);
 
+/* DPUs this process has allocated and not freed: tests that a loader frees its DPU sets. */
+dpu_error_t dpuemu_live_dpus(uint32_t *nr_dpus);
+
 #endif /* PIMLOADER_DPU_EMULATOR_H */

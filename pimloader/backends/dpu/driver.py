@@ -1,6 +1,6 @@
 """The DPU backend of the fused crop + resize + flip + convert step.
 
-`DpuBackend` drives the host driver of csrc/dpu_driver.c (libdpu API only) through a cffi
+`DpuDriver` drives the host driver of csrc/dpu_driver.c (libdpu API only) through a cffi
 module: `pimloader._dpu_emulated` (the driver built against pimloader's libdpu emulator;
 always present) or `pimloader._dpu_upmem` (built against UPMEM's SDK when setup.py found it;
 see docs/dpu.md). The kernel is dpu_src/crop_resize.c: for the emulator it is compiled with
@@ -23,32 +23,15 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 import numpy as np
-import torch
 
 from pimloader.backends import kernels as K
+from pimloader.errors import DpuBackendError, DpuFaultError, DpuKernelError
 
 _REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 KERNEL_SOURCE = os.path.join(_REPO, "dpu_src", "crop_resize.c")
 KERNEL_INCLUDES = (os.path.join(_REPO, "dpu_src"), os.path.join(_REPO, "csrc", "include"))
 DEFAULT_STACK_BYTES = 1024
 ALL_DPUS = 0xFFFFFFFF  # DPU_ALLOCATE_ALL
-
-
-class DpuBackendError(RuntimeError):
-    """A DPU run failed. `dpu` is the index of the DPU concerned (None: the whole set)."""
-
-    def __init__(self, message: str, code: int = 0, dpu: Optional[int] = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.dpu = dpu
-
-
-class DpuFaultError(DpuBackendError):
-    """A DPU faulted during the launch."""
-
-
-class DpuKernelError(DpuBackendError):
-    """The kernel refused its chunk (invalid descriptor, table or build)."""
 
 
 @dataclass
@@ -66,7 +49,8 @@ class DpuCounters:
     wram_heap_peak: int
 
 
-def _module(emulated: bool):
+def driver_module(emulated: bool):
+    """The cffi module of the driver: the emulator build, or the UPMEM SDK build."""
     name = "pimloader._dpu_emulated" if emulated else "pimloader._dpu_upmem"
     missing = ("the UPMEM SDK build of the DPU driver (pimloader._dpu_upmem) is missing: install the SDK "
                "(dpu-pkg-config on the PATH or UPMEM_HOME) and rebuild (see docs/dpu.md)")
@@ -79,6 +63,11 @@ def _module(emulated: bool):
     if not hasattr(mod, "lib"):  # csrc/build_dpu_upmem.py's placeholder: built without the SDK
         raise DpuBackendError(missing)
     return mod
+
+
+def emulator_live_dpus() -> int:
+    """DPUs this process allocated on the emulator through the driver and has not freed."""
+    return int(driver_module(True).lib.pim_dpu_emulator_live_dpus())
 
 
 def build_kernel(nr_tasklets: int, stack_bytes: int, emulated: bool) -> str:
@@ -97,14 +86,14 @@ def build_kernel(nr_tasklets: int, stack_bytes: int, emulated: bool) -> str:
         raise DpuBackendError(f"DPU backend: {error}") from error
 
 
-class DpuBackend:
-    """DPUs running the fused kernel: `with DpuBackend(64, 16) as dpus: dpus.run(...)`."""
+class DpuDriver:
+    """DPUs running the fused kernel: `with DpuDriver(64, 16) as dpus: dpus.run(...)`."""
 
     def __init__(self, nr_dpus: int = 64, nr_tasklets: int = 16, profile: str = "", emulated: bool = True,
                  *, binary: Optional[str] = None, stack_bytes: int = DEFAULT_STACK_BYTES) -> None:
         if not 1 <= int(nr_tasklets) <= 24:
             raise ValueError(f"nr_tasklets must be 1..24, got {nr_tasklets}")
-        self._mod = _module(emulated)
+        self._mod = driver_module(emulated)
         self.ffi, self.lib = self._mod.ffi, self._mod.lib
         self.emulated = bool(self.lib.pim_dpu_emulated())
         self.nr_tasklets = int(nr_tasklets)
@@ -139,7 +128,7 @@ class DpuBackend:
                 if self.lib.pim_dpu_close(drv, err, len(err)) != 0:
                     raise DpuBackendError(f"DPU backend: {self.ffi.string(err).decode(errors='replace')}")
 
-    def __enter__(self) -> "DpuBackend":
+    def __enter__(self) -> "DpuDriver":
         return self
 
     def __exit__(self, *exc) -> None:
@@ -176,38 +165,19 @@ class DpuBackend:
         `max_pending` batches may be in flight. Errors of the DPUs' work (a fault, a failed
         transfer) are raised by `wait()`; errors of the arguments are raised here."""
         drv = self._driver()
-        if isinstance(out, torch.Tensor):
-            dtype = out.dtype
-        else:
-            dtype = {np.dtype(np.uint8): torch.uint8, np.dtype(np.float16): torch.float16,
-                     np.dtype(np.float32): torch.float32}.get(np.asarray(out).dtype)
-        if dtype not in K.OUT_DTYPES:
-            raise ValueError(f"output dtype must be one of {list(K.OUT_DTYPES)}, got {out.dtype}")
-        packed, arrays = K.pack_batch(sources, boxes, size, hflip=hflip, vflip=vflip,
-                                      interpolation=interpolation, layout=layout, out_dtype=dtype,
-                                      windows=windows)
+        packed, arrays, lut = K.checked_batch(sources, boxes, size, out, hflip=hflip, vflip=vflip,
+                                              interpolation=interpolation, layout=layout, lut=lut,
+                                              windows=windows)
         n = len(arrays)
         if n == 0:
             return DpuBatch(self, 0, out)
-        c = arrays[0].shape[2]
-        oh, ow = (int(v) for v in size)
-        want = (n, c, oh, ow) if layout == "NCHW" else (n, oh, ow, c)
-        if tuple(out.shape) != want:
-            raise ValueError(f"out has shape {tuple(out.shape)}, {layout} batch needs {want}")
         lut_ptr, lut_bytes = self.ffi.NULL, 0
-        if dtype == torch.uint8:
-            if lut is not None:
-                raise ValueError("uint8 output takes no lookup table")
-        else:
-            want_lut = K.OUT_DTYPES[dtype][1]
-            if lut is None or lut.dtype != want_lut or lut.shape != (c, 256):
-                raise ValueError(f"{dtype} output needs a [{c}, 256] {np.dtype(want_lut)} lookup table "
-                                 f"(normalize_lut / lut_from_fn)")
-            lut = np.ascontiguousarray(lut)
+        if lut is not None:
             lut_ptr, lut_bytes = self.ffi.cast("void *", self.ffi.from_buffer(lut)), lut.nbytes
         samples = np.ascontiguousarray(packed.samples, dtype=K.SAMPLE_DTYPE)
         tables = np.ascontiguousarray(packed.tables, dtype=np.uint8)
-        dst, dst_bytes = self._out_pointer(out)
+        address, dst_bytes = K.out_address(out)
+        dst = self.ffi.cast("uint8_t *", address)
         keep = [self.ffi.from_buffer(a) if a.flags.c_contiguous else None for a in arrays]
         srcs = self.ffi.new("uint8_t *[]", [self.ffi.cast("uint8_t *", k) if k is not None
                                             else self.ffi.cast("uint8_t *", a.ctypes.data)
@@ -267,17 +237,6 @@ class DpuBackend:
             raise ValueError(message)
         raise DpuBackendError(message, rc, dpu)
 
-    def _out_pointer(self, out):
-        if isinstance(out, torch.Tensor):
-            if out.device.type != "cpu" or not out.is_contiguous():
-                raise ValueError("out must be a contiguous CPU tensor")
-            return self.ffi.cast("uint8_t *", out.data_ptr()), out.numel() * out.element_size()
-        if isinstance(out, np.ndarray):
-            if not out.flags.c_contiguous or not out.flags.writeable:
-                raise ValueError("out must be a writeable C-contiguous array")
-            return self.ffi.cast("uint8_t *", out.ctypes.data), out.nbytes
-        raise TypeError(f"out must be a torch.Tensor or numpy.ndarray, not {type(out).__name__}")
-
     # -- what the last run did -----------------------------------------------------------
     def run_info(self) -> dict:
         """What the last submitted batch was planned as (sizes of the transfers)."""
@@ -311,12 +270,12 @@ class DpuBackend:
 
 
 class DpuBatch:
-    """A batch queued by `DpuBackend.submit`: `wait()` returns its output once the DPUs are done.
+    """A batch queued by `DpuDriver.submit`: `wait()` returns its output once the DPUs are done.
 
     Holds the output batch until then. Dropping an unwaited handle cancels the batch (its
     queued jobs run out; nothing is written to the output)."""
 
-    def __init__(self, backend: DpuBackend, ticket: int, out) -> None:
+    def __init__(self, backend: DpuDriver, ticket: int, out) -> None:
         self.backend = backend
         self.ticket = ticket
         self.out = out
@@ -361,4 +320,4 @@ class DpuBatch:
             pass
 
 
-__all__ = ["DpuBackend", "DpuBatch", "DpuBackendError", "DpuFaultError", "DpuKernelError", "DpuCounters"]
+__all__ = ["DpuDriver", "DpuBatch", "DpuCounters", "driver_module", "emulator_live_dpus"]

@@ -19,7 +19,8 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
-from pimloader import _dpuemu
+from pimloader import _dpuemu, errors
+from pimloader.errors import DpuBackendError
 from .toolchain import build_atomically, cache_folder, content_key, define_flags
 
 ffi = _dpuemu.ffi
@@ -55,7 +56,7 @@ ASYNC_JOBS = 1 << 31          # DPU_ERR_ASYNC_JOBS: a queued job of the rank fai
 ASYNC_JOB_TYPE_SHIFT = 16     # DPU_ERROR_ASYNC_JOB_TYPE_SHIFT
 
 
-class DpuError(RuntimeError):
+class DpuError(DpuBackendError):
     """A libdpu call on emulated DPUs returned an error.
 
     `code` is the dpu_error_t as returned; `error` its plain error (the low 16 bits: a failed
@@ -69,11 +70,13 @@ class DpuError(RuntimeError):
         self.error = self.code & ((1 << ASYNC_JOB_TYPE_SHIFT) - 1)
         self.detail = detail
         text = ffi.string(lib.dpu_error_to_string(self.code)).decode()
-        super().__init__(f"{call}: {text} (dpu_error_t 0x{self.code:x})" + (f": {detail}" if detail else ""))
+        super().__init__(f"{call}: {text} (dpu_error_t 0x{self.code:x})" + (f": {detail}" if detail else ""),
+                         self.code)
 
 
-class DpuFaultError(DpuError):
-    """A DPU faulted (a hardware rule broken); `detail` names the rule, DPU and tasklet."""
+class DpuFaultError(DpuError, errors.DpuFaultError):
+    """A DPU faulted (a hardware rule broken); `detail` names the rule, DPU and tasklet.
+    The libdpu call's error with its fields, and a `pimloader.DpuFaultError` like any other."""
 
 
 def compile_kernel(source: str, output: Optional[str] = None, *, nr_tasklets: int = 16,

@@ -1,0 +1,89 @@
+"""The one interface every backend of the fused kernel implements.
+
+A backend says which samples it can run (`unsupported`) and runs a `KernelRun`: `submit`
+returns a handle at once and the handle's `wait()` returns once the run's rows are written.
+The CPU backend computes inside `submit` (its handle is complete); a DPU backend queues the
+transfers and the launch and lets the host go on decoding. Pipelines never ask which
+backend they have: they hand runs to a `Backends` router (backends/select.py), which sends
+each sample to the first backend of its chain that supports it.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+
+@dataclass
+class KernelRun:
+    """One kernel call: consecutive rows of `out`, each a decoded source resampled through
+    its geometry (box -> resized -> window -> flips -> padding, colour), then converted
+    through the lookup table `lut`. Every geometry has the output size `size` and one
+    interpolation."""
+
+    sources: list                  # uint8 HWC arrays
+    boxes: list                    # (top, left, height, width) within each source
+    size: tuple                    # (out_height, out_width)
+    out: torch.Tensor              # the run's rows: (N, C, H, W), or (N, H, W, C) for NHWC
+    geometries: list               # transforms._params.Geometry, one per row
+    layout: str = "NCHW"
+    lut: np.ndarray | None = None
+
+    def kernel_arguments(self) -> dict[str, Any]:
+        """The keyword arguments of `backends.kernels.resized_crop_batch` after `sources,
+        boxes, size, out` (and of the DPU driver's `submit`, which takes no padding or
+        colour: a backend that runs neither never receives them)."""
+        geometries = self.geometries
+        arguments = dict(hflip=[g.hflip for g in geometries], vflip=[g.vflip for g in geometries],
+                         interpolation=geometries[0].interpolation.value, layout=self.layout,
+                         lut=self.lut, windows=[(*g.resized, *g.window[:2]) for g in geometries])
+        if any(g.padding is not None or g.colour for g in geometries):
+            coloured = [g for g in geometries if g.colour]
+            arguments.update(
+                paddings=[g.padding and g.padding.as_kernel() for g in geometries],
+                colours=[g.colour for g in geometries],
+                fused_mul_add=False if coloured and coloured[0].colour_v1 else None)
+        return arguments
+
+
+class Handle(ABC):
+    """A submitted run: `wait()` returns once its rows are written (and raises its error)."""
+
+    @abstractmethod
+    def wait(self): ...
+
+
+class Done(Handle):
+    """The handle of a run that completed inside `submit`."""
+
+    def __init__(self, out) -> None:
+        self.out = out
+
+    def wait(self):
+        return self.out
+
+
+class Backend(ABC):
+    """Where the fused kernel runs. Opened by `BackendSpec.open()`, closed by `close()`."""
+
+    name: str = ""
+    kernel: str = "the kernel"   # what it runs, as messages name it
+
+    @abstractmethod
+    def unsupported(self, geometry) -> str:
+        """What of this sample's geometry the backend cannot do ("" when it runs it)."""
+
+    @abstractmethod
+    def submit(self, run: KernelRun) -> Handle:
+        """Start the run; argument errors are raised here, errors of the work by `wait()`.
+        The sources may be reused once this returns; `run.out` only after `wait()`."""
+
+    def run_rows(self, batch_rows: int) -> int:
+        """How many rows a run should have in a batch of `batch_rows`."""
+        return 32
+
+    def close(self) -> None:
+        """Free what the backend holds (DPU sets); runs in flight are dropped."""

@@ -1,0 +1,51 @@
+"""The DPU backend behind the one backend interface: runs on a DPU set through the driver."""
+from __future__ import annotations
+
+from ..base import Backend, KernelRun
+from .driver import DpuBatch, DpuDriver
+
+
+class DpuBackend(Backend):
+    """The fused kernel on `nr_dpus` DPUs (`emulated`: pimloader's libdpu emulator).
+
+    The DPU kernel crops, resizes, flips and converts; it neither pads nor adjusts colours
+    (`unsupported` says so, and the router sends those samples to the CPU backend).
+
+    Run size (`run_rows`): at least one row per DPU, since the driver gives each DPU a
+    contiguous run of whole samples and a DPU without one idles through the launch (a real
+    rank launches all its 64 DPUs at once); at least `MIN_RUN_ROWS`, as each run costs a
+    fixed overhead (planning, a launch, on the emulator NR_TASKLETS threads per DPU: runs of
+    8 rows on 8 DPUs measured slower than runs of 32); but at most half the batch, so that a
+    batch has two runs or more and its decode overlaps DPU work. With 64 DPUs and batches
+    of 256: 4 runs of 64 rows."""
+
+    MIN_RUN_ROWS = 32
+    kernel = "the DPU kernel"
+
+    def __init__(self, nr_dpus: int = 64, nr_tasklets: int = 16, profile: str = "",
+                 emulated: bool = True) -> None:
+        self.driver = DpuDriver(nr_dpus, nr_tasklets, profile, emulated=emulated)
+        self.name = "emulator" if emulated else "upmem"
+
+    @property
+    def nr_dpus(self) -> int:
+        return self.driver.nr_dpus
+
+    def unsupported(self, geometry) -> str:
+        needs = (["pad"] if geometry.padding is not None else []) + \
+            (["adjust colours"] if geometry.colour else [])
+        return " or ".join(needs)
+
+    def submit(self, run: KernelRun) -> DpuBatch:
+        return self.driver.submit(run.sources, run.boxes, run.size, run.out,
+                                  **run.kernel_arguments())
+
+    def run_rows(self, batch_rows: int) -> int:
+        return self.run_rows_for(self.nr_dpus, batch_rows)
+
+    @classmethod
+    def run_rows_for(cls, nr_dpus: int, batch_rows: int) -> int:
+        return max(1, min(max(nr_dpus, cls.MIN_RUN_ROWS), -(-batch_rows // 2)))
+
+    def close(self) -> None:
+        self.driver.close()
