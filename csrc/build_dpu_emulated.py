@@ -14,10 +14,9 @@ from cffi import FFI
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from build_dpuemu import emulator_build_args  # noqa: E402
-from build_kernels import INCLUDE, _BLOCK, _rel  # noqa: E402
+from build_kernels import INCLUDE, SHARED_INCLUDE, _BLOCK, _rel  # noqa: E402
 
-DPU_SRC = os.path.join(os.path.dirname(HERE), "dpu_src")
-HEADERS = (os.path.join(INCLUDE, "pim_params.h"), os.path.join(DPU_SRC, "pim_dpu_layout.h"),
+HEADERS = (os.path.join(SHARED_INCLUDE, "pim_params.h"), os.path.join(SHARED_INCLUDE, "pim_dpu_layout.h"),
            os.path.join(INCLUDE, "pim_dpu_driver.h"))
 
 
@@ -35,7 +34,7 @@ def driver_cdef() -> str:
 
 def driver_source_args() -> dict:
     """What both driver builds share: the source, include dirs and headers."""
-    return dict(sources=[_rel(os.path.join(HERE, "dpu_driver.c"))], include_dirs=[INCLUDE, DPU_SRC],
+    return dict(sources=[_rel(os.path.join(HERE, "dpu_driver.c"))], include_dirs=[INCLUDE, SHARED_INCLUDE],
                 depends=list(HEADERS))
 
 

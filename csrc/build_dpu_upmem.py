@@ -79,7 +79,7 @@ def prebuild_default_kernel():
     built = toolchain.build_kernel(
         os.path.join(repo, "dpu_src", "crop_resize.c"), nr_tasklets=16,
         defines={"STACK_SIZE_DEFAULT": 1024},
-        include_dirs=[os.path.join(repo, "dpu_src"), os.path.join(repo, "csrc", "include")])
+        include_dirs=[os.path.join(repo, "include")])
     print(f"pimloader: DPU kernel built: {built}")
 
 
