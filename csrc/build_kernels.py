@@ -48,7 +48,7 @@ ffibuilder.set_source(
                                                              "cpu_colour_avx2.c", "axis_tables.c")],
     include_dirs=[INCLUDE, SHARED_INCLUDE],
     depends=[os.path.join(SHARED_INCLUDE, h) for h in ("pim_params.h", "pim_resample.h")]
-    + [os.path.join(INCLUDE, h) for h in ("pim_cpu.h", "pim_extra.h", "pim_cpu_internal.h")],
+    + [os.path.join(INCLUDE, h) for h in ("pim_cpu.h", "pim_extra.h", "pim_cpu_colour.h")],
     # -ffp-contract=off: the colour code's float32 and the axis tables' double products and
     # sums are rounded where they are written (torch's arithmetic); the colour code's fused
     # multiply-adds are explicit fmaf calls

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "pim_cpu.h"
-#include "pim_cpu_internal.h"
+#include "pim_cpu_colour.h"
 #include "pim_resample.h"
 #include "pim_error.h"
 
@@ -269,7 +269,8 @@ int pim_cpu_simd(int request)
     return g_simd;
 }
 
-int pim_cpu_simd_level(void)
+/* The SIMD level pim_cpu_simd set (detecting the best on first use). */
+static int pim_cpu_simd_level(void)
 {
     return g_simd < 0 ? pim_cpu_simd(-1) : g_simd;
 }
@@ -736,7 +737,8 @@ static void run_one(const pim_sample_t *s, const pim_extra_t *e, const uint8_t *
     }
     run_sample(&view, src, tables, lut, NULL, sc->image, sc);
     const uint32_t channels =
-        pim_colour_apply(e, sc->image, (size_t)s->out_h * s->out_w, s->channels);
+        pim_colour_apply(e, sc->image, (size_t)s->out_h * s->out_w, s->channels,
+                         pim_cpu_simd_level());
     emit_image(s, sc->image, channels, lut, dst, sc->converted);
 }
 
