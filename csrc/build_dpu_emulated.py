@@ -34,8 +34,9 @@ def driver_cdef() -> str:
 
 def driver_source_args() -> dict:
     """What both driver builds share: the source, include dirs and headers."""
-    return dict(sources=[_rel(os.path.join(HERE, "dpu_driver.c"))], include_dirs=[INCLUDE, SHARED_INCLUDE],
-                depends=list(HEADERS))
+    return dict(sources=[_rel(os.path.join(HERE, name)) for name in ("dpu_driver.c", "axis_check.c")],
+                include_dirs=[INCLUDE, SHARED_INCLUDE],
+                depends=list(HEADERS) + [os.path.join(INCLUDE, "pim_axis_check.h")])
 
 
 ffibuilder = FFI()

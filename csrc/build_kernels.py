@@ -45,10 +45,12 @@ ffibuilder.set_source(
     "pimloader._kernels",
     '#include "pim_params.h"\n#include "pim_extra.h"\n#include "pim_cpu.h"\n',
     sources=[_rel(os.path.join(HERE, name)) for name in ("cpu_kernels.c", "cpu_colour.c",
-                                                             "cpu_colour_avx2.c", "axis_tables.c")],
+                                                             "cpu_colour_avx2.c", "axis_tables.c",
+                                                             "axis_check.c")],
     include_dirs=[INCLUDE, SHARED_INCLUDE],
     depends=[os.path.join(SHARED_INCLUDE, h) for h in ("pim_params.h", "pim_resample.h")]
-    + [os.path.join(INCLUDE, h) for h in ("pim_cpu.h", "pim_extra.h", "pim_cpu_colour.h")],
+    + [os.path.join(INCLUDE, h) for h in ("pim_cpu.h", "pim_extra.h", "pim_cpu_colour.h",
+                                            "pim_axis_check.h")],
     # -ffp-contract=off: the colour code's float32 and the axis tables' double products and
     # sums are rounded where they are written (torch's arithmetic); the colour code's fused
     # multiply-adds are explicit fmaf calls

@@ -42,6 +42,7 @@
 #include <dpu_emulator.h>
 #endif
 
+#include "pim_axis_check.h"
 #include "pim_dpu_driver.h"
 #include "pim_dpu_layout.h"
 #include "pim_params.h"
@@ -360,40 +361,6 @@ static uint32_t table_bytes(const pim_axis_t *a)
     return a->n_in == a->n_out ? (uint32_t)sizeof(pim_axis_t) : (uint32_t)PIM_AXIS_TABLE_BYTES(a->n_out, a->taps);
 }
 
-static const pim_axis_t *check_axis(const uint8_t *tables, uint64_t tables_bytes, uint32_t offset, uint32_t n_in,
-                                    uint32_t n_out, const char *name, char *msg, size_t msg_len)
-{
-    if (offset % 8 || (uint64_t)offset + sizeof(pim_axis_t) > tables_bytes) {
-        snprintf(msg, msg_len, "%s table offset %u is misaligned or outside the tables", name, offset);
-        return NULL;
-    }
-    const pim_axis_t *a = (const pim_axis_t *)(const void *)(tables + offset);
-    if (a->n_in != n_in || a->n_out != n_out) {
-        snprintf(msg, msg_len, "%s table maps %u -> %u, the sample needs %u -> %u", name, a->n_in, a->n_out, n_in,
-                 n_out);
-        return NULL;
-    }
-    if (n_in == n_out)
-        return a;
-    if (a->taps == 0 || a->taps % 4 || a->precision < PIM_MIN_PRECISION || a->precision > PIM_MAX_PRECISION ||
-        (uint64_t)offset + table_bytes(a) > tables_bytes) {
-        snprintf(msg, msg_len, "%s table is malformed (taps %u, precision %u)", name, a->taps, a->precision);
-        return NULL;
-    }
-    const pim_range_t *r = (const pim_range_t *)(const void *)((const uint8_t *)a + sizeof(pim_axis_t));
-    uint32_t prev_first = 0, prev_end = 0;
-    for (uint32_t j = 0; j < n_out; j++) {
-        if (r[j].count > a->taps || r[j].first > n_in || r[j].count > n_in - r[j].first || r[j].first < prev_first ||
-            r[j].first + r[j].count < prev_end) {
-            snprintf(msg, msg_len, "%s table output %u has a bad window", name, j);
-            return NULL;
-        }
-        prev_first = r[j].first;
-        prev_end = r[j].first + r[j].count;
-    }
-    return a;
-}
-
 /* Largest source span (pixels) of the segments of width w, in the order the kernel walks them. */
 static uint32_t max_span(const pim_axis_t *ax, int need_h, uint32_t n, uint32_t w, int hflip)
 {
@@ -560,12 +527,12 @@ static int plan_sample(const pim_dpu_driver_t *drv, const pim_sample_t *s, const
                  (unsigned long long)s->dst_offset, (unsigned long long)out_bytes, (unsigned long long)dst_bytes);
         return 0;
     }
-    const pim_axis_t *ax = check_axis(tables, tables_bytes, s->xtab_offset, s->crop_w, s->out_w, "horizontal", msg,
-                                      msg_len);
+    const pim_axis_t *ax = pim_check_axis(tables, tables_bytes, s->xtab_offset, s->crop_w, s->out_w, "horizontal",
+                                          msg, (uint32_t)msg_len);
     if (ax == NULL)
         return 0;
-    const pim_axis_t *ay = check_axis(tables, tables_bytes, s->ytab_offset, s->crop_h, s->out_h, "vertical", msg,
-                                      msg_len);
+    const pim_axis_t *ay = pim_check_axis(tables, tables_bytes, s->ytab_offset, s->crop_h, s->out_h, "vertical",
+                                          msg, (uint32_t)msg_len);
     if (ay == NULL)
         return 0;
     const int need_h = s->crop_w != s->out_w, need_v = s->crop_h != s->out_h;

@@ -1,0 +1,102 @@
+"""The host/DPU contract is written once: the CPU kernel and the DPU driver refuse a bad axis
+table with the same check (csrc/axis_check.c) and the same message."""
+import numpy as np
+import pytest
+import torch
+
+from pimloader.backends import kernels as K
+from pimloader.backends.dpu.driver import DpuBackend
+
+RNG = np.random.default_rng(5)
+IMAGE = RNG.integers(0, 256, (120, 1600, 3), dtype=np.uint8)
+
+
+def _weights(tables, offset):
+    """(ranges [n_out, 2] uint32, weights [n_out, taps] int16) views into the table at offset."""
+    n_in, n_out, taps, _ = (int(v) for v in tables[offset:offset + 16].view("<u4"))
+    ranges = tables[offset + 16:offset + 16 + 8 * n_out].view("<u4").reshape(n_out, 2)
+    at = offset + 16 + 8 * n_out
+    return ranges, tables[at:at + 2 * n_out * taps].view("<i2").reshape(n_out, taps)
+
+
+def _past_count(tables, s):          # a nonzero weight past an output's window
+    ranges, w = _weights(tables, int(s["xtab_offset"]))
+    j = int(np.argmin(ranges[:, 1]))
+    w[j, ranges[j, 1]] = 5
+
+
+def _overflow(tables, s):            # weights whose sum can overflow the int32 accumulator
+    _, w = _weights(tables, int(s["xtab_offset"]))
+    w[0, :] = 32767
+
+
+def _backwards(tables, s):           # a window moving back
+    ranges, _ = _weights(tables, int(s["xtab_offset"]))
+    ranges[1, 0] = 0
+    ranges[0, 0] = 1
+
+
+def _taps(tables, s):                # taps not a multiple of 4
+    tables[int(s["xtab_offset"]) + 8:int(s["xtab_offset"]) + 12].view("<u4")[0] = 3
+
+
+def _maps(tables, s):                # a table for another extent
+    tables[int(s["ytab_offset"]):int(s["ytab_offset"]) + 4].view("<u4")[0] += 1
+
+
+def _offset(tables, s):              # a misaligned offset
+    s["ytab_offset"] += 4
+
+
+CORRUPTIONS = [_past_count, _overflow, _backwards, _taps, _maps, _offset]
+
+
+@pytest.fixture(scope="module")
+def dpus():
+    with DpuBackend(nr_dpus=2, nr_tasklets=4) as backend:
+        yield backend
+
+
+@pytest.mark.parametrize("corrupt", CORRUPTIONS, ids=lambda f: f.__name__.strip("_"))
+def test_a_bad_axis_table_is_refused_the_same_way_by_both_paths(corrupt, dpus, monkeypatch):
+    # a 1500-wide crop to 8 columns: windows of ~190 to ~380 taps, enough for `_overflow`
+    box, size = (10, 20, 100, 1500), (24, 8)
+    original = K.pack_batch
+
+    def corrupted(*args, **kwargs):
+        packed, arrays = original(*args, **kwargs)
+        packed.tables = packed.tables.copy()
+        packed.samples = packed.samples.copy()
+        corrupt(packed.tables, packed.samples[0])
+        return packed, arrays
+
+    packed, arrays = corrupted([IMAGE], [box], size, out_dtype=torch.uint8)
+    with pytest.raises(ValueError) as cpu:
+        K.run_packed(packed, arrays, torch.empty((1, 3) + size, dtype=torch.uint8))
+    monkeypatch.setattr(K, "pack_batch", corrupted)
+    with pytest.raises(ValueError) as dpu:
+        dpus.run([IMAGE], [box], size, torch.empty((1, 3) + size, dtype=torch.uint8))
+    cpu_text = str(cpu.value).split("sample 0: ", 1)[1]
+    dpu_text = str(dpu.value).split("sample 0: ", 1)[1]
+    assert cpu_text == dpu_text
+    assert "table" in cpu_text
+
+
+def test_the_overflow_case_really_overflows():
+    """The weights `_overflow` writes exceed what an int32 accumulator holds (else its test
+    would pass on an unrelated check)."""
+    packed, _ = K.pack_batch([IMAGE], [(10, 20, 100, 1500)], (24, 8), out_dtype=torch.uint8)
+    tables = packed.tables.copy()
+    ranges, w = _weights(tables, int(packed.samples[0]["xtab_offset"]))
+    precision = int(tables[int(packed.samples[0]["xtab_offset"]) + 12:][:4].view("<u4")[0])
+    assert (1 << (precision - 1)) + 255 * 32767 * int(ranges[0, 1]) > 2**31 - 1
+
+
+def test_the_untouched_batch_runs_on_both():
+    box, size = (10, 20, 100, 1500), (24, 8)
+    cpu = torch.empty((1, 3) + size, dtype=torch.uint8)
+    K.resized_crop_batch([IMAGE], [box], size, cpu)
+    with DpuBackend(nr_dpus=1, nr_tasklets=4) as dpus:
+        got = torch.empty_like(cpu)
+        dpus.run([IMAGE], [box], size, got)
+    assert torch.equal(cpu, got)
