@@ -100,3 +100,33 @@ def test_the_untouched_batch_runs_on_both():
         got = torch.empty_like(cpu)
         dpus.run([IMAGE], [box], size, got)
     assert torch.equal(cpu, got)
+
+
+def test_pack_batch_fills_pim_sample_t_by_name():
+    """What C reads, field by field (cffi's view of pim_sample_t), is what pack_batch meant."""
+    images = [IMAGE[:50, :70], np.ascontiguousarray(IMAGE[:40, :30])]
+    boxes = [(3, 4, 20, 30), (0, 5, 40, 25)]
+    packed, arrays = K.pack_batch(images, boxes, (7, 9), hflip=[True, False], vflip=[False, True],
+                                  interpolation="bicubic", layout="NHWC", out_dtype=torch.float16)
+    c = K.ffi.cast("pim_sample_t *", K.ffi.from_buffer(packed.samples))
+    flips = [K.lib.PIM_FLAG_HFLIP, K.lib.PIM_FLAG_VFLIP]
+    for i, (arr, (top, left, h, w)) in enumerate(zip(arrays, boxes)):
+        s = c[i]
+        assert (s.src_offset, s.dst_offset) == (0, i * 7 * 9 * 3 * 2)
+        assert (s.src_h, s.src_w, s.src_stride) == (arr.shape[0], arr.shape[1], arr.strides[0])
+        assert (s.crop_top, s.crop_left, s.crop_h, s.crop_w, s.out_h, s.out_w) == (top, left, h, w, 7, 9)
+        assert (s.channels, s.out_esize, s.interp) == (3, 2, K.lib.PIM_INTERP_BICUBIC)
+        assert s.flags == K.lib.PIM_FLAG_NHWC | flips[i]
+        for offset, n_in, n_out in ((s.xtab_offset, w, 9), (s.ytab_offset, h, 7)):
+            axis = K.ffi.cast("pim_axis_t *", K.ffi.from_buffer(packed.tables[offset:]))
+            assert (axis.n_in, axis.n_out) == (n_in, n_out)
+
+
+def test_the_numpy_mirrors_match_the_c_structs_field_by_field():
+    for ctype, dtype in (("pim_sample_t", K.SAMPLE_DTYPE), ("pim_extra_t", K.EXTRA_DTYPE),
+                         ("pim_axis_t", K.AXIS_DTYPE)):
+        fields = K.ffi.typeof(ctype).fields
+        assert [name for name, _ in fields] == list(dtype.names)
+        for name, field in fields:
+            assert field.offset == dtype.fields[name][1]
+            assert K.ffi.sizeof(field.type) == dtype.fields[name][0].itemsize
