@@ -130,3 +130,33 @@ def test_the_numpy_mirrors_match_the_c_structs_field_by_field():
         for name, field in fields:
             assert field.offset == dtype.fields[name][1]
             assert K.ffi.sizeof(field.type) == dtype.fields[name][0].itemsize
+
+
+def test_the_cost_model_plans_with_the_drivers_code():
+    """The cost model's plan of a batch is the driver's (pim_dpu_plan): a sample the driver
+    refuses is refused by the model with the driver's words, and an accepted batch's plan
+    splits and bands it as the driver reports (active DPUs, arena)."""
+    from pimloader.costmodel import model as cm
+    big = RNG.integers(0, 256, (1411, 1411, 3), dtype=np.uint8)
+    lut = K.normalize_lut(3, torch.float32)
+    packed, _ = K.pack_batch([big], [(0, 0, 1411, 1411)], (4, 4), interpolation="bicubic")
+    with DpuBackend(1, 16) as dpus:
+        with pytest.raises(ValueError) as driver:
+            dpus.run([big], [(0, 0, 1411, 1411)], (4, 4), torch.empty((1, 3, 4, 4)), interpolation="bicubic",
+                     lut=lut)
+        with pytest.raises(ValueError) as model:
+            cm.driver_plan(packed.samples, packed.tables, 1, 16, cm.arena_bytes(16))
+        assert "WRAM per tasklet" in str(driver.value)
+        assert str(driver.value).split("sample 0: ")[1] == str(model.value).split("sample 0: ")[1]
+
+        images = [IMAGE[:60, :80], IMAGE[:100, :160], IMAGE[:30, :30]]
+        boxes = [(0, 0, 60, 80), (0, 0, 100, 160), (0, 0, 30, 30)]
+        dpus.run(images, boxes, (24, 8), torch.empty((3, 3, 24, 8)), lut=lut)
+        info = dpus.run_info()
+        packed, _ = K.pack_batch(images, boxes, (24, 8))
+        plan = cm.driver_plan(packed.samples, packed.tables, 1, 16, info["arena_bytes"])
+        assert info["arena_bytes"] == cm.arena_bytes(16)
+        assert len(plan.runs) == info["active_dpus"] == 1 and plan.runs[0] == range(0, 3)
+        assert plan.bands[0][0].start == 0 and plan.bands[0][-1].stop == 3 * 24
+        assert [int(r.sum()) for r in plan.row_work] == [int(cm.row_work(s, packed.tables, p).sum())
+                                                          for s, p in zip(packed.samples, plan.plans)]
