@@ -9,7 +9,7 @@ The host does everything that needs floating point, once, in numpy or torch:
   into the bit pattern of `ToDtype(dtype, scale=True)` then `Normalize(mean, std)`,
   computed with the very torch operations torchvision uses;
 - `pack_batch` turns per-sample crop boxes, flips and sources into the `pim_sample_t`
-  descriptors of csrc/include/pim_params.h plus one buffer of (shared) axis tables, and,
+  descriptors of include/pim_params.h plus one buffer of (shared) axis tables, and,
   for samples that pad their source or adjust colours, the `pim_extra_t` records of
   csrc/include/pim_extra.h.
 

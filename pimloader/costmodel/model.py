@@ -69,7 +69,7 @@ CASES = ("best", "nominal", "worst")
 # sources of the figures
 PRIM = "measured by PrIM (Gomez-Luna et al. 2021/2022), upmem-reference.md"
 UPMEM_DOCS = "UPMEM docs, upmem-reference.md"
-KERNEL = "assumed: counted by reading dpu_src/crop_resize.c and csrc/include/pim_resample.h"
+KERNEL = "assumed: counted by reading dpu_src/crop_resize.c and include/pim_resample.h"
 ASSUMED = "assumed"
 
 # sizes of the structs of include/pim_params.h and include/pim_dpu_layout.h, from the C build
