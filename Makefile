@@ -8,7 +8,7 @@ PIP    := $(PY) -m pip
 
 .PHONY: test bench install clean
 
-NATIVE := $(wildcard csrc/*.c csrc/*.h csrc/*/*.h csrc/build_*.py dpu_src/*.c dpu_src/*.h)
+NATIVE := $(wildcard include/*.h csrc/*.c csrc/*.h csrc/*/*.h csrc/build_*.py dpu_src/*.c dpu_src/*.h)
 
 $(VENV)/.base: requirements.txt requirements-dev.txt setup.py $(NATIVE)
 	scripts/system-deps.sh

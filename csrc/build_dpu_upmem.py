@@ -21,7 +21,7 @@ from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from build_dpu_emulated import driver_cdef, driver_source_args  # noqa: E402
+from build_dpu_emulated import INCLUDES, driver_cdef, driver_source_args  # noqa: E402
 
 
 def find_sdk_flags():
@@ -57,10 +57,10 @@ else:
     ffibuilder.cdef(driver_cdef())
     ffibuilder.set_source(
         "pimloader._dpu_upmem",
-        '#include "pim_params.h"\n#include "pim_dpu_layout.h"\n#include "pim_dpu_driver.h"\n',
+        INCLUDES,
         sources=own["sources"],
         include_dirs=own["include_dirs"],
-        depends=own["depends"] + [os.path.join(HERE, "dpu_driver.c")],
+        depends=own["depends"],
         extra_compile_args=["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"] + cflags,
         extra_link_args=libs,
     )
@@ -79,7 +79,7 @@ def prebuild_default_kernel():
     built = toolchain.build_kernel(
         os.path.join(repo, "dpu_src", "crop_resize.c"), nr_tasklets=16,
         defines={"STACK_SIZE_DEFAULT": 1024},
-        include_dirs=[os.path.join(repo, "dpu_src"), os.path.join(repo, "csrc", "include")])
+        include_dirs=[os.path.join(repo, "include")])
     print(f"pimloader: DPU kernel built: {built}")
 
 

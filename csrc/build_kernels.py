@@ -10,8 +10,10 @@ import re
 from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-INCLUDE = os.path.join(HERE, "include")
-HEADERS = ("pim_params.h", "pim_extra.h", "pim_cpu.h")  # order matters: pim_cpu.h uses the others' types
+INCLUDE = os.path.join(HERE, "include")                           # host-only headers
+SHARED_INCLUDE = os.path.join(os.path.dirname(HERE), "include")   # shared with dpu_src/
+HEADERS = (os.path.join(SHARED_INCLUDE, "pim_params.h"), os.path.join(INCLUDE, "pim_extra.h"),
+           os.path.join(INCLUDE, "pim_cpu.h"))  # order matters: pim_cpu.h uses the others' types
 
 _BLOCK = re.compile(r"/\* cffi-cdef-begin.*?\*/(.*?)/\* cffi-cdef-end \*/", re.S)
 
@@ -19,11 +21,11 @@ _BLOCK = re.compile(r"/\* cffi-cdef-begin.*?\*/(.*?)/\* cffi-cdef-end \*/", re.S
 def cdef_text() -> str:
     """The declarations of every header's cffi block, comments stripped."""
     parts = []
-    for name in HEADERS:
-        with open(os.path.join(INCLUDE, name), encoding="utf-8") as f:
+    for path in HEADERS:
+        with open(path, encoding="utf-8") as f:
             blocks = _BLOCK.findall(f.read())
         if not blocks:
-            raise RuntimeError(f"csrc/include/{name} has no cffi-cdef-begin/end block")
+            raise RuntimeError(f"{path} has no cffi-cdef-begin/end block")
         parts.extend(blocks)
     text = "\n".join(parts)
     return re.sub(r"/\*.*?\*/", "", text, flags=re.S)
@@ -43,10 +45,12 @@ ffibuilder.set_source(
     "pimloader._kernels",
     '#include "pim_params.h"\n#include "pim_extra.h"\n#include "pim_cpu.h"\n',
     sources=[_rel(os.path.join(HERE, name)) for name in ("cpu_kernels.c", "cpu_colour.c",
-                                                             "cpu_colour_avx2.c", "axis_tables.c")],
-    include_dirs=[INCLUDE],
-    depends=[os.path.join(INCLUDE, h) for h in ("pim_params.h", "pim_resample.h", "pim_cpu.h",
-                                                  "pim_extra.h", "pim_cpu_internal.h")],
+                                                             "cpu_colour_avx2.c", "axis_tables.c",
+                                                             "axis_check.c")],
+    include_dirs=[INCLUDE, SHARED_INCLUDE],
+    depends=[os.path.join(SHARED_INCLUDE, h) for h in ("pim_params.h", "pim_resample.h")]
+    + [os.path.join(INCLUDE, h) for h in ("pim_cpu.h", "pim_extra.h", "pim_cpu_colour.h",
+                                            "pim_axis_check.h")],
     # -ffp-contract=off: the colour code's float32 and the axis tables' double products and
     # sums are rounded where they are written (torch's arithmetic); the colour code's fused
     # multiply-adds are explicit fmaf calls

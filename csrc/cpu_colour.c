@@ -9,7 +9,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "pim_cpu_internal.h"
+#include "pim_cpu_colour.h"
 
 /* ---- padding ------------------------------------------------------------------------ */
 
@@ -242,12 +242,12 @@ static int cpu_has_fma(void)
 #endif
 
 uint32_t pim_colour_apply(const pim_extra_t *e, uint8_t *image, size_t pixels,
-                          uint32_t channels)
+                          uint32_t channels, int simd)
 {
     static int has_fma = -1;
     if (has_fma < 0)
         has_fma = cpu_has_fma();
     if (has_fma) /* SIMD level 2: the CPU has AVX2, and the kernel may use it */
-        return colour_ops_fma(e, image, pixels, channels, pim_cpu_simd_level() >= 2);
+        return colour_ops_fma(e, image, pixels, channels, simd >= 2);
     return colour_ops(e, image, pixels, channels, 0);
 }

@@ -15,80 +15,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "pim_axis_check.h"
 #include "pim_cpu.h"
-#include "pim_cpu_internal.h"
+#include "pim_cpu_colour.h"
 #include "pim_resample.h"
 #include "pim_error.h"
 
 
-/* Checks one axis table (at `offset` in `tables`) against the extents it must map. */
-static int check_axis(const uint8_t *tables, uint64_t tables_bytes, uint32_t offset,
-                      uint32_t n_in, uint32_t n_out, const char *name, char *err,
-                      uint32_t err_len)
-{
-    if (offset % 8 != 0 || (uint64_t)offset + sizeof(pim_axis_t) > tables_bytes) {
-        set_err(err, err_len, "%s table offset %u is misaligned or outside the %llu-byte tables",
-                name, offset, (unsigned long long)tables_bytes);
-        return 0;
-    }
-    const pim_axis_t *axis = (const pim_axis_t *)(const void *)(tables + offset);
-    if (axis->n_in != n_in || axis->n_out != n_out) {
-        set_err(err, err_len, "%s table maps %u -> %u, the sample needs %u -> %u", name,
-                axis->n_in, axis->n_out, n_in, n_out);
-        return 0;
-    }
-    if (n_in == n_out)
-        return 1; /* not resampled: nothing else is read */
-    if (axis->taps == 0 || axis->taps % 4 != 0 || axis->precision < PIM_MIN_PRECISION ||
-        axis->precision > PIM_MAX_PRECISION) {
-        set_err(err, err_len, "%s table has taps %u (multiple of 4 expected) and precision %u "
-                "(1..22 expected)", name, axis->taps, axis->precision);
-        return 0;
-    }
-    if ((uint64_t)offset + PIM_AXIS_TABLE_BYTES(n_out, axis->taps) > tables_bytes) {
-        set_err(err, err_len, "%s table (%u outputs x %u taps) runs past the tables' end", name,
-                n_out, axis->taps);
-        return 0;
-    }
-    const pim_range_t *ranges = pim_axis_ranges(axis);
-    const int16_t *weights = pim_axis_weights(axis);
-    uint32_t prev_first = 0, prev_end = 0;
-    for (uint32_t j = 0; j < n_out; j++) {
-        const uint32_t first = ranges[j].first, count = ranges[j].count;
-        if (count > axis->taps || first > n_in || count > n_in - first) {
-            set_err(err, err_len, "%s table output %u reads taps %u..%u of %u (taps %u)", name,
-                    j, first, first + count, n_in, axis->taps);
-            return 0;
-        }
-        if (first < prev_first || first + count < prev_end) {
-            set_err(err, err_len, "%s table windows must move forward (output %u)", name, j);
-            return 0;
-        }
-        for (uint32_t t = count; t < axis->taps; t++) {
-            if (weights[(size_t)j * axis->taps + t] != 0) {
-                set_err(err, err_len, "%s table output %u has a nonzero weight past its %u taps",
-                        name, j, count);
-                return 0;
-            }
-        }
-        prev_first = first;
-        prev_end = first + count;
-        /* the int32 accumulator cannot overflow */
-        int64_t bound = (int64_t)1 << (axis->precision - 1);
-        for (uint32_t t = 0; t < count; t++) {
-            const int64_t w = weights[(size_t)j * axis->taps + t];
-            bound += 255 * (w < 0 ? -w : w);
-        }
-        if (bound > INT32_MAX) {
-            set_err(err, err_len, "%s table output %u could overflow the int32 accumulator", name,
-                    j);
-            return 0;
-        }
-    }
-    return 1;
-}
-
-/* Channels of sample s's output: its own, unless a grayscale op changes them. */
 static uint32_t out_channels(const pim_sample_t *s, const pim_extra_t *e)
 {
     return e != NULL ? e->out_channels : s->channels;
@@ -224,11 +157,11 @@ static int check_sample(const pim_sample_t *s, const pim_extra_t *e, const uint8
                 (unsigned long long)out_bytes, (unsigned long long)dst_bytes);
         return 0;
     }
-    if (!check_axis(tables, tables_bytes, s->xtab_offset, s->crop_w, s->out_w, "horizontal",
-                    err, err_len))
+    if (!pim_check_axis(tables, tables_bytes, s->xtab_offset, s->crop_w, s->out_w,
+                        "horizontal", err, err_len))
         return 0;
-    if (!check_axis(tables, tables_bytes, s->ytab_offset, s->crop_h, s->out_h, "vertical", err,
-                    err_len))
+    if (!pim_check_axis(tables, tables_bytes, s->ytab_offset, s->crop_h, s->out_h, "vertical",
+                        err, err_len))
         return 0;
     return 1;
 }
@@ -237,7 +170,7 @@ static int check_sample(const pim_sample_t *s, const pim_extra_t *e, const uint8
  * The horizontal and vertical passes below compute exactly pim_resample.h's sums (int32
  * integer arithmetic is exact, so the order of the additions does not matter), with SIMD
  * where the CPU has it. The SIMD horizontal pass reads whole groups of 4 taps: the table's
- * weights past `count` are zero (check_axis makes sure), and the source row must be
+ * weights past `count` are zero (pim_check_axis makes sure), and the source row must be
  * readable for C * (n_in + taps) + 32 bytes from the crop's left edge. It writes up to four
  * bytes past the row's end (row buffers have ROW_SLACK). */
 
@@ -269,7 +202,8 @@ int pim_cpu_simd(int request)
     return g_simd;
 }
 
-int pim_cpu_simd_level(void)
+/* The SIMD level pim_cpu_simd set (detecting the best on first use). */
+static int pim_cpu_simd_level(void)
 {
     return g_simd < 0 ? pim_cpu_simd(-1) : g_simd;
 }
@@ -736,7 +670,8 @@ static void run_one(const pim_sample_t *s, const pim_extra_t *e, const uint8_t *
     }
     run_sample(&view, src, tables, lut, NULL, sc->image, sc);
     const uint32_t channels =
-        pim_colour_apply(e, sc->image, (size_t)s->out_h * s->out_w, s->channels);
+        pim_colour_apply(e, sc->image, (size_t)s->out_h * s->out_w, s->channels,
+                         pim_cpu_simd_level());
     emit_image(s, sc->image, channels, lut, dst, sc->converted);
 }
 

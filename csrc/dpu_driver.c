@@ -7,12 +7,14 @@
  * code and a message naming the call and the DPU.
  *
  * One batch (pim_dpu_submit, then pim_dpu_wait; pim_dpu_run = both):
- *   1. check every sample and plan it (segment width, source buffer, row ring) against the
- *      per-tasklet WRAM arena of the loaded kernel (pim_dpu_layout.h); refuse what cannot fit;
- *      estimate its work per output row from its axis tables (row_work);
- *   2. split the samples into contiguous runs over the DPUs that minimise the largest run's
- *      estimated work (fewer samples than DPUs: the extra DPUs get an empty chunk), and each
- *      DPU's output rows into NR_TASKLETS bands of about equal estimated work;
+ *   1. plan the batch (csrc/dpu_plan.c, pim_dpu_plan.h; the cost model reads the same plan):
+ *      check every sample and plan it (segment width, source buffer, row ring) against the
+ *      per-tasklet WRAM arena of the loaded kernel (pim_dpu_layout.h), refusing what cannot
+ *      fit; estimate its work per output row from its axis tables (pim_dpu_row_work);
+ *   2. the plan splits the samples into contiguous runs over the DPUs that minimise the largest
+ *      run's estimated work (fewer samples than DPUs: the extra DPUs get an empty chunk), and
+ *      each DPU's output rows into NR_TASKLETS bands of about equal estimated work; then the
+ *      caller's buffers (sources, lookup table, output slots) are checked against the samples;
  *   3. pack each DPU's chunk into one of PIM_DPU_MAX_PENDING host staging slots: header,
  *      descriptors rewritten for the DPU, jobs, the axis tables its samples use, the lookup
  *      table, and each crop box's pixels (only the box travels, not the whole decoded image);
@@ -42,16 +44,13 @@
 #include <dpu_emulator.h>
 #endif
 
+#include "pim_dpu_chunk.h"
 #include "pim_dpu_driver.h"
 #include "pim_dpu_layout.h"
+#include "pim_dpu_plan.h"
 #include "pim_params.h"
 #include "pim_error.h"
 
-typedef struct chunk_info {
-    uint32_t first, count;     /* samples [first, first + count) */
-    uint64_t in_bytes, out_bytes;
-    uint32_t tables_bytes, n_tables;
-} chunk_info_t;
 
 typedef struct gather_info { /* where a sample's rows go in the output batch */
     uint64_t dst_offset, out_bytes;
@@ -68,7 +67,7 @@ typedef struct batch_slot {
     uint64_t seq;            /* submit order */
     uint32_t n, active;
     uint64_t xfer, out_xfer;
-    chunk_info_t *chunks;    /* per active DPU */
+    pim_dpu_chunk_t *chunks;    /* per active DPU */
     gather_info_t *gathers;  /* per sample */
     pim_dpu_header_t *headers; /* per DPU */
     uint8_t *in, *out;       /* active x xfer, active x out_xfer */
@@ -114,11 +113,6 @@ struct pim_dpu_driver {
     batch_slot_t slots[PIM_DPU_MAX_PENDING];
 };
 
-typedef struct plan {
-    uint32_t seg_w, src_buf, ring_rows, pitch, planes, row_bytes;
-    uint64_t crop_bytes, out_bytes;
-    uint64_t work;       /* estimated work of the sample: sum of row_work over its rows */
-} plan_t;
 
 
 /* dpu_error_to_string: the SDK returns a string the caller frees, the emulator a constant. */
@@ -353,302 +347,7 @@ void pim_dpu_recoveries(const pim_dpu_driver_t *drv, uint32_t *reloads, uint32_t
         *reallocs = drv ? drv->reallocs : 0;
 }
 
-/* ---- planning ------------------------------------------------------------------------ */
-
-static uint32_t table_bytes(const pim_axis_t *a)
-{
-    return a->n_in == a->n_out ? (uint32_t)sizeof(pim_axis_t) : (uint32_t)PIM_AXIS_TABLE_BYTES(a->n_out, a->taps);
-}
-
-static const pim_axis_t *check_axis(const uint8_t *tables, uint64_t tables_bytes, uint32_t offset, uint32_t n_in,
-                                    uint32_t n_out, const char *name, char *msg, size_t msg_len)
-{
-    if (offset % 8 || (uint64_t)offset + sizeof(pim_axis_t) > tables_bytes) {
-        snprintf(msg, msg_len, "%s table offset %u is misaligned or outside the tables", name, offset);
-        return NULL;
-    }
-    const pim_axis_t *a = (const pim_axis_t *)(const void *)(tables + offset);
-    if (a->n_in != n_in || a->n_out != n_out) {
-        snprintf(msg, msg_len, "%s table maps %u -> %u, the sample needs %u -> %u", name, a->n_in, a->n_out, n_in,
-                 n_out);
-        return NULL;
-    }
-    if (n_in == n_out)
-        return a;
-    if (a->taps == 0 || a->taps % 4 || a->precision < PIM_MIN_PRECISION || a->precision > PIM_MAX_PRECISION ||
-        (uint64_t)offset + table_bytes(a) > tables_bytes) {
-        snprintf(msg, msg_len, "%s table is malformed (taps %u, precision %u)", name, a->taps, a->precision);
-        return NULL;
-    }
-    const pim_range_t *r = (const pim_range_t *)(const void *)((const uint8_t *)a + sizeof(pim_axis_t));
-    uint32_t prev_first = 0, prev_end = 0;
-    for (uint32_t j = 0; j < n_out; j++) {
-        if (r[j].count > a->taps || r[j].first > n_in || r[j].count > n_in - r[j].first || r[j].first < prev_first ||
-            r[j].first + r[j].count < prev_end) {
-            snprintf(msg, msg_len, "%s table output %u has a bad window", name, j);
-            return NULL;
-        }
-        prev_first = r[j].first;
-        prev_end = r[j].first + r[j].count;
-    }
-    return a;
-}
-
-/* Largest source span (pixels) of the segments of width w, in the order the kernel walks them. */
-static uint32_t max_span(const pim_axis_t *ax, int need_h, uint32_t n, uint32_t w, int hflip)
-{
-    if (!need_h)
-        return w < n ? w : n;
-    const pim_range_t *r = (const pim_range_t *)(const void *)((const uint8_t *)ax + sizeof(pim_axis_t));
-    uint32_t best = 0;
-    for (uint32_t d0 = 0; d0 < n; d0 += w) {
-        const uint32_t m = n - d0 < w ? n - d0 : w;
-        const uint32_t x0 = hflip ? n - d0 - m : d0;
-        const uint32_t span = r[x0 + m - 1].first + r[x0 + m - 1].count - r[x0].first;
-        if (span > best)
-            best = span;
-    }
-    return best;
-}
-
-/* Estimated work (DPU instructions, roughly) of each output row of a sample, from its axis
- * tables and plan, to balance DPUs and tasklets; pimloader/cost_model.py (`row_work`) mirrors
- * it. Weights are the nominal instruction costs of docs/cost_model.md: per row y with C
- * channels, out_w outputs, Sx = sum of the horizontal taps, V(y) = vertical taps of row y,
- * fresh(y) = source rows resampled horizontally for row y (with the ring: the rows of its
- * window past the previous row's window; without: V(y); 1 when the height is kept),
- *     C * fresh(y) * (6 * Sx + 9 * out_w)      horizontal pass (when the width is resampled)
- *   + C * out_w * (9 * V(y) + 9)               vertical pass   (when the height is resampled)
- *   + C * out_w * 8 + 40 * segments            conversion and per-row bookkeeping
- * Writes every row's figure to rows[] when not NULL; returns the sample's sum. */
-static uint64_t sample_work(const pim_sample_t *s, const pim_axis_t *ax, const pim_axis_t *ay, const plan_t *p,
-                            uint64_t *rows)
-{
-    const int need_h = s->crop_w != s->out_w, need_v = s->crop_h != s->out_h;
-    const uint64_t C = s->channels, ow = s->out_w;
-    uint64_t sx = 0;
-    if (need_h) {
-        const pim_range_t *xr = (const pim_range_t *)(const void *)((const uint8_t *)ax + sizeof(pim_axis_t));
-        for (uint32_t x = 0; x < s->out_w; x++)
-            sx += xr[x].count;
-    }
-    const pim_range_t *yr = need_v ? (const pim_range_t *)(const void *)((const uint8_t *)ay + sizeof(pim_axis_t))
-                                   : NULL;
-    const uint64_t segments = (s->out_w + p->seg_w - 1) / p->seg_w;
-    uint64_t total = 0, prev_end = 0;
-    for (uint32_t y = 0; y < s->out_h; y++) {
-        uint64_t fresh = 1, work = C * ow * 8 + 40 * segments;
-        if (need_v) {
-            const uint64_t first = yr[y].first, end = first + yr[y].count;
-            fresh = yr[y].count;
-            if (p->ring_rows)
-                fresh = end > (prev_end > first ? prev_end : first) ? end - (prev_end > first ? prev_end : first) : 0;
-            prev_end = end;
-            work += C * ow * (9 * (uint64_t)yr[y].count + 9);
-        }
-        if (need_h)
-            work += C * fresh * (6 * sx + 9 * ow);
-        if (rows)
-            rows[y] = work;
-        total += work;
-    }
-    return total;
-}
-
-/* Contiguous runs of samples over `active` DPUs that minimise the largest run's work: the
- * smallest bound L such that cutting greedily (each DPU takes samples while its run stays
- * within L) needs at most `active` runs, found by bisection; then the same greedy cut, leaving
- * at least one sample for each DPU after. */
-static int fits_in(const plan_t *plans, uint32_t n, uint32_t active, uint64_t bound)
-{
-    uint32_t runs = 1;
-    uint64_t load = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        if (plans[i].work > bound)
-            return 0;
-        if (load + plans[i].work > bound) {
-            runs++;
-            load = 0;
-        }
-        load += plans[i].work;
-    }
-    return runs <= active;
-}
-
-static void split_by_work(const plan_t *plans, uint32_t n, uint32_t active, chunk_info_t *chunks)
-{
-    uint64_t lo = 0, hi = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        hi += plans[i].work;
-        if (plans[i].work > lo)
-            lo = plans[i].work;
-    }
-    while (lo < hi) { /* the least bound that fits */
-        const uint64_t mid = lo + (hi - lo) / 2;
-        if (fits_in(plans, n, active, mid))
-            hi = mid;
-        else
-            lo = mid + 1;
-    }
-    uint32_t i = 0;
-    for (uint32_t d = 0; d < active; d++) {
-        const uint32_t left_after = active - d - 1; /* DPUs still to serve after this one */
-        uint64_t load = 0;
-        chunks[d].first = i;
-        do {
-            load += plans[i].work;
-            i++;
-        } while (i < n - left_after && (d == active - 1 || load + plans[i].work <= lo));
-        chunks[d].count = i - chunks[d].first;
-    }
-}
-
-/* Band edges of one DPU: tasklet t gets the chunk's rows [edges[t], edges[t + 1]), the first
- * row whose work before it reaches t / T of the chunk's work starting band t. */
-static void cut_bands(const uint64_t *row_work, uint32_t rows, uint32_t T, uint32_t *edges)
-{
-    uint64_t total = 0;
-    for (uint32_t g = 0; g < rows; g++)
-        total += row_work[g];
-    uint64_t before = 0; /* work of rows [0, g) */
-    uint32_t g = 0;
-    edges[0] = 0;
-    for (uint32_t t = 1; t < T; t++) {
-        while (g < rows && before * T < total * t)
-            before += row_work[g++];
-        edges[t] = g;
-    }
-    edges[T] = rows;
-}
-
-static int plan_sample(const pim_dpu_driver_t *drv, const pim_sample_t *s, const uint8_t *src, const uint64_t *src_bytes,
-                       uint32_t i, const uint8_t *tables, uint64_t tables_bytes, const void *lut, uint32_t lut_bytes,
-                       uint64_t dst_bytes, plan_t *p, char *msg, size_t msg_len)
-{
-    const uint32_t C = s->channels, es = s->out_esize;
-    if (C != 1 && C != 3) {
-        snprintf(msg, msg_len, "%u channels (1 or 3 supported)", C);
-        return 0;
-    }
-    if (es != 1 && es != 2 && es != 4) {
-        snprintf(msg, msg_len, "output element size %u (1, 2 or 4 supported)", es);
-        return 0;
-    }
-    if (es > 1 && (lut == NULL || lut_bytes < 256u * C * es)) {
-        snprintf(msg, msg_len, "output element size %u needs a %u-byte lookup table", es, 256u * C * es);
-        return 0;
-    }
-    if (s->flags & ~(PIM_FLAG_HFLIP | PIM_FLAG_VFLIP | PIM_FLAG_NHWC)) {
-        snprintf(msg, msg_len, "unknown flags 0x%x", s->flags);
-        return 0;
-    }
-    if (src == NULL || s->crop_h == 0 || s->crop_w == 0 || s->out_h == 0 || s->out_w == 0 ||
-        (uint64_t)s->crop_top + s->crop_h > s->src_h || (uint64_t)s->crop_left + s->crop_w > s->src_w ||
-        (uint64_t)s->src_stride < (uint64_t)s->src_w * C) {
-        snprintf(msg, msg_len, "no source, an empty crop/output, or crop box top %u left %u height %u width %u "
-                 "not inside the %ux%u image", s->crop_top, s->crop_left, s->crop_h, s->crop_w, s->src_h, s->src_w);
-        return 0;
-    }
-    if (src_bytes != NULL &&
-        s->src_offset + (uint64_t)(s->src_h - 1) * s->src_stride + (uint64_t)s->src_w * C > src_bytes[i]) {
-        snprintf(msg, msg_len, "image does not fit its %llu-byte source", (unsigned long long)src_bytes[i]);
-        return 0;
-    }
-    const uint64_t out_bytes = (uint64_t)s->out_h * s->out_w * C * es;
-    if (s->dst_offset > dst_bytes || out_bytes > dst_bytes - s->dst_offset) {
-        snprintf(msg, msg_len, "output slot at %llu (%llu bytes) is outside the %llu-byte output",
-                 (unsigned long long)s->dst_offset, (unsigned long long)out_bytes, (unsigned long long)dst_bytes);
-        return 0;
-    }
-    const pim_axis_t *ax = check_axis(tables, tables_bytes, s->xtab_offset, s->crop_w, s->out_w, "horizontal", msg,
-                                      msg_len);
-    if (ax == NULL)
-        return 0;
-    const pim_axis_t *ay = check_axis(tables, tables_bytes, s->ytab_offset, s->crop_h, s->out_h, "vertical", msg,
-                                      msg_len);
-    if (ay == NULL)
-        return 0;
-    const int need_h = s->crop_w != s->out_w, need_v = s->crop_h != s->out_h;
-    const int nhwc = (s->flags & PIM_FLAG_NHWC) != 0, hflip = (s->flags & PIM_FLAG_HFLIP) != 0;
-    p->planes = nhwc ? 1u : C;
-    p->row_bytes = nhwc ? s->out_w * C * es : s->out_w * es;
-    p->pitch = pim_dpu_round8(p->row_bytes);
-    p->crop_bytes = (uint64_t)s->crop_h * s->crop_w * C;
-    p->out_bytes = (uint64_t)p->planes * s->out_h * p->pitch;
-    if (p->crop_bytes > PIM_DPU_MRAM_BUDGET / 2 || p->out_bytes > PIM_DPU_MRAM_BUDGET / 2 ||
-        (uint64_t)s->crop_w * C > (1u << 24) || (uint64_t)s->out_w * C * es > (1u << 24)) {
-        snprintf(msg, msg_len, "a %ux%u crop to %ux%u is too large for one DPU's MRAM", s->crop_h, s->crop_w,
-                 s->out_h, s->out_w);
-        return 0;
-    }
-    const uint32_t tx = need_h ? ax->taps : 0, ty = need_v ? ay->taps : 0;
-    /* the ring holds the widest vertical window (only when both axes are resampled) */
-    uint32_t ring = 0;
-    if (need_h && need_v) {
-        const pim_range_t *yr = (const pim_range_t *)(const void *)((const uint8_t *)ay + sizeof(pim_axis_t));
-        for (uint32_t y = 0; y < s->out_h; y++)
-            if (yr[y].count > ring)
-                ring = yr[y].count;
-    }
-    /* the widest segment with the ring; without it only when the ring does not fit at all */
-    for (int with_ring = 1; with_ring >= 0; with_ring--) {
-        const uint32_t rows = with_ring ? ring : 0;
-        if (with_ring && ring == 0)
-            continue;
-        for (uint32_t w = pim_dpu_round8(s->out_w); w >= 8; w -= 8) {
-            const uint32_t src_buf = pim_dpu_round8(max_span(ax, need_h, s->out_w, w, hflip) * C + 7u);
-            const uint64_t need = PIM_DPU_ARENA_HEAD + (uint64_t)pim_dpu_sample_wram(w, C, es, tx, ty, src_buf, rows);
-            if (need <= drv->arena) {
-                p->seg_w = w;
-                p->src_buf = src_buf;
-                p->ring_rows = rows;
-                p->work = sample_work(s, ax, ay, p, NULL);
-                return 1;
-            }
-        }
-    }
-    const uint32_t src8 = pim_dpu_round8(max_span(ax, need_h, s->out_w, 8, hflip) * C + 7u);
-    snprintf(msg, msg_len, "a %ux%u crop resized to %ux%u (%u horizontal, %u vertical filter taps) needs %u bytes "
-             "of WRAM per tasklet even 8 output pixels at a time, and a kernel with %u tasklets has %u: use fewer "
-             "tasklets or resize in two steps", s->crop_h, s->crop_w, s->out_h, s->out_w, tx, ty,
-             PIM_DPU_ARENA_HEAD + pim_dpu_sample_wram(8, C, es, tx, ty, src8, 0), drv->nr_tasklets, drv->arena);
-    return 0;
-}
-
 /* ---- one batch ----------------------------------------------------------------------- */
-
-/* The tables the DPU's samples use, packed (dedup by their offset in `tables`); returns bytes. */
-static uint32_t pack_tables(const pim_sample_t *samples, const chunk_info_t *c, const uint8_t *tables, uint8_t *out,
-                            uint32_t *old_off, uint32_t *new_off, uint32_t *n_tab, pim_sample_t *rewritten)
-{
-    uint32_t used = 0, n = 0;
-    for (uint32_t k = 0; k < c->count; k++) {
-        const pim_sample_t *s = &samples[c->first + k];
-        uint32_t offs[2] = { s->xtab_offset, s->ytab_offset }, got[2];
-        for (int a = 0; a < 2; a++) {
-            uint32_t t = 0;
-            while (t < n && old_off[t] != offs[a])
-                t++;
-            if (t == n) {
-                const pim_axis_t *ax = (const pim_axis_t *)(const void *)(tables + offs[a]);
-                const uint32_t len = table_bytes(ax);
-                if (out)
-                    memcpy(out + used, ax, len);
-                old_off[n] = offs[a];
-                new_off[n] = used;
-                used += pim_dpu_round8(len);
-                n++;
-            }
-            got[a] = new_off[t];
-        }
-        if (rewritten) {
-            rewritten[k].xtab_offset = got[0];
-            rewritten[k].ytab_offset = got[1];
-        }
-    }
-    *n_tab = n;
-    return used;
-}
 
 /* ---- batches in flight --------------------------------------------------------------- */
 
@@ -924,66 +623,66 @@ int pim_dpu_submit(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t 
         set_err(err, err_len, "%u batches are already in flight: wait for one first", PIM_DPU_MAX_PENDING);
         return PIM_DPU_E_BUSY;
     }
-    const uint32_t D = drv->nr_dpus, active = n < D ? n : D;
+    const uint32_t D = drv->nr_dpus, T = drv->nr_tasklets, active = n < D ? n : D;
     int rc = PIM_DPU_OK;
-    plan_t *plans = calloc(n, sizeof *plans);
-    uint32_t *old_off = malloc(2 * (size_t)n * sizeof(uint32_t));
-    uint32_t *new_off = malloc(2 * (size_t)n * sizeof(uint32_t));
+    uint32_t *offs = malloc(4 * (size_t)n * sizeof(uint32_t)); /* scratch of pim_dpu_chunk_size/pack */
     uint64_t all_rows = 0;
     for (uint32_t i = 0; i < n; i++)
         all_rows += samples[i].out_h;
-    uint64_t *row_work = malloc((size_t)(all_rows ? all_rows : 1) * sizeof(uint64_t)); /* one DPU's rows at a time */
-    if (!plans || !old_off || !new_off || !row_work || !grow((void **)&sl->chunks, &sl->chunks_cap, (size_t)n * sizeof(chunk_info_t)) ||
+    pim_dpu_plan_t plan = {
+        .samples = calloc(n, sizeof(pim_dpu_sample_plan_t)),
+        .work = calloc(n, sizeof(uint64_t)),
+        .row_work = malloc((size_t)(all_rows ? all_rows : 1) * sizeof(uint64_t)),
+        .first = calloc((size_t)D + 1, sizeof(uint32_t)),
+        .bands = calloc((size_t)D * (T + 1), sizeof(uint32_t)),
+    };
+    const pim_dpu_sample_plan_t *plans = plan.samples;
+    if (!plan.samples || !plan.work || !plan.row_work || !plan.first || !plan.bands || !offs ||
+        !grow((void **)&sl->chunks, &sl->chunks_cap, (size_t)n * sizeof(pim_dpu_chunk_t)) ||
         !grow((void **)&sl->gathers, &sl->gathers_cap, (size_t)n * sizeof(gather_info_t))) {
         set_err(err, err_len, "out of host memory");
         rc = PIM_DPU_E_NOMEM;
         goto done;
     }
     gather_info_t *gathers = sl->gathers;
-    chunk_info_t *chunks = sl->chunks;
+    pim_dpu_chunk_t *chunks = sl->chunks;
     memset(chunks, 0, (size_t)active * sizeof *chunks);
     pim_dpu_header_t *headers = sl->headers;
     memset(headers, 0, (size_t)D * sizeof *headers);
 
-    /* 1. check and plan every sample */
+    /* 1-2. check and plan every sample, split them over the DPUs and each DPU's rows over its
+     *      tasklets (dpu_plan.c); then check the caller's buffers against the samples */
+    if (pim_dpu_plan(samples, n, tables, tables_bytes, D, T, drv->arena, &plan, err, err_len) != 0) {
+        rc = PIM_DPU_E_ARG;
+        goto done;
+    }
     for (uint32_t i = 0; i < n; i++) {
         char msg[400];
-        if (!plan_sample(drv, &samples[i], srcs[i], src_bytes, i, tables, tables_bytes, lut, lut_bytes, dst_bytes,
-                         &plans[i], msg, sizeof msg)) {
+        if (!pim_dpu_check_buffers(&samples[i], srcs[i], src_bytes ? src_bytes[i] : UINT64_MAX, lut, lut_bytes,
+                                   dst_bytes, msg, sizeof msg)) {
             set_err(err, err_len, "sample %u: %s", i, msg);
             rc = PIM_DPU_E_ARG;
             goto done;
         }
     }
-
-    /* 2. contiguous runs balanced by estimated work; every active DPU gets at least one sample */
-    split_by_work(plans, n, active, chunks);
+    for (uint32_t d = 0; d < active; d++) {
+        chunks[d].first = plan.first[d];
+        chunks[d].count = plan.first[d + 1] - plan.first[d];
+    }
 
     /* 3. sizes of each chunk, then the common transfer lengths */
     pim_dpu_run_info_t info;
     memset(&info, 0, sizeof info);
     uint64_t xfer = 0, out_xfer = 0;
-    const uint32_t lut_len = lut ? pim_dpu_round8(lut_bytes) : 0;
-    const uint32_t bands_bytes = pim_dpu_round8((drv->nr_tasklets + 1) * (uint32_t)sizeof(uint32_t));
     for (uint32_t d = 0; d < active; d++) {
-        chunk_info_t *c = &chunks[d];
-        uint64_t off = sizeof(pim_dpu_header_t) + (uint64_t)c->count * (sizeof(pim_sample_t) + sizeof(pim_dpu_job_t)) +
-                       bands_bytes;
-        c->tables_bytes = pack_tables(samples, c, tables, NULL, old_off, new_off, &c->n_tables, NULL);
-        off += c->tables_bytes + lut_len;
-        uint64_t outs = sizeof(pim_dpu_status_t);
-        for (uint32_t k = 0; k < c->count; k++) {
-            off += (plans[c->first + k].crop_bytes + 7u) & ~7ull;
-            outs += plans[c->first + k].out_bytes;
-        }
-        c->in_bytes = off;
-        c->out_bytes = outs;
-        if (off > xfer)
-            xfer = off;
-        if (outs > out_xfer)
-            out_xfer = outs;
-        info.in_real_bytes += off;
-        info.out_real_bytes += outs;
+        pim_dpu_chunk_t *c = &chunks[d];
+        pim_dpu_chunk_size(c, samples, plans, tables, lut ? lut_bytes : 0, T, offs);
+        if (c->in_bytes > xfer)
+            xfer = c->in_bytes;
+        if (c->out_bytes > out_xfer)
+            out_xfer = c->out_bytes;
+        info.in_real_bytes += c->in_bytes;
+        info.out_real_bytes += c->out_bytes;
     }
     xfer = (xfer + 7u) & ~7ull;
     out_xfer = (out_xfer + 7u) & ~7ull;
@@ -1035,69 +734,13 @@ int pim_dpu_submit(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t 
             h->debug = debug & 0xff;
     }
     for (uint32_t d = 0; d < active; d++) {
-        const chunk_info_t *c = &chunks[d];
-        pim_dpu_header_t *h = &headers[d];
         uint8_t *base = in + (size_t)d * xfer;
-        h->n_samples = c->count;
-        h->samples_off = sizeof(pim_dpu_header_t);
-        h->jobs_off = h->samples_off + c->count * (uint32_t)sizeof(pim_sample_t);
-        h->bands_off = h->jobs_off + c->count * (uint32_t)sizeof(pim_dpu_job_t);
-        h->tables_off = h->bands_off + bands_bytes;
-        h->tables_bytes = c->tables_bytes;
-        h->lut_off = h->tables_off + c->tables_bytes;
-        h->lut_bytes = lut ? lut_bytes : 0;
-        h->in_bytes = (uint32_t)c->in_bytes;
-        h->out_bytes = (uint32_t)c->out_bytes;
-        pim_sample_t *ds = (pim_sample_t *)(void *)(base + h->samples_off);
-        pim_dpu_job_t *jobs = (pim_dpu_job_t *)(void *)(base + h->jobs_off);
-        uint32_t n_tab;
-        pack_tables(samples, c, tables, base + h->tables_off, old_off, new_off, &n_tab, ds);
-        if (lut)
-            memcpy(base + h->lut_off, lut, lut_bytes);
-        uint64_t src_at = h->lut_off + lut_len, dst_at = h->out_off + sizeof(pim_dpu_status_t);
-        uint32_t rows = 0;
-        for (uint32_t k = 0; k < c->count; k++) {
-            const uint32_t i = c->first + k;
-            const pim_sample_t *s = &samples[i];
-            const plan_t *p = &plans[i];
-            const uint32_t xt = ds[k].xtab_offset, yt = ds[k].ytab_offset;
-            ds[k] = *s;
-            ds[k].xtab_offset = xt;
-            ds[k].ytab_offset = yt;
-            /* the crop box alone travels: a crop_h x crop_w image */
-            const uint32_t row = s->crop_w * s->channels;
-            const uint8_t *from = srcs[i] + s->src_offset + (size_t)s->crop_top * s->src_stride +
-                                  (size_t)s->crop_left * s->channels;
-            for (uint32_t y = 0; y < s->crop_h; y++)
-                memcpy(base + src_at + (size_t)y * row, from + (size_t)y * s->src_stride, row);
-            ds[k].src_offset = src_at;
-            ds[k].src_h = s->crop_h;
-            ds[k].src_w = s->crop_w;
-            ds[k].src_stride = row;
-            ds[k].crop_top = 0;
-            ds[k].crop_left = 0;
-            ds[k].dst_offset = dst_at;
-            const uint64_t padded = (p->crop_bytes + 7u) & ~7ull;
-            memset(base + src_at + p->crop_bytes, 0, padded - p->crop_bytes);
-            src_at += padded;
-            dst_at += p->out_bytes;
-            jobs[k].seg_w = p->seg_w;
-            jobs[k].src_buf = p->src_buf;
-            jobs[k].out_pitch = p->pitch;
-            jobs[k].row_base = rows;
-            jobs[k].ring_rows = p->ring_rows;
-            jobs[k].reserved = 0;
-            sample_work(s, (const pim_axis_t *)(const void *)(tables + s->xtab_offset),
-                        (const pim_axis_t *)(const void *)(tables + s->ytab_offset), p, row_work + rows);
-            rows += s->out_h;
-        }
-        h->total_rows = rows;
-        memset(base + h->bands_off, 0, bands_bytes);
-        cut_bands(row_work, rows, drv->nr_tasklets, (uint32_t *)(void *)(base + h->bands_off));
-        memset(base + c->in_bytes, 0, xfer - c->in_bytes);
-        if ((debug & PIM_DPU_DEBUG_CORRUPT) && (int32_t)d == debug_dpu)
+        pim_dpu_chunk_pack(&chunks[d], &headers[d], base, xfer, samples, plans, plan.bands + (size_t)d * (T + 1), T,
+                           srcs, tables, lut, lut_bytes, offs);
+        if ((debug & PIM_DPU_DEBUG_CORRUPT) && (int32_t)d == debug_dpu) {
+            pim_sample_t *ds = (pim_sample_t *)(void *)(base + headers[d].samples_off);
             ds[0].crop_h = ds[0].src_h + 1; /* the kernel must refuse it */
-        memcpy(base, h, sizeof *h);
+        }
         memset(out + (size_t)d * out_xfer, 0, sizeof(pim_dpu_status_t)); /* no status until the gather */
     }
     for (uint32_t i = 0; i < n; i++) {
@@ -1177,10 +820,12 @@ int pim_dpu_submit(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t 
     *ticket = sl->batch_id;
 
 done:
-    free(plans);
-    free(old_off);
-    free(new_off);
-    free(row_work);
+    free(plan.samples);
+    free(plan.work);
+    free(plan.row_work);
+    free(plan.first);
+    free(plan.bands);
+    free(offs);
     return rc;
 }
 

@@ -21,7 +21,7 @@
  * buffers come from mem_alloc.
  *
  * Build: dpu-upmem-dpurte-clang -O2 -DNR_TASKLETS=16 -DSTACK_SIZE_DEFAULT=1024
- *        -I dpu_src -I csrc/include -o crop_resize dpu_src/crop_resize.c
+ *        -I include -o crop_resize dpu_src/crop_resize.c
  * (pimloader._emulator.compile_kernel builds the same source for the emulator.)
  */
 #include <stdint.h>

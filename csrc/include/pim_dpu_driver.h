@@ -5,9 +5,10 @@
  *
  * One batch = the descriptors, axis tables and lookup table of pim_params.h (as
  * pimloader._kernels_api.pack_batch makes them for the CPU kernel) + per-sample source
- * pointers + the output batch. The driver spreads the samples over the DPUs (contiguous
- * runs balanced by output pixels), packs each DPU's chunk (dpu_src/pim_dpu_layout.h),
- * pushes it, launches the kernel, gathers the outputs and copies each into its slot.
+ * pointers + the output batch. The driver plans the batch (pim_dpu_plan.h: contiguous runs
+ * of samples over the DPUs balanced by estimated work), packs each DPU's chunk
+ * (include/pim_dpu_layout.h, pim_dpu_chunk.h), pushes it, launches the kernel, gathers the
+ * outputs and copies each into its slot.
  */
 #ifndef PIM_DPU_DRIVER_H
 #define PIM_DPU_DRIVER_H

@@ -9,7 +9,7 @@ The host does everything that needs floating point, once, in numpy or torch:
   into the bit pattern of `ToDtype(dtype, scale=True)` then `Normalize(mean, std)`,
   computed with the very torch operations torchvision uses;
 - `pack_batch` turns per-sample crop boxes, flips and sources into the `pim_sample_t`
-  descriptors of csrc/include/pim_params.h plus one buffer of (shared) axis tables, and,
+  descriptors of include/pim_params.h plus one buffer of (shared) axis tables, and,
   for samples that pad their source or adjust colours, the `pim_extra_t` records of
   csrc/include/pim_extra.h.
 
@@ -46,7 +46,8 @@ OUT_DTYPES = {
     torch.float32: (4, np.uint32),
 }
 
-# numpy mirror of pim_sample_t (csrc/include/pim_params.h); checked against cffi at import.
+# numpy mirror of pim_sample_t (include/pim_params.h); its field names, offsets and sizes are
+# checked against the C struct (cffi) at import, and pack_batch fills it by field name.
 # Tables and descriptors are built little-endian, the byte order of every host we target.
 SAMPLE_DTYPE = np.dtype([
     ("src_offset", "<u8"), ("dst_offset", "<u8"),
@@ -79,9 +80,15 @@ def _check_layouts() -> None:
         if ffi.sizeof(ctype) != dtype.itemsize:
             raise ImportError(f"{ctype} is {ffi.sizeof(ctype)} bytes in C but "
                               f"{dtype.itemsize} in pimloader.backends.kernels: rebuild the extension")
-        for name in dtype.names:
-            if ffi.offsetof(ctype, name) != dtype.fields[name][1]:
-                raise ImportError(f"{ctype}.{name} is at a different offset in C and Python")
+        c_fields = ffi.typeof(ctype).fields
+        if [name for name, _ in c_fields] != list(dtype.names):
+            raise ImportError(f"{ctype} has fields {[name for name, _ in c_fields]} in C but "
+                              f"{list(dtype.names)} in pimloader.backends.kernels: rebuild or update it")
+        for name, field in c_fields:
+            at, size = dtype.fields[name][1], dtype.fields[name][0].itemsize
+            if (field.offset, ffi.sizeof(field.type)) != (at, size):
+                raise ImportError(f"{ctype}.{name} is {ffi.sizeof(field.type)} bytes at {field.offset} in "
+                                  f"C but {size} bytes at {at} in Python")
 
 
 _check_layouts()
@@ -388,8 +395,7 @@ def pack_batch(images: Sequence, boxes, size: Sequence[int], *, hflip=None, vfli
     extras, out_channels = pack_extras(n, channels, paddings, colours,
                                        [a.shape[:2] for a in arrays], fused_mul_add)
     slot_bytes = out_h * out_w * out_channels * esize
-    common = ((lib.PIM_FLAG_NHWC if layout == "NHWC" else 0) << 16 | esize << 8 | channels |
-              INTERPOLATIONS[interpolation] << 24)
+    nhwc = lib.PIM_FLAG_NHWC if layout == "NHWC" else 0
 
     chunks: list = []
     table_at: dict = {}
@@ -406,8 +412,8 @@ def pack_batch(images: Sequence, boxes, size: Sequence[int], *, hflip=None, vfli
             used += len(raw)
         return at
 
-    # pim_sample_t as 16 native uint32 words (little-endian hosts: checked at import)
-    words = []
+    # the per-sample fields of pim_sample_t, named in _PER_SAMPLE (the others are the batch's)
+    rows = []
     windows = [None] * n if windows is None else list(windows)
     for i, (arr, (top, left, h, w)) in enumerate(zip(arrays, boxes)):
         ih, iw, c = arr.shape
@@ -422,12 +428,21 @@ def pack_batch(images: Sequence, boxes, size: Sequence[int], *, hflip=None, vfli
                              f"is not inside the {ih}x{iw} image (give `paddings` for "
                              f"a box in a padded image)")
         flags = (lib.PIM_FLAG_HFLIP if hflip[i] else 0) | (lib.PIM_FLAG_VFLIP if vflip[i] else 0)
-        dst = i * slot_bytes
-        words += (0, 0, dst & 0xFFFFFFFF, dst >> 32, table(*x_axis), table(*y_axis), ih, iw,
-                  arr.strides[0], top, left, h, w, out_h, out_w, common | flags << 16)
-    samples = np.frombuffer(array.array("I", words), dtype=SAMPLE_DTYPE)
+        rows.append((i * slot_bytes, table(*x_axis), table(*y_axis), ih, iw, arr.strides[0], top,
+                     left, h, w, nhwc | flags))
+    samples = np.zeros(n, SAMPLE_DTYPE)  # src_offset 0: each sample's source is its own array
+    columns = np.array(rows, dtype=np.int64).reshape(n, len(_PER_SAMPLE))
+    for k, name in enumerate(_PER_SAMPLE):
+        samples[name] = columns[:, k]
+    samples["out_h"], samples["out_w"] = out_h, out_w
+    samples["channels"], samples["out_esize"] = channels, esize
+    samples["interp"] = INTERPOLATIONS[interpolation]
     tables = np.frombuffer(b"".join(chunks) or b"\0" * 8, np.uint8)
     return PackedBatch(samples, tables, extras), arrays
+
+
+_PER_SAMPLE = ("dst_offset", "xtab_offset", "ytab_offset", "src_h", "src_w", "src_stride", "crop_top",
+               "crop_left", "crop_h", "crop_w", "flags")
 
 
 def _padded_size(height: int, width: int, padding) -> tuple[int, int]:

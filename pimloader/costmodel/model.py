@@ -5,13 +5,14 @@ PROJECTION from a cost model, never a measurement. What goes in:
 
 1. what pimloader's libdpu emulator COUNTED for a real batch (`DpuRun.from_backend`): per DPU
    the MRAM<->WRAM DMA calls and bytes in each direction and the host<->DPU bytes, plus the
-   common (padded) transfer lengths of `DpuBackend.run_info()`;
+   common (padded) transfer lengths of `DpuDriver.run_info()`;
 2. the work the kernel does, COUNTED from the batch's own axis tables (`sample_work`,
    `dpu_work`): taps per output of each resampled axis, rows and elements, walked the way
    dpu_src/crop_resize.c walks them (each source row resampled once per segment and tasklet band
-   thanks to its WRAM ring), over the driver's split of the batch (`split_samples`, by estimated
-   work) and of each DPU's rows into tasklet bands (`cut_bands`), both recomputed here with the
-   driver's integer estimate (`row_work`);
+   thanks to its WRAM ring), over the driver's split of the batch over DPUs (by estimated work)
+   and of each DPU's rows into tasklet bands: the driver's own plan, read from its C code
+   (`driver_plan`: pim_dpu_plan of csrc/dpu_plan.c, through `pimloader._dpu_emulated`; no copy
+   of it here);
 3. ASSUMED instruction counts per unit of that work (`Assumptions`, read off the kernel source
    and the DPU instruction set; each with its reasoning), and the published figures of real
    systems (/work/shared/docs/upmem-reference.md, "Figures of real systems": PrIM's
@@ -59,19 +60,23 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from pimloader import _dpu_emulated
+
+_ffi, _lib = _dpu_emulated.ffi, _dpu_emulated.lib
+
 CASES = ("best", "nominal", "worst")
 
 # sources of the figures
 PRIM = "measured by PrIM (Gomez-Luna et al. 2021/2022), upmem-reference.md"
 UPMEM_DOCS = "UPMEM docs, upmem-reference.md"
-KERNEL = "assumed: counted by reading dpu_src/crop_resize.c and csrc/include/pim_resample.h"
+KERNEL = "assumed: counted by reading dpu_src/crop_resize.c and include/pim_resample.h"
 ASSUMED = "assumed"
 
-# kernel constants mirrored from dpu_src/pim_dpu_layout.h and csrc/include/pim_params.h
-AXIS_HEADER_BYTES = 16
-RANGE_BYTES = 8
-HEADER_BYTES = 72  # pim_dpu_header_t, pushed to every DPU
-STATUS_BYTES = 16  # pim_dpu_status_t, written by tasklet 0 at the end
+# sizes of the structs of include/pim_params.h and include/pim_dpu_layout.h, from the C build
+AXIS_HEADER_BYTES = _ffi.sizeof("pim_axis_t")
+RANGE_BYTES = _ffi.sizeof("pim_range_t")
+HEADER_BYTES = _ffi.sizeof("pim_dpu_header_t")  # pushed to every DPU
+STATUS_BYTES = _ffi.sizeof("pim_dpu_status_t")  # written by tasklet 0 at the end
 
 
 @dataclass(frozen=True)
@@ -214,88 +219,66 @@ def read_axis(tables: np.ndarray, offset: int):
     return n_in, n_out, taps, ranges[:, 0], ranges[:, 1]
 
 
-ARENA_HEAD = 120    # PIM_DPU_ARENA_HEAD: descriptor, job, axis headers
-
-
-def _round8(v: int) -> int:
-    return (int(v) + 7) & ~7
-
-
 @dataclass(frozen=True)
 class Plan:
-    """How the driver runs one sample (csrc/dpu_driver.c, plan_sample): output pixels per
-    segment, source bytes buffered per row, resampled rows kept in the WRAM ring (0: none)."""
+    """How the driver runs one sample (pim_dpu_sample_plan_t of csrc/include/pim_dpu_plan.h):
+    output pixels per segment, source bytes buffered per row, resampled rows kept in the WRAM
+    ring (0: none), and the sample's MRAM output layout."""
     seg_w: int
     src_buf: int
     ring_rows: int
+    pitch: int = 0
+    planes: int = 0
+    row_bytes: int = 0
+    crop_bytes: int = 0
+    out_bytes: int = 0
+
+    @classmethod
+    def _of(cls, c) -> "Plan":
+        return cls(*(int(getattr(c, f.name)) for f in fields(cls)))
+
+    def _to_c(self):
+        c = _ffi.new("pim_dpu_sample_plan_t *")
+        for f in fields(self):
+            setattr(c, f.name, getattr(self, f.name))
+        return c
 
 
 def arena_bytes(nr_tasklets: int, stack_bytes: int = 1024) -> int:
-    """pim_dpu_arena_bytes (dpu_src/pim_dpu_layout.h): one tasklet's WRAM arena: 64 KB less the
-    stacks, 2 KB of globals and the 3 KB lookup table, shared out, a multiple of 8."""
-    left = 65536 - nr_tasklets * stack_bytes - 2048 - 3072
-    return max(0, left // nr_tasklets // 8 * 8)
+    """pim_dpu_arena_bytes (include/pim_dpu_layout.h): one tasklet's WRAM arena."""
+    return int(_lib.pim_dpu_arena_bytes(nr_tasklets, stack_bytes))
 
 
-def sample_wram(w: int, C: int, esize: int, taps_x: int, taps_y: int, src_buf: int, ring_rows: int) -> int:
-    """pim_dpu_sample_wram (dpu_src/pim_dpu_layout.h): WRAM bytes after the arena head."""
-    n = src_buf + _round8(w * C) + ring_rows * _round8(w * C) + w * C * esize
-    if taps_x:
-        n += AXIS_HEADER_BYTES + w * RANGE_BYTES + w * taps_x * 2
-    if taps_y:
-        n += w * C * 4 + RANGE_BYTES + taps_y * 2
-    return n
+def _sample_ptr(sample):
+    """A pim_sample_t * to a copy of one pack_batch descriptor (a SAMPLE_DTYPE record)."""
+    raw = bytearray(np.asarray(sample).tobytes())
+    if len(raw) != _ffi.sizeof("pim_sample_t"):
+        raise ValueError(f"a pim_sample_t is {_ffi.sizeof('pim_sample_t')} bytes, got {len(raw)}")
+    return _ffi.cast("pim_sample_t *", _ffi.from_buffer(raw)), raw
 
 
-def plan_sample(sample, tables: np.ndarray, arena_bytes: int) -> Optional[Plan]:
-    """The driver's plan of one pim_sample_t (None: refused): the widest segment with a ring of
-    the widest vertical window, else (the ring does not fit even 8 pixels wide) the widest
-    without a ring."""
-    C, es = int(sample["channels"]), int(sample["out_esize"])
-    out_w = int(sample["out_w"])
-    hflip = bool(int(sample["flags"]) & 1)
-    _, _, taps_x, xfirst, xcount = read_axis(tables, int(sample["xtab_offset"]))
-    _, _, taps_y, _, ycount = read_axis(tables, int(sample["ytab_offset"]))
-    need_h, need_v = xcount is not None, ycount is not None
+def _tables_ptr(tables):
+    tables = np.ascontiguousarray(tables, dtype=np.uint8)
+    return _ffi.cast("uint8_t *", _ffi.from_buffer(tables)), tables
 
-    def max_span(w):
-        if not need_h:
-            return min(w, out_w)
-        best = 0
-        for d0 in range(0, out_w, w):
-            m = min(w, out_w - d0)
-            x0 = out_w - d0 - m if hflip else d0
-            best = max(best, int(xfirst[x0 + m - 1] + xcount[x0 + m - 1] - xfirst[x0]))
-        return best
 
-    ring = int(ycount.max()) if need_h and need_v else 0
-    for rows in ((ring, 0) if ring else (0,)):
-        for w in range(_round8(out_w), 7, -8):
-            src_buf = _round8(max_span(w) * C + 7)
-            if ARENA_HEAD + sample_wram(w, C, es, taps_x if need_h else 0, taps_y if need_v else 0,
-                                        src_buf, rows) <= arena_bytes:
-                return Plan(w, src_buf, rows)
-    return None
+def plan_sample(sample, tables: np.ndarray, arena_bytes: int, nr_tasklets: int = 16) -> Optional[Plan]:
+    """The driver's plan of one pim_sample_t (pim_dpu_plan_sample; None: refused)."""
+    (ptr, keep), (tab, tables) = _sample_ptr(sample), _tables_ptr(tables)
+    c = _ffi.new("pim_dpu_sample_plan_t *")
+    err = _ffi.new("char[]", 512)
+    ok = _lib.pim_dpu_plan_sample(ptr, tab, tables.nbytes, arena_bytes, nr_tasklets, c, err, len(err))
+    return Plan._of(c) if ok else None
 
 
 def row_work(sample, tables: np.ndarray, plan: Plan) -> np.ndarray:
-    """The driver's estimate of each output row's work (csrc/dpu_driver.c, sample_work), in
-    the same integers: per row y, C * fresh(y) * (6 * Sx + 9 * out_w) [width resampled] +
-    C * out_w * (9 * V(y) + 9) [height resampled] + 8 * C * out_w + 40 * segments, where
-    fresh(y) = source rows resampled for row y (with the ring: the rows of its window past the
-    previous window; without: V(y)). It balances DPUs (split_samples) and tasklets (cut_bands)."""
-    C, out_h, out_w = int(sample["channels"]), int(sample["out_h"]), int(sample["out_w"])
-    _, _, _, _, xcount = read_axis(tables, int(sample["xtab_offset"]))
-    _, _, _, yfirst, ycount = read_axis(tables, int(sample["ytab_offset"]))
-    segments = -(-out_w // plan.seg_w)
-    work = np.full(out_h, C * out_w * 8 + 40 * segments, dtype=np.int64)
-    fresh = np.ones(out_h, dtype=np.int64)
-    if ycount is not None:
-        fresh = _fresh_rows(yfirst, ycount) if plan.ring_rows else ycount
-        work += C * out_w * (9 * ycount + 9)
-    if xcount is not None:
-        work += C * fresh * (6 * int(xcount.sum()) + 9 * out_w)
-    return work
+    """The driver's estimate of each output row's work (pim_dpu_row_work, csrc/dpu_plan.c; the
+    formula is in pim_dpu_plan.h), for a sample `plan_sample` planned. It balances DPUs and
+    tasklets."""
+    (ptr, keep), (tab, tables) = _sample_ptr(sample), _tables_ptr(tables)
+    rows = np.zeros(int(sample["out_h"]), dtype=np.uint64)
+    _lib.pim_dpu_row_work(ptr, tab, plan._to_c(), _ffi.cast("uint64_t *", _ffi.from_buffer(rows)))
+    return rows.astype(np.int64)
 
 
 def _fresh_rows(first: np.ndarray, count: np.ndarray) -> np.ndarray:
@@ -358,44 +341,13 @@ def sample_work(sample, tables: np.ndarray, ring: bool = True) -> SampleWork:
 
 
 def split_samples(work: Sequence[int], nr_dpus: int) -> list[range]:
-    """The driver's split of a batch over DPUs (csrc/dpu_driver.c, split_by_work): contiguous
-    runs that minimise the largest run's estimated work (`row_work` summed per sample), every
-    active DPU at least one sample. The bound is the least L for which a greedy cut (each run
-    takes samples while it stays within L) needs at most `active` runs; the runs are that cut,
-    leaving at least one sample for each later DPU, the last DPU taking the rest."""
-    work = [int(v) for v in work]
-    n = len(work)
-    active = min(n, nr_dpus)
-    if not n:
-        return []
-
-    def fits(bound):
-        runs, load = 1, 0
-        for v in work:
-            if v > bound:
-                return False
-            if load + v > bound:
-                runs, load = runs + 1, 0
-            load += v
-        return runs <= active
-
-    lo, hi = max(work), sum(work)
-    while lo < hi:
-        mid = lo + (hi - lo) // 2
-        if fits(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    runs, i = [], 0
-    for d in range(active):
-        first, left_after, load = i, active - d - 1, 0
-        while True:
-            load += work[i]
-            i += 1
-            if not (i < n - left_after and (d == active - 1 or load + work[i] <= lo)):
-                break
-        runs.append(range(first, i))
-    return runs
+    """The driver's split of a batch over DPUs (pim_dpu_split, csrc/dpu_plan.c): contiguous
+    runs that minimise the largest run's estimated work, every active DPU at least one sample."""
+    work = np.ascontiguousarray([int(v) for v in work], dtype=np.uint64)
+    first = np.zeros(min(len(work), nr_dpus) + 1, dtype=np.uint32)
+    active = _lib.pim_dpu_split(_ffi.cast("uint64_t *", _ffi.from_buffer(work)), len(work), nr_dpus,
+                                _ffi.cast("uint32_t *", _ffi.from_buffer(first)))
+    return [range(int(first[d]), int(first[d + 1])) for d in range(active)]
 
 
 def split_by_pixels(out_pixels: Sequence[int], nr_dpus: int) -> list[range]:
@@ -424,19 +376,60 @@ def bands(total_rows: int, nr_tasklets: int) -> list[range]:
 
 
 def cut_bands(row_work: Sequence[int], nr_tasklets: int) -> list[range]:
-    """The driver's bands of a DPU's output rows (csrc/dpu_driver.c, cut_bands): band t starts
-    at the first row whose work before it reaches t / T of the DPU's work."""
-    row_work = [int(v) for v in row_work]
-    rows, T = len(row_work), nr_tasklets
-    total = sum(row_work)
-    edges, before, g = [0], 0, 0
-    for t in range(1, T):
-        while g < rows and before * T < total * t:
-            before += row_work[g]
-            g += 1
-        edges.append(g)
-    edges.append(rows)
-    return [range(edges[t], edges[t + 1]) for t in range(T)]
+    """The driver's bands of a DPU's output rows (pim_dpu_cut_bands, csrc/dpu_plan.c): band t
+    starts at the first row whose work before it reaches t / T of the DPU's work."""
+    rows = np.ascontiguousarray([int(v) for v in row_work], dtype=np.uint64)
+    edges = np.zeros(nr_tasklets + 1, dtype=np.uint32)
+    _lib.pim_dpu_cut_bands(_ffi.cast("uint64_t *", _ffi.from_buffer(rows)), len(rows), nr_tasklets,
+                           _ffi.cast("uint32_t *", _ffi.from_buffer(edges)))
+    return [range(int(edges[t]), int(edges[t + 1])) for t in range(nr_tasklets)]
+
+
+@dataclass
+class DriverPlan:
+    """The driver's whole plan of a batch (pim_dpu_plan): per sample its Plan and its rows'
+    estimated work, the DPUs' runs of samples and each active DPU's tasklet bands (rows of its
+    chunk)."""
+    plans: list
+    row_work: list       # [n] int64 arrays of out_h
+    runs: list           # [active] ranges of sample indices
+    bands: list          # [active] lists of nr_tasklets ranges
+
+
+def driver_plan(samples: np.ndarray, tables: np.ndarray, nr_dpus: int, nr_tasklets: int,
+                arena_bytes: int) -> DriverPlan:
+    """What pim_dpu_submit plans for this batch (csrc/dpu_plan.c, pim_dpu_plan): raises
+    ValueError with the driver's message for a sample it would refuse."""
+    samples = np.ascontiguousarray(samples)
+    n = len(samples)
+    if samples.dtype.itemsize != _ffi.sizeof("pim_sample_t"):
+        raise ValueError("samples must be pack_batch's pim_sample_t descriptors")
+    tab, tables = _tables_ptr(tables)
+    out_h = samples["out_h"].astype(np.int64)
+    plan = _ffi.new("pim_dpu_plan_t *")
+    c_plans = _ffi.new("pim_dpu_sample_plan_t[]", max(n, 1))
+    work = np.zeros(max(n, 1), dtype=np.uint64)
+    rows = np.zeros(max(int(out_h.sum()), 1), dtype=np.uint64)
+    first = np.zeros(nr_dpus + 1, dtype=np.uint32)
+    edges = np.zeros(nr_dpus * (nr_tasklets + 1), dtype=np.uint32)
+    plan.samples = c_plans
+    plan.work = _ffi.cast("uint64_t *", _ffi.from_buffer(work))
+    plan.row_work = _ffi.cast("uint64_t *", _ffi.from_buffer(rows))
+    plan.first = _ffi.cast("uint32_t *", _ffi.from_buffer(first))
+    plan.bands = _ffi.cast("uint32_t *", _ffi.from_buffer(edges))
+    err = _ffi.new("char[]", 1024)
+    rc = _lib.pim_dpu_plan(_ffi.cast("pim_sample_t *", _ffi.from_buffer(samples)), n, tab, tables.nbytes,
+                           nr_dpus, nr_tasklets, arena_bytes, plan, err, len(err))
+    if rc != 0:
+        raise ValueError(f"the DPU driver would refuse this batch: {_ffi.string(err).decode()}")
+    starts = np.concatenate([[0], np.cumsum(out_h)])
+    T = nr_tasklets
+    return DriverPlan(
+        [Plan._of(c_plans[i]) for i in range(n)],
+        [rows[starts[i]:starts[i + 1]].astype(np.int64) for i in range(n)],
+        [range(int(first[d]), int(first[d + 1])) for d in range(plan.active)],
+        [[range(int(edges[d * (T + 1) + t]), int(edges[d * (T + 1) + t + 1])) for t in range(T)]
+         for d in range(plan.active)])
 
 
 @dataclass
@@ -515,17 +508,14 @@ class DpuRun:
         """Read `backend`'s counters (reset before the one run they must cover) and run_info of
         its last run of the batch whose descriptors and tables are `packed` (pack_batch). The
         split over DPUs and tasklets and each sample's plan (segment width, ring) are the
-        driver's, recomputed here (plan_sample, row_work, split_samples, cut_bands)."""
+        driver's own, read from its C code (`driver_plan`)."""
         counters = counters if counters is not None else [backend.counters(d)
                                                           for d in range(backend.nr_dpus)]
         info = info if info is not None else backend.run_info()
         samples, tables = packed.samples, packed.tables
-        plans = [plan_sample(s, tables, info["arena_bytes"]) for s in samples]
-        if any(p is None for p in plans):
-            raise ValueError("a sample the driver would refuse (it does not fit WRAM)")
-        rows = [row_work(s, tables, p) for s, p in zip(samples, plans)]
-        works = [sample_work(s, tables, ring=p.ring_rows > 0) for s, p in zip(samples, plans)]
-        runs = split_samples([int(r.sum()) for r in rows], backend.nr_dpus)
+        plan = driver_plan(samples, tables, backend.nr_dpus, backend.nr_tasklets, info["arena_bytes"])
+        works = [sample_work(s, tables, ring=p.ring_rows > 0) for s, p in zip(samples, plan.plans)]
+        runs = plan.runs
         C = works[0].channels
         nhwc = bool(int(samples[0]["flags"]) & 4)
         dpu_work_list = []
@@ -533,8 +523,7 @@ class DpuRun:
             # one write per (row, segment[, plane]) + the status block (each <= 2048 bytes here)
             per_segment = 1 if nhwc else C
             segs = (counters[d].mram_write_calls - 1) // per_segment
-            cut = cut_bands(np.concatenate([rows[i] for i in run]), backend.nr_tasklets)
-            dpu_work_list.append(dpu_work([works[i] for i in run], backend.nr_tasklets, segs, cut))
+            dpu_work_list.append(dpu_work([works[i] for i in run], backend.nr_tasklets, segs, plan.bands[d]))
         arr = lambda name: np.array([getattr(c, name) for c in counters], dtype=np.int64)  # noqa: E731
         return cls(backend.nr_dpus, backend.nr_tasklets, len(samples), info["active_dpus"],
                    info["xfer_bytes"], info["out_xfer_bytes"], info["in_real_bytes"],
@@ -671,7 +660,7 @@ def end_to_end(dpu_images_per_s: float, host_s_per_image: float, host_cores: int
             "bound": "host decode" if host < dpu_images_per_s else "DPU path"}
 
 
-__all__ = ["Assumptions", "CASES", "DpuRun", "KernelWork", "Param", "Plan", "Projection", "SYSTEMS",
+__all__ = ["Assumptions", "CASES", "DpuRun", "DriverPlan", "KernelWork", "Param", "Plan", "Projection", "SYSTEMS",
            "SampleWork", "System", "WORK", "arena_bytes", "balanced", "bands", "compute_cycles", "cut_bands", "dma_cycles",
-           "dpu_work", "end_to_end", "plan_sample", "project", "project_all", "read_axis", "row_work",
-           "sample_wram", "sample_work", "split_by_pixels", "split_samples"]
+           "driver_plan", "dpu_work", "end_to_end", "plan_sample", "project", "project_all", "read_axis", "row_work",
+           "sample_work", "split_by_pixels", "split_samples"]

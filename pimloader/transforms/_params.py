@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torchvision.transforms.v2 import InterpolationMode
 
+from pimloader._kernels import lib as _kernels_lib
+
 
 def _replace(geometry: "Geometry", **changes) -> "Geometry":
     """dataclasses.replace for Geometry, without re-running __init__ (it is called for
@@ -33,7 +35,7 @@ class NotFusable(Exception):
 Box = tuple[int, int, int, int]  # top, left, height, width
 ColourOp = tuple[str, float]     # ("brightness" | "contrast" | "saturation", factor) or
                                  # ("grayscale", output channels)
-MAX_COLOUR_OPS = 8               # PIM_MAX_COLOUR_OPS of csrc/include/pim_extra.h
+MAX_COLOUR_OPS = _kernels_lib.PIM_MAX_COLOUR_OPS  # the C kernel's (csrc/include/pim_extra.h)
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from pimloader.errors import DpuBackendError, DpuFaultError, DpuKernelError
 
 _REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 KERNEL_SOURCE = os.path.join(_REPO, "dpu_src", "crop_resize.c")
-KERNEL_INCLUDES = (os.path.join(_REPO, "dpu_src"), os.path.join(_REPO, "csrc", "include"))
+KERNEL_INCLUDES = (os.path.join(_REPO, "include"),)  # the headers shared by the kernel and the host
 DEFAULT_STACK_BYTES = 1024
 ALL_DPUS = 0xFFFFFFFF  # DPU_ALLOCATE_ALL
 

@@ -2,7 +2,7 @@
 
 The kernel is built once per set of flags (NR_TASKLETS, STACK_SIZE_DEFAULT) into a per-user
 cache keyed by the compiler, the flags and the text of the source and of every header it
-can include; setup.py builds the default one when it finds the SDK, and `DpuBackend`
+can include; setup.py builds the default one when it finds the SDK, and `DpuDriver`
 builds others on first use. The emulator's build of the same source (host gcc, no floating
 point) is `pimloader.backends.dpu.emulator.compile_kernel`, which shares this module's cache helpers.
 

@@ -1,5 +1,6 @@
 /* pim_dpu_layout.h: the MRAM layout of one DPU's chunk of a batch, shared by the host driver
- * (csrc/dpu_driver.c) and the DPU kernel (dpu_src/crop_resize.c), as PrIM's common.h.
+ * (csrc/dpu_driver.c, dpu_plan.c, dpu_chunk.c) and the DPU kernel (dpu_src/crop_resize.c), as
+ * PrIM's common.h.
  *
  * A chunk starts at DPU_MRAM_HEAP_POINTER (the host writes it at DPU_MRAM_HEAP_POINTER_NAME,
  * offset 0). Every offset below counts bytes from that start; every part is 8-byte aligned.
@@ -12,7 +13,7 @@
  *   jobs_off           n_samples x pim_dpu_job_t: how the kernel walks each sample
  *   bands_off          nr_tasklets + 1 uint32 (padded to 8 bytes): tasklet t computes the
  *                      chunk's output rows [bands[t], bands[t + 1]), cut by the host so that
- *                      the bands carry about equal work (row_work in dpu_driver.c)
+ *                      the bands carry about equal work (pim_dpu_row_work, csrc/dpu_plan.c)
  *   tables_off         the axis tables the chunk's samples use (pim_params.h format)
  *   lut_off            channels x 256 output bit patterns (lut_bytes, 0 when uint8 out)
  *   ...                the crop boxes' pixels, each 8-byte aligned

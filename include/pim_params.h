@@ -37,9 +37,10 @@
  * acc = (1 << (precision - 1)) + sum over taps of weight * pixel, in int32; the result is
  * acc >> precision clamped to 0..255. The horizontal pass runs first and rounds to uint8,
  * then the vertical pass runs on its rows. With precision <= 22 and the filters' weights,
- * |acc| < 2^31 (the CPU kernel checks every table for it). Flips mirror the finished
- * output (torchvision's RandomResizedCrop then Random*Flip), so they only change where a
- * result is written. Crop boxes lie inside the image: padding is not this step's job.
+ * |acc| < 2^31 (the host checks every table for it: pim_check_axis, csrc/axis_check.c, run
+ * by the CPU kernel and the DPU driver alike). Flips mirror the finished output
+ * (torchvision's RandomResizedCrop then Random*Flip), so they only change where a result is
+ * written. Crop boxes lie inside the image: padding is not this step's job.
  */
 #ifndef PIM_PARAMS_H
 #define PIM_PARAMS_H

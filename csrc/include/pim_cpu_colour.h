@@ -1,6 +1,9 @@
-/* pim_cpu_internal.h: functions shared between the CPU kernel's C files (not exported). */
-#ifndef PIM_CPU_INTERNAL_H
-#define PIM_CPU_INTERNAL_H
+/* pim_cpu_colour.h: the padding and colour steps of the CPU kernel (csrc/cpu_colour.c and its
+ * AVX2 lanes, csrc/cpu_colour_avx2.c), called by csrc/cpu_kernels.c (not exported). The
+ * dependency runs one way: the colour files call nothing of cpu_kernels.c (the SIMD level
+ * they may use is an argument). */
+#ifndef PIM_CPU_COLOUR_H
+#define PIM_CPU_COLOUR_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -19,12 +22,10 @@ void pim_gather_padded(const pim_sample_t *s, const pim_extra_t *e, const uint8_
                        int32_t *columns, uint8_t *out);
 
 /* e's colour ops on an image of `pixels` pixels of `channels` (HWC, room for 3 channels);
- * returns the channel count of the result. */
+ * returns the channel count of the result. `simd`: the kernel's SIMD level (pim_cpu_simd,
+ * pim_cpu.h); at 2 (AVX2) the lanes of cpu_colour_avx2.c run where the CPU also has FMA. */
 uint32_t pim_colour_apply(const pim_extra_t *e, uint8_t *image, size_t pixels,
-                          uint32_t channels);
-
-/* The SIMD level pim_cpu_simd set (detecting the best on first use). */
-int pim_cpu_simd_level(void);
+                          uint32_t channels, int simd);
 
 /* The per-pixel colour steps, 8 pixels at a time, for CPUs with AVX2 and FMA (callers check
  * both; cpu_colour_avx2.c), with the scalar code's float32 operations, lane by lane. Each
@@ -40,4 +41,4 @@ size_t pim_scale_values_avx2(uint8_t *values, size_t n, float factor);
 size_t pim_blend_values_avx2(uint8_t *values, size_t n, float y, float ratio, float rest,
                              int fused);
 
-#endif /* PIM_CPU_INTERNAL_H */
+#endif /* PIM_CPU_COLOUR_H */
