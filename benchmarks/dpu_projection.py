@@ -11,7 +11,7 @@ draws PIMDataLoader makes), decodes each crop box on the host with pimloader's l
 decoder (MEASURED here, per image on one core: decoding stays on the host), runs the batch
 through `DpuDriver` on pimloader's libdpu emulator (`--dpus` DPUs x `--tasklets` tasklets,
 `--images-per-dpu` images each), and reads what the emulator COUNTED: MRAM<->WRAM DMA calls
-and bytes per DPU, host<->DPU bytes and the padded transfer lengths. `pimloader.costmodel.model`
+and bytes per DPU, host<->DPU bytes and the padded transfer lengths. `pimloader.costmodel`
 turns those counts, the work counted from the batch's axis tables, and the published figures
 of UPMEM systems into PROJECTED per-stage times and images/s for a 64-DPU rank, a 640-DPU and
 a 2,560-DPU system, in a best / nominal / worst case (docs/cost_model.md). The end-to-end
@@ -37,7 +37,7 @@ from torchvision.transforms import v2
 
 from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
 from pimloader.backends import kernels as K
-from pimloader.costmodel import model as cm
+from pimloader import costmodel as cm
 from pimloader import decode
 from pimloader.backends.dpu.driver import DpuDriver
 from pimloader.transforms import lower
@@ -182,7 +182,7 @@ def run(args: argparse.Namespace) -> dict:
                 if k not in ("out", "quick")}
     return {"benchmark": "dpu_projection", "settings": settings,
             "date": time.strftime("%Y-%m-%d %H:%M %Z"),
-            "note": ("every time and rate under 'projections' is PROJECTED by pimloader.costmodel.model "
+            "note": ("every time and rate under 'projections' is PROJECTED by pimloader.costmodel "
                      "(no DPU hardware); counts come from pimloader's libdpu emulator; decode and "
                      "memcpy times are measured on this machine"),
             "environment": {"python": platform.python_version(), "torch": torch.__version__,

@@ -136,7 +136,7 @@ def test_the_cost_model_plans_with_the_drivers_code():
     """The cost model's plan of a batch is the driver's (pim_dpu_plan): a sample the driver
     refuses is refused by the model with the driver's words, and an accepted batch's plan
     splits and bands it as the driver reports (active DPUs, arena)."""
-    from pimloader.costmodel import model as cm
+    from pimloader import costmodel as cm
     big = RNG.integers(0, 256, (1411, 1411, 3), dtype=np.uint8)
     lut = K.normalize_lut(3, torch.float32)
     packed, _ = K.pack_batch([big], [(0, 0, 1411, 1411)], (4, 4), interpolation="bicubic")

@@ -1,4 +1,4 @@
-"""pimloader.costmodel.model: its arithmetic against hand computations, its monotonicity, the work it
+"""pimloader.costmodel: its arithmetic against hand computations, its monotonicity, the work it
 counts against a literal walk of the kernel's loops, the least-possible bytes against numpy
 sizes of real batches, and the emulator counters it reads against what the host sent."""
 from dataclasses import replace
@@ -12,7 +12,7 @@ from skimage import data
 from torchvision.transforms import v2
 
 from pimloader.backends import kernels as K
-from pimloader.costmodel import model as cm
+from pimloader import costmodel as cm
 from pimloader.backends.dpu.driver import DpuDriver
 from pimloader.transforms import lower
 

@@ -11,7 +11,7 @@ import torch
 from skimage import data
 
 from pimloader.backends import kernels as K
-from pimloader.costmodel import model as cm
+from pimloader import costmodel as cm
 from pimloader.backends.dpu.driver import DpuDriver
 from pimloader.errors import DpuFaultError, DpuKernelError
 

@@ -1,0 +1,143 @@
+"""What the cost model assumes: the published figures of real UPMEM systems and the
+instruction counts per unit of the kernel's work, each a `Param` with its source and
+reasoning, at its best, nominal and worst value (`CASES`). See docs/cost_model.md."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+
+
+CASES = ("best", "nominal", "worst")
+
+# sources of the figures
+PRIM = "measured by PrIM (Gomez-Luna et al. 2021/2022), upmem-reference.md"
+UPMEM_DOCS = "UPMEM docs, upmem-reference.md"
+KERNEL = "assumed: counted by reading dpu_src/crop_resize.c and include/pim_resample.h"
+ASSUMED = "assumed"
+
+# sizes of the structs of include/pim_params.h and include/pim_dpu_layout.h, from the C build
+
+
+@dataclass(frozen=True)
+class Param:
+    """One named figure of the model: its best / nominal / worst value, unit, source, reason."""
+    best: float
+    nominal: float
+    worst: float
+    unit: str
+    source: str
+    why: str
+
+    def at(self, case: str) -> float:
+        if case not in CASES:
+            raise ValueError(f"case must be one of {CASES}, got {case!r}")
+        return float(getattr(self, case))
+
+
+def _fixed(value: float, unit: str, source: str, why: str) -> Param:
+    return Param(value, value, value, unit, source, why)
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """Every figure the projection uses. Change one with dataclasses.replace."""
+
+    # -- DMA between MRAM and WRAM (per DPU) --
+    dma_read_latency: Param = _fixed(77, "cycles/call", PRIM, "MRAM->WRAM fixed cost per mram_read")
+    dma_write_latency: Param = _fixed(61, "cycles/call", PRIM, "WRAM->MRAM fixed cost per mram_write")
+    dma_cycles_per_byte: Param = _fixed(0.5, "cycles/byte", PRIM, "at most ~2 B/cycle per DPU")
+    dma_latency_hidden: Param = Param(
+        1.0, 0.0, 0.0, "fraction", ASSUMED,
+        "share of the fixed DMA latency hidden by other tasklets' DMAs on the DPU's one DMA engine. "
+        "0 (every call costs 77|61 + n/2 in turn) matches PrIM's sustained ~630 MB/s for 2 KB "
+        "transfers with many tasklets; 1 (only the bytes serialise) is an optimistic bound")
+    # -- the pipeline --
+    pipeline_depth: Param = _fixed(
+        11, "tasklets", UPMEM_DOCS,
+        "a tasklet issues at most one instruction every 11 cycles; >= 11 busy tasklets fill the "
+        "pipeline at one instruction per cycle per DPU")
+    overlap_dma_compute: Param = Param(
+        1, 1, 0, "0/1", ASSUMED,
+        "1: while one tasklet waits on its DMA the others compute, so a DPU takes max(compute, "
+        "DMA); 0: no overlap at all (compute + DMA), a pessimistic bound")
+    # -- host <-> DPU transfers --
+    host_to_dpu_rank_bw: Param = _fixed(6.7e9, "B/s per rank", PRIM,
+                                        "parallel dpu_push_xfer to the 64 DPUs of a rank")
+    dpu_to_host_rank_bw: Param = _fixed(4.7e9, "B/s per rank", PRIM,
+                                        "parallel dpu_push_xfer(FROM_DPU) from a rank")
+    rank_scaling: Param = Param(
+        1.0, 1.0, 0.0, "fraction", ASSUMED,
+        "how transfer bandwidth grows with ranks: 1 = every rank moves its data at the per-rank "
+        "figure at once (ranks sit on separate DIMMs/channels); 0 = the whole system shares one "
+        "rank's bandwidth (host-side bottleneck). Not measured on more than one rank here")
+    overlap_transfers: Param = Param(
+        1, 0, 0, "0/1", ASSUMED,
+        "1: the next launch's push and the last one's gather run while other ranks compute "
+        "(needs >= 2 ranks: the host reaches a DPU's MRAM only while that DPU is stopped); "
+        "0: push -> launch -> gather in turn, what csrc/dpu_driver.c does today")
+    # -- instructions per unit of work (see KernelWork for what each unit is) --
+    h_mac: Param = Param(
+        5, 6, 20, "instr/(tap x channel)", KERNEL,
+        "pim_hpass_row_c3 inner loop per tap: 1 weight load + per channel [1 pixel load, w*px as "
+        "two 8x8 multiplies (mul_sh_ul, mul_ul_ul) + lsl_add, 1 add] + 2 loop = 18 per tap of 3 "
+        "channels; best: unrolled; worst: the compiler misses the 8x8 pattern and emits mul_step "
+        "chains (~8 steps per 8-bit operand)")
+    h_out: Param = Param(
+        6, 9, 14, "instr/(output x channel)", KERNEL,
+        "pim_acc_to_u8 (sign test, shift, clamp, store) per channel + the range load, pointer "
+        "and accumulator set-up per output pixel shared by its channels")
+    v_mac: Param = Param(
+        7, 9, 23, "instr/element", KERNEL,
+        "pim_vpass_mac per element: load acc, load pixel, 2 x 8x8 multiply + lsl_add, add, store "
+        "acc, loop; worst: mul_step chains as for h_mac")
+    v_init: Param = Param(1, 2, 3, "instr/element", KERNEL, "pim_vpass_init: a store and the loop")
+    v_finish: Param = Param(5, 7, 9, "instr/element", KERNEL,
+                            "pim_vpass_finish: load, sign test, shift, clamp, store, loop")
+    emit: Param = Param(
+        5, 8, 12, "instr/element", KERNEL,
+        "pim_emit_row per output element: load u8, table index (c*256 + v, shifted by the "
+        "element size), table load, store at the (flipped) index, loop")
+    row: Param = Param(
+        25, 40, 80, "instr/(row x segment)", KERNEL,
+        "run_rows per output row and segment: y-table reads set-up, checks, flip index, "
+        "write addresses, read_big/write_big bookkeeping beyond the per-call cost")
+    column: Param = Param(6, 10, 15, "instr/(column x band)", KERNEL,
+                          "run_rows' per-segment check of the x windows, per output column, "
+                          "once per tasklet band that touches the sample")
+    sample_load: Param = Param(
+        100, 150, 400, "instr/load", KERNEL,
+        "load_sample: 4 DMAs and ~40 field checks, several on 64-bit values (software "
+        "routines on the 32-bit DPU); every tasklet loads each sample up to its band")
+    dma_call: Param = Param(5, 10, 20, "instr/call", KERNEL,
+                            "read_big/write_big loop and the mram_read/mram_write call itself")
+
+    def table(self) -> list[dict]:
+        """Every parameter as a dict (name, best, nominal, worst, unit, source, why)."""
+        return [{"name": f.name, **{k: getattr(getattr(self, f.name), k) for k in
+                                    ("best", "nominal", "worst", "unit", "source", "why")}}
+                for f in fields(self)]
+
+
+@dataclass(frozen=True)
+class System:
+    """A UPMEM system: DPU count, clock, DPUs per rank."""
+    name: str
+    nr_dpus: int
+    clock_hz: float
+    dpus_per_rank: int = 64
+    source: str = UPMEM_DOCS
+
+    @property
+    def ranks(self) -> int:
+        return max(1, math.ceil(self.nr_dpus / self.dpus_per_rank))
+
+
+SYSTEMS = (
+    System("1 rank", 64, 350e6, source="64 DPUs per rank (8 chips x 8), 350 MHz: " + UPMEM_DOCS),
+    System("640 DPUs", 640, 267e6, source="the older 640-DPU PrIM system at 267 MHz: " + PRIM),
+    System("2,560 DPUs", 2560, 350e6, source="20 DIMMs, 2,560 DPUs at 350 MHz (2,556 usable): " + PRIM),
+)
+
+
+__all__ = ["ASSUMED", "Assumptions", "CASES", "KERNEL", "PRIM", "Param", "SYSTEMS", "System",
+           "UPMEM_DOCS"]
