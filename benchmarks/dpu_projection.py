@@ -33,32 +33,19 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torchvision.transforms import v2
 
 from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
-from pimloader.backends import kernels as K
+from benchmarks.pipelines import DTYPES, MEAN, STD, make_transform
 from pimloader import costmodel as cm
 from pimloader import decode
+from pimloader.backends import kernels as K
 from pimloader.backends.dpu.driver import DpuDriver
 from pimloader.transforms import lower
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-MEAN = [0.485, 0.456, 0.406]
-STD = [0.229, 0.224, 0.225]
-DTYPES = {"float32": torch.float32, "float16": torch.float16}
 PIPELINES = (("train", "float32"), ("train", "float16"), ("val", "float32"))
 QUICK = {"count": 40, "classes": 4, "dpus": 16, "images_per_dpu": 2, "decode_repeats": 1}
 LABEL = "projected"
-
-
-def make_transform(pipeline: str, dtype: str) -> v2.Compose:
-    if pipeline == "train":
-        geometry = [v2.RandomResizedCrop(224), v2.RandomHorizontalFlip()]
-    elif pipeline == "val":
-        geometry = [v2.Resize(256), v2.CenterCrop(224)]
-    else:
-        raise ValueError(f"unknown pipeline {pipeline!r}")
-    return v2.Compose([*geometry, v2.ToDtype(DTYPES[dtype], scale=True), v2.Normalize(MEAN, STD)])
 
 
 def image_files(root: Path, count: int) -> list[Path]:

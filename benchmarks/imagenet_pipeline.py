@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import io
 import json
 import os
 import platform
@@ -51,13 +50,12 @@ from pathlib import Path
 
 import torch
 import torchvision
-from PIL import Image
 from torch.utils.data import DataLoader, default_collate
 from torchvision.datasets import ImageFolder as TorchvisionImageFolder
-from torchvision.io import ImageReadMode, decode_image
-from torchvision.transforms import v2
 
 from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
+from benchmarks.pipelines import (DTYPES, decode_pil, decode_rgb, make_transform, read_bytes,
+                                  tensor_loader)
 
 try:
     from pimloader import PIMDataLoader
@@ -73,9 +71,6 @@ warnings.filterwarnings("ignore", message="The image decoding and encoding capab
                         category=DeprecationWarning)
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-MEAN = [0.485, 0.456, 0.406]
-STD = [0.229, 0.224, 0.225]
-DTYPES = {"float32": torch.float32, "float16": torch.float16}
 QUICK = {"count": 40, "classes": 4, "epochs": 2, "warmup": 1, "batch_size": 16,
          "breakdown_passes": 1, "fresh_workers": False}
 
@@ -88,47 +83,6 @@ SEEKABLE = "pimloader seekable"
 PIM_CONTENDERS = ("pimloader", "pimloader exact", SEEKABLE, EMULATOR)
 PIPELINES = (("train", "float32"), ("train", "float16"), ("val", "float32"),
              ("colour", "float32"))
-
-
-# -- pipelines -----------------------------------------------------------------------------
-
-def make_transform(pipeline: str, dtype: str, pil: bool = False) -> v2.Compose:
-    """The v2 pipeline; `pil`: PIL input, so PILToTensor goes right before ToDtype."""
-    if pipeline == "train":
-        geometry = [v2.RandomResizedCrop(224), v2.RandomHorizontalFlip()]
-    elif pipeline == "colour":
-        geometry = [v2.RandomResizedCrop(224), v2.RandomHorizontalFlip(),
-                    v2.ColorJitter(brightness=0.4, contrast=0.4, saturation=0.4)]
-    elif pipeline == "val":
-        geometry = [v2.Resize(256), v2.CenterCrop(224)]
-    else:
-        raise ValueError(f"unknown pipeline {pipeline!r}")
-    to_tensor = [v2.PILToTensor()] if pil else []
-    return v2.Compose([*geometry, *to_tensor, v2.ToDtype(DTYPES[dtype], scale=True),
-                       v2.Normalize(MEAN, STD)])
-
-
-def read_bytes(path) -> bytearray:
-    """The file's bytes in a writable buffer (torch.frombuffer wants one)."""
-    with open(path, "rb") as file:
-        data = bytearray(os.fstat(file.fileno()).st_size)
-        file.readinto(data)
-    return data
-
-
-def decode_rgb(data: bytearray) -> torch.Tensor:
-    return decode_image(torch.frombuffer(data, dtype=torch.uint8), mode=ImageReadMode.RGB)
-
-
-def tensor_loader(path) -> torch.Tensor:
-    """torchvision's tensor path: read the file, decode_image to a uint8 CHW RGB tensor."""
-    return decode_rgb(read_bytes(path))
-
-
-def decode_pil(data: bytearray) -> Image.Image:
-    """What ImageFolder's default (PIL) loader does after opening the file."""
-    image = Image.open(io.BytesIO(data))
-    return image.convert("RGB")
 
 
 # -- contenders ----------------------------------------------------------------------------
