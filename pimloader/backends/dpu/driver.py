@@ -24,10 +24,11 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from pimloader._native_sources import native_source_root
 from pimloader.backends import kernels as K
 from pimloader.errors import DpuBackendError, DpuFaultError, DpuKernelError
 
-_REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+_REPO = native_source_root()   # the checkout, or the copy an installed wheel ships
 KERNEL_SOURCE = os.path.join(_REPO, "dpu_src", "crop_resize.c")
 KERNEL_INCLUDES = (os.path.join(_REPO, "include"),)  # the headers shared by the kernel and the host
 DEFAULT_STACK_BYTES = 1024

@@ -21,12 +21,13 @@ import numpy as np
 
 from pimloader import _dpuemu, errors
 from pimloader.errors import DpuBackendError
+from pimloader._native_sources import native_source_root
 from .toolchain import build_atomically, cache_folder, content_key, define_flags
 
 ffi = _dpuemu.ffi
 lib = _dpuemu.lib
 
-_REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+_REPO = native_source_root()   # the checkout, or the copy an installed wheel ships
 EMULATOR_DIR = os.path.join(_REPO, "csrc", "emulator")
 DPU_INCLUDE = os.path.join(EMULATOR_DIR, "dpu_include")   # mram.h, defs.h, barrier.h, ...
 RUNTIME_SOURCE = os.path.join(EMULATOR_DIR, "dpu_rt.c")
