@@ -87,6 +87,17 @@ def test_declared_dependencies_cover_every_import():
     assert not problems, "pyproject.toml [project].dependencies misses:\n" + "\n".join(problems)
 
 
+def test_import_pimloader_gives_datasets_and_transforms():
+    """As `import torchvision` gives torchvision.datasets and .transforms (in a new process:
+    here other tests have imported the submodules already)."""
+    code = ("import pimloader, sys; "
+            "print(pimloader.datasets.ImageFolder.__name__, pimloader.transforms.Compose.__name__, "
+            "{'datasets', 'transforms'} <= set(pimloader.__all__), 'pimloader.transforms' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["ImageFolder", "Compose", "True", "True"]
+
+
 def test_the_undeclared_import_check_can_fail(tmp_path):
     """The check above names a module imported inside a function that nothing declares."""
     package = tmp_path / PACKAGE
@@ -191,11 +202,11 @@ INSTALLED_CHECK = textwrap.dedent("""
     import torch
     from PIL import Image
     import pimloader
+    report = {"file": pimloader.__file__, "datasets": pimloader.datasets.__name__,
+              "transforms": pimloader.transforms.__name__}   # before any import of theirs
     from pimloader import PIMDataLoader, datasets, transforms as T
 
     work = Path(sys.argv[1])
-    report = {"file": pimloader.__file__, "datasets": pimloader.datasets.__name__,
-              "transforms": pimloader.transforms.__name__}
     ds = torch.utils.data.TensorDataset(torch.arange(24.).reshape(6, 4))
     report["tensor_batches"] = [b[0].shape[0] for b in PIMDataLoader(ds, batch_size=4)]
 
