@@ -10,12 +10,14 @@ PIP    := $(PY) -m pip
 
 NATIVE := $(wildcard include/*.h csrc/*.c csrc/*.h csrc/*/*.h csrc/build_*.py dpu_src/*.c dpu_src/*.h)
 
-$(VENV)/.base: requirements.txt requirements-dev.txt setup.py $(NATIVE)
+# requirements*.txt pin what the project's machines carry; then pimloader itself, editable, as
+# pyproject.toml says: built with its [build-system] requirements (the cffi extensions land in
+# pimloader/), its declared dependencies checked against what is installed.
+$(VENV)/.base: requirements.txt requirements-dev.txt pyproject.toml setup.py $(NATIVE)
 	scripts/system-deps.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q -r requirements-dev.txt
-	$(PIP) install -q --no-build-isolation --no-deps -e .
-	$(PY) setup.py -q build_ext --inplace
+	$(PIP) install -q -e .
 	touch $@
 
 $(VENV)/.bench: $(VENV)/.base requirements-bench.txt
