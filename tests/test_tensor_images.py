@@ -337,6 +337,10 @@ class NamedImages(Images):
 def test_namedtuple_samples_keep_their_type(pipeline):
     transform = PIPELINES["train"]() if pipeline == "native" else v2.Compose(
         [v2.RandomResizedCrop(24), v2.RandomErasing(p=0.5), v2.ToDtype(torch.float32)])
-    actual, expected, _ = both_loaders(NamedImages, PHOTOS, transform, 0)
+    if pipeline == "python":
+        with pytest.warns(UserWarning, match="RandomErasing, ToDtype cannot be lowered"):
+            actual, expected, _ = both_loaders(NamedImages, PHOTOS, transform, 0)
+    else:
+        actual, expected, _ = both_loaders(NamedImages, PHOTOS, transform, 0)
     assert type(actual[0]) is NamedImages.Sample
     assert_same_batches(actual, expected, pipeline)
