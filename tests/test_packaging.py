@@ -24,6 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import textwrap
 import tomllib
 from pathlib import Path, PurePosixPath
@@ -193,6 +194,23 @@ def clone_copy(dest: Path) -> None:
 
 def run(cmd, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, **kwargs)
+
+
+def test_the_sdist_carries_what_building_it_reads(tmp_path):
+    """A source distribution (what pip builds a wheel from where no clone is at hand) has the
+    package, the build files, and every file of csrc/ and dpu_src/ a clone has."""
+    clone = tmp_path / "clone"
+    clone_copy(clone)
+    built = run([sys.executable, "-c", "import setuptools.build_meta as backend, sys; "
+                 "print(backend.build_sdist(sys.argv[1]))", tmp_path / "dist"], cwd=clone)
+    assert built.returncode == 0, built.stderr
+    with tarfile.open(tmp_path / "dist" / built.stdout.strip().splitlines()[-1]) as sdist:
+        carried = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
+    in_clone = {p.relative_to(clone).as_posix() for p in clone.rglob("*") if p.is_file()}
+    needed = {name for name in in_clone if name.split("/")[0] in ("csrc", "dpu_src")
+              or (name.startswith(f"{PACKAGE}/") and name.endswith(".py"))}
+    needed |= {"pyproject.toml", "setup.py", "LICENSE", "README.md"}
+    assert len(needed) > 40 and not needed - carried, f"the sdist lacks {sorted(needed - carried)}"
 
 
 INSTALLED_CHECK = textwrap.dedent("""
