@@ -20,14 +20,17 @@ from __future__ import annotations
 import ast
 import importlib.metadata as metadata
 import json
-import os
 import shutil
 import subprocess
 import sys
 import tarfile
 import textwrap
-import tomllib
 from pathlib import Path, PurePosixPath
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10, where pytest itself depends on tomli
+    import tomli as tomllib
 
 import pytest
 from packaging.markers import default_environment
