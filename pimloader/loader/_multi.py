@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
-import itertools
 import signal
 import tempfile
 import time
@@ -28,6 +27,7 @@ from torch.utils.data.dataloader import (
 
 from pimloader.errors import TOO_MANY_OPEN_FILES, LoaderTimeoutError, WorkerDiedError, WorkerError
 from ._produce import Produced, deliver
+from ._resume import EpochTracker, WorkerCycle
 from ._slots import SlotBatch
 from ._worker import IterableEnd, ResumeIteration, WorkerConfig, worker_loop
 
@@ -35,8 +35,13 @@ JOIN_TIMEOUT_S = 5.0
 
 
 class MultiProcessIter(_BaseDataLoaderIter):
-    def __init__(self, loader, state) -> None:
+    def __init__(self, loader, state, resume=None) -> None:
+        self._resume, self._resume_before = resume, None
+        if resume is not None:
+            self._resume_before = resume.before_iterator(loader)
         super().__init__(loader)
+        if resume is not None:
+            resume.seeds(self, loader, self._resume_before)
         self._prefetch_factor = loader.prefetch_factor
         self._in_order = loader.in_order
         if self._num_workers <= 0:
@@ -68,7 +73,8 @@ class MultiProcessIter(_BaseDataLoaderIter):
                 auto_collation=self._auto_collation, collate_fn=self._collate_fn,
                 drop_last=self._drop_last, base_seed=self._base_seed, init_fn=init_fn,
                 worker_id=worker_id, num_workers=self._num_workers,
-                shared_seed=self._shared_seed, pipeline=loader._pipeline)
+                shared_seed=self._shared_seed, pipeline=loader._pipeline,
+                resume=self._resume and self._resume.worker_snapshot(worker_id))
             index_queue = context.Queue()
             index_queue.cancel_join_thread()
             process = context.Process(
@@ -92,6 +98,7 @@ class MultiProcessIter(_BaseDataLoaderIter):
     # -- epoch bookkeeping (torch's semantics) ------------------------------------------
 
     def _reset(self, loader, first_iter=False) -> None:
+        tracker = EpochTracker(loader, self._num_workers)
         super()._reset(loader, first_iter)
         self._stats = self._state.begin_epoch()
         self._send_idx = 0
@@ -103,10 +110,16 @@ class MultiProcessIter(_BaseDataLoaderIter):
         self._workers_retired = [False] * self._num_workers
         self._sampler_exhausted = False
         self._workers_exited = [False] * self._num_workers
-        self._worker_queue_idx_cycle = itertools.cycle(range(self._num_workers))
+        self._worker_queue_idx_cycle = WorkerCycle(self._num_workers)
+        self._tracker = self._state.tracker = tracker
+        tracker.attach(self)
         if not first_iter:
             self._resume_workers()
-        for _ in range(self._prefetch_factor * self._num_workers):
+        resume, self._resume = self._resume, None
+        if resume is not None:
+            resume.continue_sampling(self, loader, tracker, self._resume_before)
+            resume.continue_tasks(self, self._send_task)
+        for _ in range(self._prefetch_factor * self._num_workers - self._tasks_outstanding):
             self._try_put_index()
 
     def _resume_workers(self) -> None:
@@ -117,6 +130,8 @@ class MultiProcessIter(_BaseDataLoaderIter):
             key, data = self._get_data()
             if isinstance(key, ResumeIteration):
                 acknowledged += 1
+                if data is not None:
+                    self._tracker.epoch_started(data)
             else:
                 self._discard(data)
 
@@ -124,6 +139,9 @@ class MultiProcessIter(_BaseDataLoaderIter):
         start = time.perf_counter()
         try:
             return self._next_in_order()
+        except StopIteration:
+            self._tracker.finished = True
+            raise
         finally:
             self._stats.wait_s += time.perf_counter() - start
 
@@ -184,13 +202,18 @@ class MultiProcessIter(_BaseDataLoaderIter):
                     break
         else:
             return
+        self._send_task(worker_id, index)
+
+    def _send_task(self, worker_id: int, index) -> None:
         self._index_queues[worker_id].put((self._send_idx, index))
+        self._tracker.sent_task(self._send_idx, worker_id, index)
         self._task_info[self._send_idx] = (worker_id,)
         self._workers_num_tasks[worker_id] += 1
         self._tasks_outstanding += 1
         self._send_idx += 1
 
     def _process_data(self, data, worker_id: int):
+        self._tracker.delivered_from(worker_id, data, not isinstance(data, WorkerError))
         self._workers_num_tasks[worker_id] -= 1
         self._try_put_index()
         self._retire_workers()
@@ -313,6 +336,8 @@ class MultiProcessIter(_BaseDataLoaderIter):
     # -- shutdown -----------------------------------------------------------------------
 
     def _shutdown_workers(self) -> None:
+        if getattr(self, "_tracker", None) is not None:
+            self._tracker.freeze(self._task_info)  # its state outlives the workers
         if self._shutdown or torch_utils.python_exit_status in (True, None):
             return
         self._shutdown = True

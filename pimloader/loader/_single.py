@@ -8,11 +8,17 @@ from torch.utils.data import IterDataPipe, MapDataPipe
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _DatasetKind
 
 from ._produce import Produced, ProducerContext, deliver, make_producer
+from ._resume import EpochTracker
 
 
 class SingleProcessIter(_BaseDataLoaderIter):
-    def __init__(self, loader, state) -> None:
+    def __init__(self, loader, state, resume=None) -> None:
+        before = resume.before_iterator(loader) if resume is not None else None
+        self._tracker = state.tracker = EpochTracker(loader, 0)
         super().__init__(loader)
+        self._tracker.attach(self)
+        if resume is not None:
+            resume.seeds(self, loader, before)
         if self._timeout != 0:
             raise AssertionError("_SingleProcessDataLoaderIter requires timeout == 0")
         if isinstance(self._dataset, (IterDataPipe, MapDataPipe)):
@@ -22,14 +28,24 @@ class SingleProcessIter(_BaseDataLoaderIter):
         self._producer = make_producer(ProducerContext(
             self._dataset, self._dataset_kind == _DatasetKind.Iterable, self._auto_collation,
             self._collate_fn, self._drop_last, writer, state.backends), loader._pipeline)
+        self._tracker.main = (self._dataset, self._producer)
+        if resume is not None:
+            resume.continue_producer(self, self._tracker)
+            resume.continue_sampling(self, loader, self._tracker, before)
         self._stats = state.begin_epoch()
 
     def _next_data(self):
         start = time.perf_counter()
         try:
             index = self._next_index()
+            self._tracker.fetched(index)
             produced = self._produce(index)
-            return self._deliver(produced)
+            data = self._deliver(produced)
+            self._tracker.delivered += 1
+            return data
+        except StopIteration:
+            self._tracker.finished = True
+            raise
         finally:
             self._stats.wait_s += time.perf_counter() - start
 

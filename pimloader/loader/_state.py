@@ -25,6 +25,7 @@ class LoaderState:
         self._local: tuple[bool, SlotPool, SlotWriter] | None = None
         self.backends = Backends()
         weakref.finalize(self, _close_quietly, self.backends)  # a safety net: call close()
+        self.tracker = None  # the current epoch's position, for state_dict() (_resume.py)
 
     def begin_epoch(self) -> EpochStats:
         self.history.append(EpochStats(epoch=len(self.history)))

@@ -7,7 +7,9 @@ Protocol (one index queue per worker, one result queue shared by all):
   worker -> main   (send_idx, Produced)        a batch (a SlotBatch or collated data)
                    (send_idx, WorkerError)     the batch failed; re-raised in the main process
                    (send_idx, IterableEnd)     this worker's IterableDataset is exhausted
-                   (ResumeIteration, None)     acknowledges a ResumeIteration
+                   (ResumeIteration, snapshot) acknowledges a ResumeIteration
+A batch (or its error) carries the worker's state after making it (_resume.attach): the
+main process keeps the one of the last batch it delivers from each worker, for state_dict().
 Seeding, `get_worker_info()` and the handling of `worker_init_fn` follow torch's worker loop
 so that a dataset sees exactly what it would see under torch's DataLoader.
 """
@@ -27,6 +29,7 @@ from pimloader.errors import TOO_MANY_OPEN_FILES, WorkerError
 from pimloader.backends.select import Backends
 
 from ._produce import ProducerContext, make_producer
+from ._resume import attach, producer_snapshot, resume_dataset, resume_producer
 from ._slots import SlotWriter
 
 STATUS_CHECK_INTERVAL = 0.5
@@ -56,6 +59,7 @@ class WorkerConfig:
     num_workers: int
     shared_seed: int | None
     pipeline: object = None   # pipelines.select.build_pipeline's (None: torch's path)
+    resume: object = None   # the worker's saved snapshot (_resume) when resuming mid-epoch
 
 
 def _seed_like_torch(base_seed: int, worker_id: int) -> int:
@@ -82,6 +86,7 @@ class _Worker:
         self.backends = Backends()  # this worker's own (DPU sets), closed when it exits
         self.pending_error: WorkerError | None = None
         self.iteration_end = False
+        self.fetches, self.last_index = 0, None  # this epoch's, for state snapshots
 
     def start(self) -> None:
         config = self.config
@@ -93,9 +98,17 @@ class _Worker:
         try:
             if config.init_fn is not None:
                 config.init_fn(config.worker_id)
+            resume_dataset(self.dataset, config.resume)
             self._new_producer()
         except Exception:
             self.pending_error = WorkerError(_where(config, "while starting (worker_init_fn)"))
+            return
+        try:
+            resume_producer(self.dataset, self.producer, config.resume)
+            if config.resume is not None:
+                self.fetches, self.last_index = config.resume["batches"], config.resume["index"]
+        except Exception:
+            self.pending_error = WorkerError(_where(config, "while resuming its saved state"))
 
     def _reseed_datapipe(self, shared_seed) -> None:
         if isinstance(self.dataset, IterDataPipe):
@@ -110,6 +123,7 @@ class _Worker:
 
     def resume(self, seed) -> None:
         self.iteration_end = False
+        self.fetches, self.last_index = 0, None
         self._reseed_datapipe(seed)
         try:
             self._new_producer()
@@ -128,6 +142,7 @@ class _Worker:
     def handle(self, index):
         if self.pending_error is not None:
             return self.pending_error  # every batch fails until a restart succeeds
+        self.fetches, self.last_index = self.fetches + 1, index
         try:
             return self.producer.produce(index)
         except StopIteration:
@@ -137,6 +152,29 @@ class _Worker:
             return WorkerError(_where(self.config, f"while fetching {self.producer.current}"))
         except Exception:
             return WorkerError(_where(self.config, f"while fetching {self.producer.current}"))
+
+    def with_snapshot(self, result):
+        """`result` carrying this worker's state after it (none after a failed start)."""
+        if self.pending_error is None and not isinstance(result, IterableEnd):
+            attach(result, self.epoch_snapshot())
+        return result
+
+    def epoch_snapshot(self):
+        """This worker's state now; a dataset whose state_dict() fails makes the loader's
+        state_dict() raise, not the batch (None after a failed start or restart)."""
+        if self.pending_error is not None:
+            return None
+        try:
+            return self.snapshot()
+        except Exception:
+            return {"worker_id": self.config.worker_id, "error": WorkerError(
+                _where(self.config, "while taking its dataset's state_dict"))}
+
+    def snapshot(self) -> dict:
+        snapshot = producer_snapshot(self.dataset, self.producer, self.fetches,
+                                     self.last_index)
+        snapshot["worker_id"] = self.config.worker_id
+        return snapshot
 
 
 def _allocate_shared(nbytes: int) -> torch.Tensor:
@@ -171,12 +209,12 @@ def worker_loop(config: WorkerConfig, dataset_holder: list, index_queue, result_
                 break
             if isinstance(message, ResumeIteration):
                 worker.resume(message.seed)
-                result_queue.put((message, None))
+                result_queue.put((message, worker.epoch_snapshot()))
                 continue
             if worker.iteration_end or done_event.is_set():
                 continue
             send_idx, index = message
-            result_queue.put((send_idx, worker.handle(index)))
+            result_queue.put((send_idx, worker.with_snapshot(worker.handle(index))))
             del message, index
     except KeyboardInterrupt:
         pass

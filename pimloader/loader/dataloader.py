@@ -10,6 +10,7 @@ from torch.utils.data import DataLoader
 from pimloader.pipelines.select import PipelineOptions, build_pipeline
 
 from ._multi import MultiProcessIter
+from ._resume import load_loader_state, loader_state_dict, take_pending
 from ._single import SingleProcessIter
 from ._state import LoaderState
 from ._stats import EpochStats
@@ -70,10 +71,23 @@ class PIMDataLoader(DataLoader[_T_co]):
         self._pipeline = build_pipeline(dataset, transform, options)
 
     def _get_iterator(self):
+        resume = take_pending(self)
         if self.num_workers == 0:
-            return SingleProcessIter(self, self._state)
+            return SingleProcessIter(self, self._state, resume)
         self.check_worker_number_rationality()
-        return MultiProcessIter(self, self._state)
+        return MultiProcessIter(self, self._state, resume)
+
+    def state_dict(self) -> dict:
+        """The loader's position, as torchdata's StatefulDataLoader.state_dict(): taken
+        between batches, it describes the point after the batches received so far (also
+        each producer's random state then); after an epoch's end, the start of the next.
+        A plain, versioned dict of Python values and tensors (docs/loader.md)."""
+        return loader_state_dict(self)
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Make the next iter() continue from `state_dict` (from state_dict() of a loader
+        over the same dataset, sampler and num_workers); persistent workers are restarted."""
+        load_loader_state(self, state_dict)
 
     @property
     def _state(self) -> LoaderState:
