@@ -464,8 +464,8 @@ class Resume:
 
     def continue_sampling(self, iterator, loader, tracker: EpochTracker, before: dict) -> None:
         """Continue the sampler where the saved one was (its state_dict, or replayed and
-        fast-forwarded), then set the random states: the generators as saved, the globals as
-        they were before the iterator was made (with workers) or as saved (none)."""
+        fast-forwarded), then set the global random states as they were before the iterator
+        was made (with workers) or as saved (num_workers=0)."""
         if self.keeps_workers:
             tracker.workers = list(self.workers)
         if not self.mid_epoch:
@@ -480,6 +480,10 @@ class Resume:
             raw = iter(loader._index_sampler)
         elif drawn:
             raw = self._replayed(loader, drawn)
+        if stateful is not None or not drawn:
+            # nothing replayed: the generators as saved (a replay leaves them as the saved
+            # sampler had: a sampler may draw again later, e.g. RandomSampler when exhausted)
+            _restore_rngs(loader, self._saved_generators(), globals_too=False)
         tracker.rng_at_iter = self.rng_at_iter
         tracker.rng_at_first_draw = self.rng_at_first_draw
         tracker.drawn = drawn
@@ -487,7 +491,6 @@ class Resume:
         tracker.delivered = self.state["batches_yielded"]
         iterator._sampler_iter = _CountingSamplerIter(raw, tracker)
         iterator._num_yielded = self.state["batches_yielded"]
-        _restore_rngs(loader, self._saved_generators(), globals_too=False)
         restore_globals(self.main["rng"] if self.main is not None else before["globals"])
 
     def _replayed(self, loader, drawn: int):

@@ -57,10 +57,10 @@ class MultiProcessIter(_BaseDataLoaderIter):
         self._shutdown = False
         try:
             self._start_workers(context, loader)
+            self._reset(loader, first_iter=True)  # may refuse a loaded state
         except BaseException:
             self._shutdown_workers()
             raise
-        self._reset(loader, first_iter=True)
 
     def _start_workers(self, context, loader) -> None:
         init_fn = loader.worker_init_fn
