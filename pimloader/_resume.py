@@ -24,6 +24,7 @@ How the parts fit:
 """
 from __future__ import annotations
 
+import array
 import copy
 import random
 import weakref
@@ -44,13 +45,16 @@ def capture_globals() -> dict:
     a form that is cheap to pickle (bytes, not tensors: tensors would cross the result queue
     through shared memory)."""
     name, keys, pos, has_gauss, cached = np.random.get_state()
-    return {"torch": torch.get_rng_state().numpy().tobytes(), "random": random.getstate(),
+    version, words, gauss = random.getstate()
+    return {"torch": torch.get_rng_state().numpy().tobytes(),
+            "random": (version, array.array("I", words).tobytes(), gauss),
             "numpy": (name, keys.tobytes(), int(pos), int(has_gauss), float(cached))}
 
 
 def restore_globals(states: dict) -> None:
     torch.set_rng_state(torch.frombuffer(bytearray(states["torch"]), dtype=torch.uint8))
-    random.setstate(states["random"])
+    version, words, gauss = states["random"]
+    random.setstate((version, tuple(array.array("I", words)), gauss))
     name, keys, pos, has_gauss, cached = states["numpy"]
     np.random.set_state((name, np.frombuffer(keys, dtype=np.uint32).copy(), pos, has_gauss,
                          cached))
@@ -64,7 +68,7 @@ def _globals_saved(states: dict | None):
     version, words, gauss = states["random"]
     name, keys, pos, has_gauss, cached = states["numpy"]
     return {"torch": torch.frombuffer(bytearray(states["torch"]), dtype=torch.uint8),
-            "random": (version, torch.tensor(words, dtype=torch.int64), gauss),
+            "random": (version, torch.frombuffer(bytearray(words), dtype=torch.int32), gauss),
             "numpy": (name, torch.frombuffer(bytearray(keys), dtype=torch.uint8), pos,
                       has_gauss, cached)}
 
@@ -75,7 +79,7 @@ def _globals_loaded(saved) -> dict | None:
     version, words, gauss = saved["random"]
     name, keys, pos, has_gauss, cached = saved["numpy"]
     return {"torch": saved["torch"].numpy().tobytes(),
-            "random": (version, tuple(int(w) for w in words.tolist()), gauss),
+            "random": (version, words.numpy().tobytes(), gauss),
             "numpy": (name, keys.numpy().tobytes(), pos, has_gauss, cached)}
 
 

@@ -9,6 +9,7 @@ here, so its StatefulDataLoader is not a second oracle.)
 """
 from __future__ import annotations
 
+import gc
 import io
 import random
 
@@ -296,6 +297,31 @@ def test_state_before_the_first_epoch(options):
     for a, b in zip([_copy(b) for b in resumed], epoch, strict=True):
         assert_same(a, b)
     resumed.close()
+
+
+@pytest.mark.parametrize("options", CONFIGS, ids=IDS)
+def test_state_after_a_break_and_the_iterator_dropped(options, leak_check):
+    """The usual checkpoint: break out of the loop, then save. A non-persistent iterator has
+    shut its workers down by then; its position outlives it."""
+    def make(generator):
+        return PIMDataLoader(RandomDS(), batch_size=3, shuffle=True, generator=generator,
+                             **options)
+    uninterrupted = [_copy(b) for b in _loader(make, 1, 7)]
+    loader = _loader(make, 1, 7)
+    for step, _ in enumerate(loader):
+        if step == 2:
+            break
+    gc.collect()
+    if not options.get("persistent_workers"):
+        leak_check.assert_clean(what="the dropped iterator", procs_only=True)
+    state = loader.state_dict()
+    loader.close()
+    resumed_loader = _loader(make, 99, 12345)
+    resumed_loader.load_state_dict(_through_checkpoint(state))
+    resumed = [_copy(b) for b in resumed_loader]
+    resumed_loader.close()
+    for a, b in zip(resumed, uninterrupted[3:], strict=True):
+        assert_same(a, b)
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
