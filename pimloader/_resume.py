@@ -14,9 +14,9 @@ How the parts fit:
   not yet delivered, the round-robin position, and per worker the snapshot that came with
   the last batch delivered from it. Its `state_dict()` needs no worker: it can be taken at
   any time, also after the iterator has shut its workers down.
-- Workers attach a snapshot (`worker_snapshot`) to each batch they send, and to their
+- Workers attach a snapshot (`producer_snapshot`) to each batch they send, and to their
   acknowledgement of a new epoch (persistent workers); a resumed worker applies its saved
-  snapshot when it starts (`resume_worker_dataset`, `resume_worker_producer`).
+  snapshot when it starts (`resume_dataset`, then `resume_producer`).
 - `Resume` (a loaded state, checked against the loader) continues the iteration in a fresh
   iterator: base seed, sampler (its own state_dict, or replayed from the recorded random
   state and fast-forwarded), tasks in flight re-sent to the workers that had them, the
@@ -149,10 +149,10 @@ def base_fetcher(producer):
 
 # -- producer side (a worker, or the main process with num_workers=0) -------------------
 
-def producer_snapshot(dataset, producer, batches: int, last_index, rngs: bool = True) -> dict:
+def producer_snapshot(dataset, producer, batches: int, last_index) -> dict:
     """The state of one producer after `batches` fetches this epoch: its random states, the
     dataset's and its iterator's state_dict (when they have one), what replaying needs."""
-    snapshot = {"rng": capture_globals() if rngs else None, "batches": batches,
+    snapshot = {"rng": capture_globals(), "batches": batches,
                 "index": None, "dataset": None, "iterator": None, "ended": False}
     if is_stateful(dataset):
         snapshot["dataset"] = dataset.state_dict()
@@ -272,6 +272,7 @@ class EpochTracker:
         self.base_seed = None
         self.shared_seed = None
         self.sent: dict[int, tuple] = {}
+        self.prune_at = 64
         self.iterator = None      # weakref to a multi-process iterator
         self.frozen = None        # its undelivered task numbers once it has shut down
         self.cycle = None
@@ -294,9 +295,10 @@ class EpochTracker:
     # events
     def sent_task(self, send_idx: int, worker_id: int, index) -> None:
         self.sent[send_idx] = (worker_id, index)
-        if len(self.sent) > 64:
+        if len(self.sent) > self.prune_at:  # forget delivered tasks, now and then
             undelivered = set(self._undelivered())
             self.sent = {k: v for k, v in self.sent.items() if k in undelivered}
+            self.prune_at = 2 * len(self.sent) + 64
 
     def delivered_from(self, worker_id: int, data, ok: bool) -> None:
         snapshot = attached(data)
@@ -336,8 +338,8 @@ class EpochTracker:
             "base_seed": self.base_seed, "shared_seed": self.shared_seed,
             "sampler": {
                 "batches_drawn": self.drawn,
-                "state": copy.deepcopy(sampler.state_dict()) if sampler is not None else None,
-                "last_drawn": copy.deepcopy(self.last_drawn),
+                "state": sampler.state_dict() if sampler is not None else None,
+                "last_drawn": self.last_drawn,
                 "rng_at_iter": _rngs_saved(self.rng_at_iter),
                 "rng_at_first_draw": _rngs_saved(self.rng_at_first_draw)},
             "generators": [None if g is None else g.get_state() for g in _generators(loader)],
@@ -354,7 +356,7 @@ class EpochTracker:
             state["pending"] = [list(self.sent[k]) for k in self._undelivered() if k in self.sent]
             state["next_worker"] = self.cycle.position if self.cycle is not None else 0
             state["workers"] = [_snapshot_saved(s) for s in self.workers]
-        return state
+        return copy.deepcopy(state)  # the caller's, whatever happens to the loader next
 
 
 class _LoaderView:

@@ -324,6 +324,25 @@ def test_state_after_a_break_and_the_iterator_dropped(options, leak_check):
         assert_same(a, b)
 
 
+def test_loading_into_a_loader_with_live_persistent_workers():
+    """load_state_dict() on a loader whose persistent workers are alive restarts them: the
+    next iter() goes back to the saved position."""
+    loader = PIMDataLoader(RandomDS(), batch_size=3, shuffle=True, num_workers=2,
+                           persistent_workers=True, generator=torch.Generator().manual_seed(7))
+    batches, state = [], None
+    for batch in loader:
+        batches.append(_copy(batch))
+        if len(batches) == 3:
+            state = loader.state_dict()
+    workers = [w.pid for w in loader._iterator._workers]
+    loader.load_state_dict(state)
+    resumed = [_copy(b) for b in loader]
+    assert workers != [w.pid for w in loader._iterator._workers]
+    loader.close()
+    for a, b in zip(resumed, batches[3:], strict=True):
+        assert_same(a, b)
+
+
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_without_a_generator_the_global_random_state_is_the_checkpoints(num_workers):
     """No `generator`: the sampler's permutation and the workers' base seed come from

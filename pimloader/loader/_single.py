@@ -16,9 +16,9 @@ class SingleProcessIter(_BaseDataLoaderIter):
         before = resume.before_iterator(loader) if resume is not None else None
         self._tracker = state.tracker = EpochTracker(loader, 0)
         super().__init__(loader)
-        self._tracker.attach(self)
         if resume is not None:
             resume.seeds(self, loader, before)
+        self._tracker.attach(self)
         if self._timeout != 0:
             raise AssertionError("_SingleProcessDataLoaderIter requires timeout == 0")
         if isinstance(self._dataset, (IterDataPipe, MapDataPipe)):
