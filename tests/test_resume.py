@@ -414,6 +414,26 @@ def test_iterable_with_the_in_memory_kernel_transform():
     assert_resumes(make, 2)
 
 
+class ImagesDS(Dataset):
+    def __len__(self):
+        return 14
+
+    def __getitem__(self, i):
+        image = torch.arange(3 * 20 * 24).reshape(3, 20, 24).add(i * 7).remainder(256)
+        return image.to(torch.uint8), i
+
+
+@pytest.mark.parametrize("options", CONFIGS, ids=IDS)
+def test_map_style_with_the_in_memory_kernel_transform(options):
+    transform = v2.Compose([v2.RandomResizedCrop(8), v2.RandomHorizontalFlip(),
+                            v2.ToDtype(torch.float32, scale=True)])
+
+    def make(generator):
+        return PIMDataLoader(ImagesDS(), batch_size=3, shuffle=True, generator=generator,
+                             transform=transform, backend="cpu", **options)
+    assert_resumes(make, 2)
+
+
 # -- the native image path ----------------------------------------------------------------
 
 @pytest.fixture(scope="module")
