@@ -458,6 +458,40 @@ def test_native_image_path_resumes_with_the_same_crops(photos, options):
     assert len(rest) == 3
 
 
+class FailingDS(RandomDS):
+    def __getitem__(self, i):
+        if i == 5:
+            raise ValueError("sample 5 is bad")
+        return super().__getitem__(i)
+
+
+@pytest.mark.parametrize("options", CONFIGS, ids=IDS)
+def test_a_batch_that_raised_counts_as_received(options):
+    """The user caught a batch's error and went on: the resumed run does not fetch it again,
+    and the draws its samples made before the error stay made."""
+    def make(generator):
+        return PIMDataLoader(FailingDS(), batch_size=2, generator=generator, **options)
+    loader = _loader(make, 1, 7)
+    iterator, received, state = iter(loader), [], None
+    while True:
+        try:
+            received.append(_copy(next(iterator)))
+        except ValueError:
+            received.append("error")
+        except StopIteration:
+            break
+        if len(received) == 4:
+            state = loader.state_dict()
+    loader.close()
+    assert received[2] == "error" and state["batches_yielded"] == 3
+    resumed_loader = _loader(make, 99, 12345)
+    resumed_loader.load_state_dict(_through_checkpoint(state))
+    resumed = [_copy(b) for b in resumed_loader]
+    resumed_loader.close()
+    for a, b in zip(resumed, received[4:], strict=True):
+        assert_same(a, b)
+
+
 # -- errors -------------------------------------------------------------------------------
 
 def _state_after(loader, k):
