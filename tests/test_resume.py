@@ -21,6 +21,7 @@ from torch.utils.data import Dataset, IterableDataset, Sampler, get_worker_info
 
 from _helpers import assert_same, canonical
 from pimloader import PIMDataLoader
+from pimloader.pipelines.in_memory import InMemoryImages
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -409,8 +410,11 @@ def test_iterable_with_the_in_memory_kernel_transform():
     transform = v2.Compose([v2.RandomResizedCrop(8), v2.RandomHorizontalFlip()])
 
     def make(generator):
-        return PIMDataLoader(ImagesIterDS(), batch_size=3, generator=generator, num_workers=2,
-                             persistent_workers=True, transform=transform, backend="cpu")
+        loader = PIMDataLoader(ImagesIterDS(), batch_size=3, generator=generator,
+                               num_workers=2, persistent_workers=True, transform=transform,
+                               backend="cpu")
+        assert isinstance(loader._pipeline, InMemoryImages)
+        return loader
     assert_resumes(make, 2)
 
 
@@ -429,8 +433,10 @@ def test_map_style_with_the_in_memory_kernel_transform(options):
                             v2.ToDtype(torch.float32, scale=True)])
 
     def make(generator):
-        return PIMDataLoader(ImagesDS(), batch_size=3, shuffle=True, generator=generator,
-                             transform=transform, backend="cpu", **options)
+        loader = PIMDataLoader(ImagesDS(), batch_size=3, shuffle=True, generator=generator,
+                               transform=transform, backend="cpu", **options)
+        assert isinstance(loader._pipeline, InMemoryImages)
+        return loader
     assert_resumes(make, 2)
 
 
@@ -445,6 +451,7 @@ def photos(tmp_path_factory):
 @pytest.mark.parametrize("options", CONFIGS, ids=IDS)
 def test_native_image_path_resumes_with_the_same_crops(photos, options):
     from pimloader.datasets import ImageFolder
+    from pimloader.pipelines.classification import EncodedImages
     transform = v2.Compose([v2.RandomResizedCrop(48), v2.RandomHorizontalFlip(),
                             v2.ColorJitter(0.4, 0.4, 0.4), v2.ToDtype(torch.float32, scale=True)])
 
@@ -452,7 +459,7 @@ def test_native_image_path_resumes_with_the_same_crops(photos, options):
         loader = PIMDataLoader(ImageFolder(photos), batch_size=4, shuffle=True,
                                generator=generator, transform=transform, backend="cpu",
                                **options)
-        assert loader._image_pipeline is not None and loader._image_pipeline.direct
+        assert isinstance(loader._pipeline, EncodedImages) and loader._pipeline.images.direct
         return loader
     rest = assert_resumes(make, 1)
     assert len(rest) == 3
