@@ -14,9 +14,9 @@ How the parts fit:
   not yet delivered, the round-robin position, and per worker the snapshot that came with
   the last batch delivered from it. Its `state_dict()` needs no worker: it can be taken at
   any time, also after the iterator has shut its workers down.
-- Workers attach a snapshot (`producer_snapshot`) to each batch they send, and to their
-  acknowledgement of a new epoch (persistent workers); a resumed worker applies its saved
-  snapshot when it starts (`resume_dataset`, then `resume_producer`).
+- Workers attach a snapshot (`_snapshots.producer_snapshot`) to each batch they send, and to
+  their acknowledgement of a new epoch (persistent workers); a resumed worker applies its
+  saved snapshot when it starts (`resume_dataset`, then `resume_producer`).
 - `Resume` (a loaded state, checked against the loader) continues the iteration in a fresh
   iterator: base seed, sampler (its own state_dict, or replayed from the recorded random
   state and fast-forwarded), tasks in flight re-sent to the workers that had them, the
@@ -24,64 +24,22 @@ How the parts fit:
 """
 from __future__ import annotations
 
-import array
 import copy
-import random
 import weakref
 
-import numpy as np
 import torch
 from torch.utils.data import BatchSampler, IterDataPipe, MapDataPipe
 from torch.utils.data.dataloader import _DatasetKind, _InfiniteConstantSampler
+
+from ._snapshots import (attached, capture_globals, globals_loaded, globals_saved, is_stateful,
+                         producer_snapshot, restore_globals, resume_dataset, resume_producer,
+                         snapshot_loaded, snapshot_saved)
 
 VERSION = 1
 FORMAT = "pimloader.PIMDataLoader"
 
 
-# -- random states ----------------------------------------------------------------------
-
-def capture_globals() -> dict:
-    """This process's global random states (torch CPU, `random`, numpy's legacy global), in
-    a form that is cheap to pickle (bytes, not tensors: tensors would cross the result queue
-    through shared memory)."""
-    name, keys, pos, has_gauss, cached = np.random.get_state()
-    version, words, gauss = random.getstate()
-    return {"torch": torch.get_rng_state().numpy().tobytes(),
-            "random": (version, array.array("I", words).tobytes(), gauss),
-            "numpy": (name, keys.tobytes(), int(pos), int(has_gauss), float(cached))}
-
-
-def restore_globals(states: dict) -> None:
-    torch.set_rng_state(torch.frombuffer(bytearray(states["torch"]), dtype=torch.uint8))
-    version, words, gauss = states["random"]
-    random.setstate((version, tuple(array.array("I", words)), gauss))
-    name, keys, pos, has_gauss, cached = states["numpy"]
-    np.random.set_state((name, np.frombuffer(keys, dtype=np.uint32).copy(), pos, has_gauss,
-                         cached))
-
-
-def _globals_saved(states: dict | None):
-    """`capture_globals()` as plain values and tensors (what `torch.load` loads with
-    weights_only=True)."""
-    if states is None:
-        return None
-    version, words, gauss = states["random"]
-    name, keys, pos, has_gauss, cached = states["numpy"]
-    return {"torch": torch.frombuffer(bytearray(states["torch"]), dtype=torch.uint8),
-            "random": (version, torch.frombuffer(bytearray(words), dtype=torch.int32), gauss),
-            "numpy": (name, torch.frombuffer(bytearray(keys), dtype=torch.uint8), pos,
-                      has_gauss, cached)}
-
-
-def _globals_loaded(saved) -> dict | None:
-    if saved is None:
-        return None
-    version, words, gauss = saved["random"]
-    name, keys, pos, has_gauss, cached = saved["numpy"]
-    return {"torch": saved["torch"].numpy().tobytes(),
-            "random": (version, words.numpy().tobytes(), gauss),
-            "numpy": (name, keys.numpy().tobytes(), pos, has_gauss, cached)}
-
+# -- the random states sampling draws from ------------------------------------------------
 
 def _generators(loader) -> list:
     """The torch.Generators a loader's sampling can draw from: the loader's own `generator`
@@ -111,21 +69,14 @@ def _restore_rngs(loader, states: dict, globals_too: bool = True) -> None:
 def _rngs_saved(states):
     if states is None:
         return None
-    return {"globals": _globals_saved(states["globals"]),
+    return {"globals": globals_saved(states["globals"]),
             "generators": [None if s is None else s.clone() for s in states["generators"]]}
 
 
 def _rngs_loaded(saved):
     if saved is None:
         return None
-    return {"globals": _globals_loaded(saved["globals"]), "generators": list(saved["generators"])}
-
-
-# -- stateful objects (torchdata's Stateful protocol) -----------------------------------
-
-def is_stateful(obj) -> bool:
-    return callable(getattr(obj, "state_dict", None)) and \
-        callable(getattr(obj, "load_state_dict", None))
+    return {"globals": globals_loaded(saved["globals"]), "generators": list(saved["generators"])}
 
 
 def _stateful_sampler(index_sampler):
@@ -137,81 +88,6 @@ def _stateful_sampler(index_sampler):
     if type(index_sampler) is BatchSampler and is_stateful(index_sampler.sampler):
         return index_sampler.sampler
     return None
-
-
-def base_fetcher(producer):
-    """The dataset fetcher under a producer's wrappers (None for the native image path)."""
-    fetcher = getattr(producer, "fetcher", None)
-    while hasattr(fetcher, "fetcher"):
-        fetcher = fetcher.fetcher
-    return fetcher
-
-
-# -- producer side (a worker, or the main process with num_workers=0) -------------------
-
-def producer_snapshot(dataset, producer, batches: int, last_index) -> dict:
-    """The state of one producer after `batches` fetches this epoch: its random states, the
-    dataset's and its iterator's state_dict (when they have one), what replaying needs."""
-    snapshot = {"rng": capture_globals(), "batches": batches,
-                "index": None, "dataset": None, "iterator": None, "ended": False}
-    if is_stateful(dataset):
-        snapshot["dataset"] = dataset.state_dict()
-    fetcher = base_fetcher(producer)
-    if fetcher is not None and hasattr(fetcher, "iterator"):  # an IterableDataset
-        snapshot["index"] = last_index
-        snapshot["ended"] = fetcher.ended
-        if fetcher.iterator is not dataset and is_stateful(fetcher.iterator):
-            snapshot["iterator"] = fetcher.iterator.state_dict()
-    return snapshot
-
-
-def resume_dataset(dataset, snapshot: dict | None) -> None:
-    """Restore a dataset's own state (before its iterator is made, as torchdata does)."""
-    if snapshot is not None and snapshot["dataset"] is not None:
-        if not is_stateful(dataset):
-            raise ValueError("the saved state holds a dataset state_dict, but this loader's "
-                             "dataset has no load_state_dict")
-        dataset.load_state_dict(snapshot["dataset"])
-
-
-def resume_producer(dataset, producer, snapshot: dict | None) -> None:
-    """Bring a freshly made producer to `snapshot`: an IterableDataset's iterator gets its
-    state_dict, or, when neither it nor the dataset has one, is replayed by fetching the
-    batches this producer had fetched (torchdata fast-forwards the same way); then the random
-    states are set to those after the last batch delivered."""
-    if snapshot is None:
-        return
-    fetcher = base_fetcher(producer)
-    if fetcher is not None and hasattr(fetcher, "iterator"):
-        if snapshot["iterator"] is not None:
-            fetcher.iterator.load_state_dict(snapshot["iterator"])
-            fetcher.ended = snapshot["ended"]
-        elif snapshot["dataset"] is None:
-            _replay_fetches(producer, snapshot["batches"], snapshot["index"])
-        else:
-            fetcher.ended = snapshot["ended"]
-    if snapshot["rng"] is not None:
-        restore_globals(snapshot["rng"])
-
-
-def _replay_fetches(producer, batches: int, index) -> None:
-    fetcher = producer.fetcher
-    for _ in range(batches):
-        try:
-            fetcher.fetch(index)
-        except StopIteration:
-            return
-        except Exception:  # noqa: BLE001 - a batch that failed then fails again: skip it
-            pass
-
-
-def attach(result, snapshot: dict) -> None:
-    """Send `snapshot` with a worker's result (a Produced or a WorkerError)."""
-    result.resume_snapshot = snapshot
-
-
-def attached(result):
-    return getattr(result, "resume_snapshot", None)
 
 
 # -- main side --------------------------------------------------------------------------
@@ -348,14 +224,14 @@ class EpochTracker:
         if self.num_workers == 0:
             dataset, producer = self.main
             snapshot = producer_snapshot(dataset, producer, self.fetches, self.last_index)
-            state["main"] = _snapshot_saved(snapshot)
+            state["main"] = snapshot_saved(snapshot)
         else:
             for snapshot in self.workers:
                 if snapshot is not None and "error" in snapshot:
                     snapshot["error"].reraise()
             state["pending"] = [list(self.sent[k]) for k in self._undelivered() if k in self.sent]
             state["next_worker"] = self.cycle.position if self.cycle is not None else 0
-            state["workers"] = [_snapshot_saved(s) for s in self.workers]
+            state["workers"] = [snapshot_saved(s) for s in self.workers]
         return copy.deepcopy(state)  # the caller's, whatever happens to the loader next
 
 
@@ -365,22 +241,6 @@ class _LoaderView:
     def __init__(self, loader) -> None:
         self.generator = loader.generator
         self._index_sampler = loader._index_sampler
-
-
-def _snapshot_saved(snapshot):
-    if snapshot is None:
-        return None
-    saved = dict(snapshot)
-    saved["rng"] = _globals_saved(snapshot["rng"])
-    return saved
-
-
-def _snapshot_loaded(saved):
-    if saved is None:
-        return None
-    snapshot = dict(saved)
-    snapshot["rng"] = _globals_loaded(saved["rng"])
-    return snapshot
 
 
 # -- loading ----------------------------------------------------------------------------
@@ -434,8 +294,8 @@ class Resume:
         self.state = state
         self.mid_epoch = not state["finished"]
         self.sampler = state["sampler"]
-        self.workers = [_snapshot_loaded(s) for s in state["workers"]]
-        self.main = _snapshot_loaded(state["main"])
+        self.workers = [snapshot_loaded(s) for s in state["workers"]]
+        self.main = snapshot_loaded(state["main"])
         self.rng_at_iter = _rngs_loaded(self.sampler["rng_at_iter"])
         self.rng_at_first_draw = _rngs_loaded(self.sampler["rng_at_first_draw"])
         # a persistent iterator's next epoch keeps its workers (their seeds and states); any

@@ -29,7 +29,7 @@ from pimloader.errors import TOO_MANY_OPEN_FILES, WorkerError
 from pimloader.backends.select import Backends
 
 from ._produce import ProducerContext, make_producer
-from ._resume import attach, producer_snapshot, resume_dataset, resume_producer
+from ._snapshots import attach, producer_snapshot, resume_dataset, resume_producer
 from ._slots import SlotWriter
 
 STATUS_CHECK_INTERVAL = 0.5
