@@ -54,8 +54,9 @@ def tensor_loader(path):
     return decode_image(data, mode=ImageReadMode.RGB)
 
 
-def torchvision_batches(root, transform, num_workers, seed=0, batch_size=8):
-    dataset = torchvision.datasets.ImageFolder(root, transform=transform, loader=tensor_loader)
+def torchvision_batches(root, transform, num_workers, seed=0, batch_size=8,
+                        loader=tensor_loader):
+    dataset = torchvision.datasets.ImageFolder(root, transform=transform, loader=loader)
     torch.manual_seed(seed + 100)
     loader = torch.utils.data.DataLoader(
         dataset, batch_size=batch_size, shuffle=True, num_workers=num_workers,
@@ -165,13 +166,177 @@ def test_make_seekable_copies_a_corrupt_jpeg_as_it_is(photos_with_a_half_file, t
         make_seekable(tmp_path / "missing", tmp_path / "other")
 
 
-def test_reduced_dct_decoding_stays_close(photos):
-    transform = PIPELINES["train_f32"]
-    exact, _ = pimloader_batches(photos, transform, 0, reduced_dct=False)
-    reduced, _ = pimloader_batches(photos, transform, 0, reduced_dct=True)
-    differences = torch.cat([level_differences(a, b, normalized=True)
-                             for (a, _), (b, _) in paired(exact, reduced)])
-    assert differences.mean() < 6, differences.mean()  # a few levels on average
+@pytest.fixture(scope="module")
+def large_photos(tmp_path_factory):
+    """Photos large enough that RandomResizedCrop boxes are mostly 2-8 times the output, so
+    that reduced_dct="auto" decodes them at 1/2, 1/4 or 1/8 scale: mosaics of 2x2
+    scikit-image photographs resized (Lanczos) to 1600x1200, 1200x1600 and 1536x1024, saved
+    by Pillow as 4:2:0, 4:2:2, 4:4:4, progressive and greyscale JPEGs. Every side is a
+    multiple of 8 (see pillow_draft_scale)."""
+    import io
+
+    import numpy as np
+    import skimage.data
+    from PIL import Image
+    sources = [Image.fromarray(getattr(skimage.data, name)()).convert("RGB")
+               for name in ("astronaut", "coffee", "chelsea", "rocket", "immunohistochemistry")]
+    rng = np.random.default_rng(9)
+    root = tmp_path_factory.mktemp("large_photos") / "set"
+    kinds = [dict(subsampling=2), dict(subsampling=1), dict(subsampling=0),
+             dict(subsampling=2, progressive=True), dict(subsampling=2, grey=True)]
+    for index in range(24):
+        width, height = [(1600, 1200), (1200, 1600), (1536, 1024)][index % 3]
+        mosaic = Image.new("RGB", (width, height))
+        for k, source in enumerate(rng.permutation(len(sources))[:4]):
+            tile = sources[source].resize((width // 2, height // 2), Image.Resampling.LANCZOS)
+            mosaic.paste(tile, ((k % 2) * (width // 2), (k // 2) * (height // 2)))
+        kind = dict(kinds[index % len(kinds)])
+        if kind.pop("grey", False):
+            mosaic = mosaic.convert("L")
+        buffer = io.BytesIO()
+        mosaic.save(buffer, "JPEG", quality=int(rng.integers(80, 96)), **kind)
+        path = root / f"class{index % 2}" / f"{index:02d}.JPEG"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(buffer.getvalue())
+    return root
+
+
+class _DrawRecorder:
+    """Drop-in geometric transforms for the oracle run under torch's DataLoader: the same
+    classes' own draws (make_params, torch.rand(1) < p) from the same random state, with the
+    parameters recorded per sample instead of applied."""
+
+    def __init__(self, transform):
+        recorder = self
+        self.samples = []
+
+        class Crop(type(transform.transforms[0])):
+            def transform(self, inpt, params):
+                recorder.samples.append(dict(path=inpt.filename, box=(
+                    params["top"], params["left"], params["height"], params["width"]),
+                    flips=[]))
+                inpt.close()  # never decoded: the oracle decodes it at Pillow's scale
+                return inpt
+
+        def flip(kind):
+            class Flip(kind):
+                def transform(self, inpt, params):
+                    recorder.samples[-1]["flips"].append(kind)
+                    return inpt
+            return Flip
+
+        rrc = transform.transforms[0]
+        steps = [Crop(rrc.size, rrc.scale, rrc.ratio, rrc.interpolation, rrc.antialias)]
+        for step in transform.transforms[1:]:
+            if isinstance(step, (v2.RandomHorizontalFlip, v2.RandomVerticalFlip)):
+                steps.append(flip(type(step))(step.p))
+        self.transform = v2.Compose(steps + [lambda image: 0])
+
+
+def lazy_pil(path):
+    """The file opened, not decoded: RandomResizedCrop draws from its size alone, and the
+    oracle asks Pillow for a DCT-scaled decode later."""
+    from PIL import Image
+    return Image.open(path)
+
+
+def pillow_draft_scale(path, box, size):
+    """Pillow's own choice of DCT scaling for a crop `box` (top, left, height, width) that
+    is resampled to `size`, and its decode at that scale (uint8 CHW).
+
+    Image.draft("RGB", request) picks the largest reduction 1/s (s in 8, 4, 2, 1) with
+    s <= min(W // request_w, H // request_h). Requesting the whole image at the size that
+    makes the box `size`, rounded up, gives s <= min(box_w / out_w, box_h / out_h), which
+    is pimloader's documented rule (the largest reduction that keeps the scaled box at
+    least the output size, none under 2x) exactly when W and H are multiples of 8."""
+    import math
+
+    import numpy as np
+    from PIL import Image
+    _, _, height, width = box
+    with Image.open(path) as image:
+        full_w, full_h = image.size
+        assert full_w % 8 == 0 and full_h % 8 == 0
+        image.draft("RGB", (math.ceil(full_w * size[1] / width),
+                            math.ceil(full_h * size[0] / height)))
+        s = full_w // image.size[0]
+        assert image.size == (full_w // s, full_h // s)
+        pixels = np.asarray(image.convert("RGB"))
+    return s, torch.from_numpy(pixels.copy()).permute(2, 0, 1)
+
+
+@pytest.mark.parametrize("name, reductions", [("train_f32", {2, 4}),
+                                              ("uint8_bicubic_vflip", {2, 4, 8})])
+def test_reduced_dct_path_is_pillows_scaled_decode_resized_by_torchvision(
+        large_photos, name, reductions, monkeypatch):
+    """reduced_dct="auto" (the default for RandomResizedCrop) against an independent oracle:
+    torchvision's draws (torch's DataLoader, same seeds), Pillow's DCT-scaled decode of the
+    file at the scale Pillow's draft() picks for that crop (the same libjpeg-turbo scaled
+    IDCT: bit-identical to pimloader's scaled region, test_bit_identical_to_pillow_here),
+    then torchvision's resized_crop of the box in that scaled image. The only approximation
+    of the path is the scaled box rounded to whole pixels: checked within half a pixel of
+    the exact box, and the oracle resamples the box pimloader rounded to. Samples whose
+    crop is under twice the output are decoded exactly: checked too."""
+    from pimloader import decode
+    from PIL import features
+    if not features.check_feature("libjpeg_turbo"):
+        pytest.skip("Pillow is built without libjpeg-turbo: its IDCT and upsampling differ")
+    calls = []
+    real_decode_jpeg_scaled = decode.decode_jpeg_scaled
+
+    def recording_decode_jpeg_scaled(data, box=None, **options):
+        scaled = real_decode_jpeg_scaled(data, box, **options)
+        calls.append(dict(path=options["name"], box=tuple(box), scale=scaled.scale,
+                          int_box=scaled.int_box()))
+        return scaled
+
+    monkeypatch.setattr(decode, "decode_jpeg_scaled", recording_decode_jpeg_scaled)
+    transform = PIPELINES[name]
+    actual, _ = pimloader_batches(large_photos, transform, 0)  # reduced_dct="auto"
+    recorder = _DrawRecorder(transform)
+    torchvision_batches(large_photos, recorder.transform, 0, loader=lazy_pil)
+    draws = recorder.samples
+    images = [image for images, _ in actual for image in images]
+    assert len(draws) == len(images) == 24
+
+    rrc = transform.transforms[0]
+    size = list(rrc.size)
+    elementwise = [step for step in transform.transforms
+                   if isinstance(step, (v2.ToDtype, v2.Normalize))]
+    scales = []
+    for draw, image in zip(draws, images, strict=True):
+        top, left, height, width = draw["box"]
+        s, pixels = pillow_draft_scale(draw["path"], draw["box"], size)
+        scales.append(s)
+        if s == 1:
+            box = draw["box"]
+        else:
+            call = calls.pop(0)
+            assert (call["path"], call["box"]) == (draw["path"], draw["box"])
+            assert call["scale"] == 8 // s, (call, s)  # pimloader's pick is Pillow's
+            # the box in the scaled image, from the region's whole-pixel origin
+            y0, x0 = top // s, left // s
+            box_top, box_left, box_height, box_width = call["int_box"]
+            box = (y0 + box_top, x0 + box_left, box_height, box_width)
+            exact = (top / s, left / s, (top + height) / s, (left + width) / s)
+            rounded = (box[0], box[1], box[0] + box[2], box[1] + box[3])
+            assert box_height >= 1 and box_width >= 1
+            assert all(abs(r - e) <= 0.5 for r, e in zip(rounded, exact)), (rounded, exact)
+        expected = v2.functional.resized_crop(pixels, *box, size,
+                                              interpolation=rrc.interpolation,
+                                              antialias=rrc.antialias)
+        for kind in draw["flips"]:
+            expected = (v2.functional.horizontal_flip if kind is v2.RandomHorizontalFlip
+                        else v2.functional.vertical_flip)(expected)
+        for step in elementwise:
+            expected = step(expected)
+        assert image.dtype == expected.dtype
+        assert torch.equal(image, expected), (draw, s, (image.double() - expected.double())
+                                              .abs().max())
+    assert calls == []  # every scaled decode was one of the oracle's reduced samples
+    reduced = sum(s > 1 for s in scales)
+    assert reduced >= 0.75 * len(scales), scales  # the path is what most samples take
+    assert reductions <= set(scales), scales  # 1/2 and 1/4 (and 1/8 for 96-pixel outputs)
 
 
 def test_dataset_transform_is_taken_over(photos):
