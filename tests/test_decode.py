@@ -196,13 +196,30 @@ def test_full_decode_matches_pillow(name):
 
 
 def test_bit_identical_to_pillow_here():
-    """Records whether Pillow's bundled libjpeg-turbo decodes bit-identically to the
-    system's (it does with Pillow 13 / libjpeg-turbo 3.2 vs Debian's 2.1.5): skipped,
-    not failed, where another version differs."""
-    diffs = {n: int(np.abs(D.decode_jpeg(enc(n)).astype(int) - pil_rgb(enc(n))).max())
-             for n in ENCODING_NAMES}
-    if any(diffs.values()):
-        pytest.skip(f"Pillow's libjpeg differs from the system's: {diffs}")
+    """Pillow's JPEG decodes, whole and DCT-scaled (Image.draft at 1/2, 1/4, 1/8), equal
+    pimloader's bit for bit over every encoding of the test set: both run libjpeg-turbo's
+    accurate integer IDCT (and its scaled IDCTs) with fancy upsampling (here Pillow 13's
+    bundled libjpeg-turbo 3.2 and Debian's 2.1.5). test_image_pipeline's reduced-DCT oracle
+    relies on this. Skipped only where Pillow's codec is not libjpeg-turbo (IJG libjpeg
+    upsamples and scales differently; the tolerant comparisons above still apply there)."""
+    from PIL import features
+    if not features.check_feature("libjpeg_turbo"):
+        pytest.skip(f"Pillow's JPEG codec is libjpeg {features.version('jpg')}, "
+                    "not libjpeg-turbo")
+    differences = {}
+    for name in ENCODING_NAMES:
+        data = enc(name)
+        height, width = D.read_header(data)[:2]
+        for s in (1, 2, 4, 8):
+            with Image.open(io.BytesIO(data)) as image:
+                if s > 1:
+                    image.draft("RGB", (width // s, height // s))
+                pillow = np.asarray(image.convert("RGB"))
+            assert pillow.shape[:2] == D.scaled_size(height, width, 8 // s), (name, s)
+            ours = full_scaled(data, 8 // s)
+            if not np.array_equal(ours, pillow):
+                differences[name, s] = int(np.abs(ours.astype(int) - pillow).max())
+    assert not differences, f"(encoding, 1/scale): largest difference {differences}"
 
 
 @pytest.mark.parametrize("name", ["420-q75", "422-q90", "444-q90", "420-prog", "gray",
