@@ -391,8 +391,9 @@ def test_loader_matches_torchvision_on_photographs(photos, name, num_workers):  
     transform = LOADER_PIPELINES[name]
     expected = torchvision_batches(photos, transform, num_workers)
     actual, loader = pimloader_batches(photos, transform, num_workers, reduced_dct=False)
-    assert len(actual) == len(expected)
-    for (expected_images, expected_labels), (images, labels) in zip(expected, actual):
+    assert len(actual) == len(expected) > 0, (len(actual), len(expected))
+    for (expected_images, expected_labels), (images, labels) in zip(expected, actual,
+                                                                    strict=True):
         assert torch.equal(labels, expected_labels)
         assert images.dtype == expected_images.dtype and images.shape == expected_images.shape
         assert torch.equal(images, expected_images)
@@ -405,7 +406,8 @@ def test_channels_last_with_colour(photos):  # noqa: F811
     transform = LOADER_PIPELINES["gray1_f16"]
     expected, _ = pimloader_batches(photos, transform, 0)
     actual, _ = pimloader_batches(photos, transform, 0, memory_format=torch.channels_last)
-    for (expected_images, _), (images, _) in zip(expected, actual):
+    assert len(actual) == len(expected) > 0, (len(actual), len(expected))
+    for (expected_images, _), (images, _) in zip(expected, actual, strict=True):
         assert images.is_contiguous(memory_format=torch.channels_last)
         assert torch.equal(images, expected_images)
 
@@ -416,5 +418,6 @@ def test_dpu_backend_runs_colour_and_padding_on_the_cpu(photos):  # noqa: F811
     with pytest.warns(UserWarning, match="DPU kernel does not pad or adjust colours"):
         actual, _ = pimloader_batches(photos, transform, 0, backend="emulator", nr_dpus=3,
                                       nr_tasklets=4)
-    for (expected_images, _), (images, _) in zip(expected, actual):
+    assert len(actual) == len(expected) > 0, (len(actual), len(expected))
+    for (expected_images, _), (images, _) in zip(expected, actual, strict=True):
         assert torch.equal(images, expected_images)

@@ -201,7 +201,8 @@ def test_the_loader_decodes_the_next_run_while_the_dpus_work(tmp_path, monkeypat
     dpu_events = list(events)               # the emulator's run only
     torch.manual_seed(0)
     want = list(PIMDataLoader(ImageFolder(root), batch_size=8, transform=transform, backend="cpu"))
-    assert all(torch.equal(a[0], b[0]) for a, b in zip(got, want))
+    assert len(got) == len(want) == 2, (len(got), len(want))  # 16 photos, batches of 8
+    assert all(torch.equal(a[0], b[0]) for a, b in zip(got, want, strict=True))
     # batches of 8 on 2 DPUs: runs of 4 rows, two per batch
     per_batch = ["decode"] * 4 + ["submit"] + ["decode"] * 4 + ["wait", "submit", "wait"]
     assert dpu_events == per_batch * 2

@@ -112,7 +112,8 @@ def test_the_dpu_profile_reaches_the_dpu_set(photos, monkeypatch):  # noqa: F811
     actual, _ = pimloader_batches(photos, transform, 0, backend="emulator", nr_dpus=3,
                                   nr_tasklets=4, dpu_profile="nrJobsPerRank=4")
     assert profiles == ["nrJobsPerRank=4"]
-    assert all(torch.equal(a[0], e[0]) for a, e in zip(actual, expected))
+    assert len(actual) == len(expected) > 0, (len(actual), len(expected))
+    assert all(torch.equal(a[0], e[0]) for a, e in zip(actual, expected, strict=True))
 
 
 def test_a_dpu_profile_must_be_a_string(photos):  # noqa: F811
