@@ -47,7 +47,8 @@ class MultiProcessIter(_BaseDataLoaderIter):
         if self._num_workers <= 0:
             raise AssertionError("num_workers must be greater than 0 for MultiProcessIter")
         if self._prefetch_factor <= 0:
-            raise AssertionError("prefetch_factor must be greater than 0")
+            raise AssertionError(
+                "prefetch_factor must be greater than 0 for MultiProcessingDataLoaderIter")
         self._state = state
         self._workers, self._index_queues = [], []
         context = loader.multiprocessing_context or torch.multiprocessing
