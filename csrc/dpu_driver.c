@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <dpu.h>
 #ifdef PIM_DPU_EMULATED
@@ -109,6 +110,7 @@ struct pim_dpu_driver {
     uint32_t *rank_culprit;  /* batch whose job failed on the rank (0: none yet) */
     int32_t *rank_fault_dpu; /* the DPU found faulted there, -1 if none */
     uint32_t reloads, reallocs;
+    uint32_t held;           /* PIM_DPU_DEBUG_HOLD: the ranks' queues wait while this is set */
     uint64_t seq;
     batch_slot_t slots[PIM_DPU_MAX_PENDING];
 };
@@ -295,6 +297,7 @@ int pim_dpu_close(pim_dpu_driver_t *drv, char *err, uint32_t err_len)
     int rc = PIM_DPU_OK;
     /* batches in flight: libdpu's queued jobs still read and write their staging, so they
      * are run to the end (dpu_sync) and their outputs dropped before anything is freed */
+    pim_dpu_release_hold(drv);
     drain(drv);
     if (!drv->lost) {
         dpu_error_t e = dpu_free(drv->set);
@@ -331,6 +334,12 @@ void pim_dpu_run_info(const pim_dpu_driver_t *drv, pim_dpu_run_info_t *info)
         *info = drv->info;
 }
 
+void pim_dpu_release_hold(pim_dpu_driver_t *drv)
+{
+    if (drv)
+        __atomic_store_n(&drv->held, 0, __ATOMIC_RELEASE);
+}
+
 uint32_t pim_dpu_pending(const pim_dpu_driver_t *drv)
 {
     uint32_t n = 0;
@@ -364,6 +373,20 @@ static dpu_error_t batch_done_on_rank(struct dpu_set_t rank, uint32_t rank_index
 }
 
 static void describe_rank_failure(pim_dpu_driver_t *drv, batch_slot_t *sl, uint32_t r);
+
+/* PIM_DPU_DEBUG_HOLD (a test hook): queued on every rank ahead of a batch's jobs, it keeps the
+ * rank's queue waiting until pim_dpu_release_hold, so that a test can see what the host does
+ * while a batch has certainly not run. */
+static dpu_error_t hold_rank(struct dpu_set_t rank, uint32_t rank_index, void *arg)
+{
+    (void)rank;
+    (void)rank_index;
+    const pim_dpu_driver_t *drv = arg;
+    const struct timespec pause = { 0, 1000000 };
+    while (__atomic_load_n(&drv->held, __ATOMIC_ACQUIRE))
+        nanosleep(&pause, NULL);
+    return DPU_OK;
+}
 
 /* The outcome of a batch whose jobs have run or were dropped (in submit order). */
 static void settle(pim_dpu_driver_t *drv, batch_slot_t *sl)
@@ -768,6 +791,11 @@ int pim_dpu_submit(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t 
     const char *call = NULL;
     int32_t at = -1;
     dpu_error_t e = DPU_OK;
+    if (debug & PIM_DPU_DEBUG_HOLD) {
+        __atomic_store_n(&drv->held, 1, __ATOMIC_RELEASE);
+        if ((e = dpu_callback(drv->set, hold_rank, drv, DPU_CALLBACK_ASYNC)) != DPU_OK)
+            call = "dpu_callback(hold)";
+    }
     for (uint32_t d = 0; d < D && e == DPU_OK; d++)
         if ((e = dpu_prepare_xfer(drv->dpus[d], &headers[d])) != DPU_OK) {
             call = "dpu_prepare_xfer(headers)";

@@ -29,6 +29,7 @@
 #define PIM_DPU_MAX_PENDING 2 /* batches in flight at once: double-buffered host staging */
 
 #define PIM_DPU_DEBUG_CORRUPT 256 /* test hook: the driver corrupts the first descriptor sent to debug_dpu */
+#define PIM_DPU_DEBUG_HOLD 512    /* test hook: the batch's jobs wait on every rank for pim_dpu_release_hold */
 
 typedef struct pim_dpu_driver pim_dpu_driver_t;
 
@@ -79,6 +80,10 @@ int pim_dpu_cancel(pim_dpu_driver_t *drv, uint32_t ticket);
 
 /* Batches in flight (submitted, not yet waited for or cancelled). */
 uint32_t pim_dpu_pending(const pim_dpu_driver_t *drv);
+
+/* Test hook: lets the ranks run the jobs a submit with PIM_DPU_DEBUG_HOLD queued behind a
+ * waiting callback (pim_dpu_close releases them too). */
+void pim_dpu_release_hold(pim_dpu_driver_t *drv);
 
 /* How often the driver loaded the program again after a fault (reloads) and allocated the
  * DPUs again after libdpu kept a failed asynchronous job's error on a rank (reallocs). */
