@@ -86,6 +86,7 @@ dpu_error_t dpuemu_program_info(struct dpu_set_t dpu_set, uint32_t *nr_tasklets,
 dpu_error_t dpuemu_wait_idle(struct dpu_set_t dpu_set);
 dpu_error_t dpuemu_nr_running(struct dpu_set_t dpu_set, uint32_t *nr_running);
 dpu_error_t dpuemu_queued_jobs(struct dpu_set_t dpu_set, uint32_t *nr_jobs);
+dpu_error_t dpuemu_hold_launches(struct dpu_set_t dpu_set, bool hold);
 dpu_error_t dpuemu_live_dpus(uint32_t *nr_dpus);
 
 /* dpu_log_read into memory (a FILE from open_memstream) */

@@ -278,7 +278,7 @@ def test_async_launch_then_status_and_sync():
 # job run in order by the rank's thread; a launch job ends when the rank's DPUs have stopped;
 # ranks run their queues independently; a failed job's error sticks to the rank.
 
-LONG = 6_000_000   # spins of ordered.c: ~0.2 s of emulated work, long next to queuing a job
+LONG = 6_000_000   # spins of ordered.c (~0.2 s); tests that need a launch not yet ended hold it (hold_launches)
 
 
 def ordered(dpus, spins, stamps, fault=0):
@@ -296,11 +296,16 @@ def test_transfers_queued_behind_an_async_launch_run_after_it():
         before = [np.zeros(8, np.uint8) for _ in range(2)]
         host = [np.frombuffer(np.array([0xBBBB], np.uint64).tobytes(), np.uint8).copy() for _ in range(2)]
         after = [np.zeros(8, np.uint8) for _ in range(2)]
-        dpus.launch(synchronous=False)            # returns at once: the DPUs run in the background
-        dpus.push(HEAP, before, to_dpu=False, asynchronous=True)   # the kernel's stamps
-        dpus.push(HEAP, host, asynchronous=True)                   # then the host's word over them
-        dpus.push(HEAP, after, to_dpu=False, asynchronous=True)
-        assert dpus.queued_jobs() >= 3            # still queued: the launch has not ended
+        dpus.hold_launches(True)                  # the launch certainly has not ended below
+        try:
+            dpus.launch(synchronous=False)        # returns at once: the DPUs run in the background
+            dpus.push(HEAP, before, to_dpu=False, asynchronous=True)   # the kernel's stamps
+            dpus.push(HEAP, host, asynchronous=True)                   # then the host's word over them
+            dpus.push(HEAP, after, to_dpu=False, asynchronous=True)
+            assert dpus.queued_jobs() == 4        # the launch and the three transfers behind it
+            assert dpus.nr_running() == 2
+        finally:
+            dpus.hold_launches(False)
         dpus.sync()
         assert [b.view(np.uint64)[0] for b in before] == [0xAAAA, 0xCCCC]
         assert [b.view(np.uint64)[0] for b in after] == [0xBBBB, 0xBBBB]
@@ -323,12 +328,16 @@ def test_a_dpu_of_a_running_rank_waits_for_the_rank():
 def test_ranks_run_their_queues_independently():
     with E.DpuSet(2, "nrDpusPerRank=1") as dpus:  # two ranks of one DPU
         assert dpus.nr_ranks == 2
-        ordered(dpus, [4 * LONG, 0], [1, 2])
-        dpus.launch(synchronous=False)
-        dpus.sync(rank=1)                          # rank 1 is done ...
-        assert dpus.queued_jobs(dpus.rank(0)) >= 1  # ... while rank 0 still runs its launch
-        assert dpus.copy_from(HEAP, 8, index=1).view(np.uint64)[0] == 2   # rank 1 serves the host
-        assert dpus.queued_jobs(dpus.rank(0)) >= 1
+        ordered(dpus, [LONG, 0], [1, 2])
+        dpus.hold_launches(True, target=dpus.rank(0))   # rank 0's launch cannot end until released
+        try:
+            dpus.launch(synchronous=False)
+            dpus.sync(rank=1)                      # rank 1 is done ...
+            assert dpus.queued_jobs(dpus.rank(0)) == 1  # ... while rank 0 still runs its launch
+            assert dpus.copy_from(HEAP, 8, index=1).view(np.uint64)[0] == 2   # rank 1 serves the host
+            assert dpus.queued_jobs(dpus.rank(0)) == 1 and dpus.nr_running(dpus.rank(0)) == 1
+        finally:
+            dpus.hold_launches(False, target=dpus.rank(0))
         dpus.sync()
         assert dpus.copy_from(HEAP, 8, index=0).view(np.uint64)[0] == 1
 
@@ -336,11 +345,15 @@ def test_ranks_run_their_queues_independently():
 def test_a_rank_holds_nr_jobs_per_rank_jobs():
     with E.DpuSet(1, "nrJobsPerRank=3") as dpus:
         ordered(dpus, [LONG], [1])
-        dpus.launch(synchronous=False)
         words = [np.zeros(8, np.uint8) for _ in range(3)]
-        dpus.push(HEAP, words[:1], to_dpu=False, asynchronous=True)
-        dpus.push(HEAP, words[1:2], to_dpu=False, asynchronous=True)
-        assert dpus.queued_jobs() == 3
+        dpus.hold_launches(True)                  # the launch keeps its slot until released
+        try:
+            dpus.launch(synchronous=False)
+            dpus.push(HEAP, words[:1], to_dpu=False, asynchronous=True)
+            dpus.push(HEAP, words[1:2], to_dpu=False, asynchronous=True)
+            assert dpus.queued_jobs() == 3        # every slot taken, the launch not ended
+        finally:
+            dpus.hold_launches(False)
         dpus.push(HEAP, words[2:], to_dpu=False, asynchronous=True)   # waits for a free slot
         assert dpus.nr_running() == 0             # the launch had to end first
         dpus.sync()
@@ -368,9 +381,20 @@ def test_a_failed_async_job_sticks_to_its_rank_and_drops_the_jobs_behind_it():
 def test_a_sync_waiting_when_the_job_fails_gets_the_plain_error_and_clears_it():
     with E.DpuSet(1) as dpus:
         ordered(dpus, [LONG], [5], fault=1)
+        import threading
+        dpus.hold_launches(True)                  # the DPU cannot fault before the sync is queued
         dpus.launch(synchronous=False)
+
+        def release_once_the_sync_is_queued():
+            while dpus.queued_jobs() < 2:         # the launch, then the sync behind it
+                time.sleep(0.001)
+            dpus.hold_launches(False)
+
+        releaser = threading.Thread(target=release_once_the_sync_is_queued)
+        releaser.start()
         with pytest.raises(E.DpuFaultError, match="rule 'halt'") as info:
             dpus.sync()                           # queued while the DPU still ran
+        releaser.join()
         assert not info.value.asynchronous and info.value.code == E.lib.DPU_ERR_DPU_FAULT
         dpus.sync()                               # cleared, as libdpu's dpu_thread_job_do_jobs does
         dpus.broadcast("fault", np.array([0], np.uint32))

@@ -118,6 +118,7 @@ struct dpu_rank_t {
     bool has_worker;
     pthread_t worker;
     uint32_t nr_running; /* DPUs of the rank running now (atomic) */
+    bool held;           /* dpuemu_hold_launches: its launched DPUs wait to start (alloc->run_m) */
 };
 
 struct emu_alloc {
@@ -1893,13 +1894,13 @@ static void *launch_worker(void *arg)
         if (i >= pool->nr_dpus) break;
         struct dpu_t *d = pool->dpus[i];
         pthread_mutex_lock(&a->run_m);
-        while (a->run_free == 0) pthread_cond_wait(&a->run_c, &a->run_m);
+        while (a->run_free == 0 || pool->rank->held) pthread_cond_wait(&a->run_c, &a->run_m);
         a->run_free--;
         pthread_mutex_unlock(&a->run_m);
         run_dpu(d);
         pthread_mutex_lock(&a->run_m);
         a->run_free++;
-        pthread_cond_signal(&a->run_c);
+        pthread_cond_broadcast(&a->run_c); /* a held rank's waiter must not swallow the wakeup */
         pthread_mutex_unlock(&a->run_m);
         __atomic_store_n(&d->running, false, __ATOMIC_RELEASE);
         __atomic_sub_fetch(&pool->rank->nr_running, 1, __ATOMIC_ACQ_REL);
@@ -2140,6 +2141,22 @@ dpu_error_t dpuemu_wait_idle(struct dpu_set_t set)
     dpu_error_t err = set_ranks(&set, &ranks, &nr);
     if (err != DPU_OK) return err;
     drain(ranks, nr);
+    return DPU_OK;
+}
+
+dpu_error_t dpuemu_hold_launches(struct dpu_set_t set, bool hold)
+{
+    struct dpu_rank_t **ranks;
+    uint32_t nr;
+    dpu_error_t err = set_ranks(&set, &ranks, &nr);
+    if (err != DPU_OK) return err;
+    for (uint32_t i = 0; i < nr; ++i) {
+        struct emu_alloc *a = ranks[i]->alloc;
+        pthread_mutex_lock(&a->run_m);
+        ranks[i]->held = hold;
+        pthread_cond_broadcast(&a->run_c);
+        pthread_mutex_unlock(&a->run_m);
+    }
     return DPU_OK;
 }
 

@@ -60,6 +60,11 @@ dpu_error_t dpuemu_wait_idle(struct dpu_set_t dpu_set);
 dpu_error_t dpuemu_nr_running(struct dpu_set_t dpu_set, uint32_t *nr_running);
 dpu_error_t dpuemu_queued_jobs(struct dpu_set_t dpu_set, uint32_t *nr_jobs);
 
+/* Test hook: while held, the DPUs a launch on the set's ranks boots count as running but do
+ * not start (the launch job cannot end); releasing lets them run. Tests of what a queue does
+ * behind a launch that has certainly not ended, without guessing how long a kernel runs. */
+dpu_error_t dpuemu_hold_launches(struct dpu_set_t dpu_set, bool hold);
+
 /* DPUs this process has allocated and not freed: tests that a loader frees its DPU sets. */
 dpu_error_t dpuemu_live_dpus(uint32_t *nr_dpus);
 

@@ -236,6 +236,12 @@ class DpuSet:
         _check("dpuemu_queued_jobs", lib.dpuemu_queued_jobs(self.set if target is None else target, n))
         return int(n[0])
 
+    def hold_launches(self, hold: bool, target=None) -> None:
+        """Test hook: launches on these ranks boot their DPUs (running) but do not start
+        them until released, so that a launch has certainly not ended."""
+        _check("dpuemu_hold_launches",
+               lib.dpuemu_hold_launches(self.set if target is None else target, bool(hold)))
+
     def status(self) -> tuple:
         done, fault = ffi.new("bool *"), ffi.new("bool *")
         _check("dpu_status", lib.dpu_status(self.set, done, fault))
