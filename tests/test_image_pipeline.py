@@ -339,6 +339,19 @@ def test_reduced_dct_path_is_pillows_scaled_decode_resized_by_torchvision(
     assert reductions <= set(scales), scales  # 1/2 and 1/4 (and 1/8 for 96-pixel outputs)
 
 
+def test_reduced_dct_stays_close_to_the_exact_path(large_photos):
+    """What reduced_dct costs in accuracy on photos where it applies: against the exact
+    path (equal to torchvision, test_exact_decoding_path_matches_torchvision), the mean
+    error stays within a few uint8 levels (docs/transforms.md). The fixture photos of the
+    other tests are too small for any crop to take the path."""
+    transform = PIPELINES["train_f32"]
+    exact, _ = pimloader_batches(large_photos, transform, 0, reduced_dct=False)
+    reduced, _ = pimloader_batches(large_photos, transform, 0)  # "auto"
+    differences = torch.cat([level_differences(a, b, normalized=True)
+                             for (a, _), (b, _) in paired(exact, reduced)])
+    assert 0 < differences.mean() < 3, differences.mean()  # 1.8 levels here (21 of 24 reduced)
+
+
 def test_dataset_transform_is_taken_over(photos):
     """A torchvision ImageFolder's own transform runs natively, with the same draws."""
     transform = PIPELINES["val_f32"]
