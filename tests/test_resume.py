@@ -280,7 +280,7 @@ def test_state_after_the_epoch_end_starts_the_next_epoch(options):
                              **options)
     rest, following, resumed, _ = interrupted_and_resumed(make, 0, epochs_before=1)
     assert not rest and len(following) == 3
-    for a, b in zip(resumed, following):
+    for a, b in zip(resumed, following, strict=True):
         assert_same(a, b)
 
 
