@@ -20,7 +20,7 @@ from build_kernels import INCLUDE, SHARED_INCLUDE, _BLOCK, _rel  # noqa: E402
 
 HEADERS = (os.path.join(SHARED_INCLUDE, "pim_params.h"), os.path.join(SHARED_INCLUDE, "pim_dpu_layout.h"),
            os.path.join(INCLUDE, "pim_dpu_plan.h"), os.path.join(INCLUDE, "pim_dpu_driver.h"))
-SOURCES = ("dpu_driver.c", "dpu_plan.c", "dpu_chunk.c", "axis_check.c")
+SOURCES = ("dpu_driver.c", "dpu_emulator_hooks.c", "dpu_plan.c", "dpu_chunk.c", "axis_check.c")
 # pim_dpu_layout.h's static inline functions, reached from Python (the cost model) as they are:
 # in API mode cffi compiles a call to each, so a signature that drifts fails the build
 INLINE_CDEF = """
@@ -47,7 +47,7 @@ def driver_source_args() -> dict:
     """What both driver builds share: the source, include dirs and headers."""
     return dict(sources=[_rel(os.path.join(HERE, name)) for name in SOURCES],
                 include_dirs=[INCLUDE, SHARED_INCLUDE],
-                depends=list(HEADERS) + [os.path.join(INCLUDE, h) for h in ("pim_axis_check.h", "pim_dpu_chunk.h", "pim_error.h")]
+                depends=list(HEADERS) + [os.path.join(INCLUDE, h) for h in ("pim_axis_check.h", "pim_dpu_chunk.h", "pim_error.h", "pim_dpu_driver_state.h")]
                 + [os.path.join(SHARED_INCLUDE, "pim_resample.h")])
 
 

@@ -2,8 +2,8 @@
  *
  * Written against UPMEM's libdpu API (dpu.h) only, so that the same file builds against the
  * real SDK and against pimloader's emulator. The emulator's extras (DMA counters, fault
- * details) are used only inside `#ifdef PIMLOADER_DPU_EMULATOR` blocks, at the end of the
- * file and in describe_fault(). No DPU_ASSERT, no exit(): every dpu_error_t becomes a return
+ * details) are used only inside `#ifdef PIMLOADER_DPU_EMULATOR` blocks: in describe_fault()
+ * here, and in dpu_emulator_hooks.c. No DPU_ASSERT, no exit(): every dpu_error_t becomes a return
  * code and a message naming the call and the DPU.
  *
  * One batch (pim_dpu_submit, then pim_dpu_wait; pim_dpu_run = both):
@@ -46,76 +46,13 @@
 #endif
 
 #include "pim_dpu_chunk.h"
-#include "pim_dpu_driver.h"
 #include "pim_dpu_layout.h"
 #include "pim_dpu_plan.h"
 #include "pim_params.h"
 #include "pim_error.h"
 
 
-typedef struct gather_info { /* where a sample's rows go in the output batch */
-    uint64_t dst_offset, out_bytes;
-    uint32_t nrows, row_bytes, pitch;
-} gather_info_t;
-
-enum { SLOT_FREE, SLOT_QUEUED, SLOT_DRAINED };
-
-/* Host staging of one batch in flight: what libdpu's queued jobs read and write until a
- * dpu_sync has returned, so it lives until the batch is waited or cancelled. */
-typedef struct batch_slot {
-    int state;               /* SLOT_FREE, SLOT_QUEUED (jobs may be queued), SLOT_DRAINED (they ran or were dropped) */
-    uint32_t batch_id;
-    uint64_t seq;            /* submit order */
-    uint32_t n, active;
-    uint64_t xfer, out_xfer;
-    pim_dpu_chunk_t *chunks;    /* per active DPU */
-    gather_info_t *gathers;  /* per sample */
-    pim_dpu_header_t *headers; /* per DPU */
-    uint8_t *in, *out;       /* active x xfer, active x out_xfer */
-    size_t chunks_cap, gathers_cap, in_cap, out_cap;
-    uint8_t *rank_done;      /* per rank: the callback queued behind this batch's jobs ran */
-    uint8_t *dst;            /* the output batch (the caller keeps it until wait/cancel) */
-    /* the outcome, set when the batch's jobs have run (drain) */
-    int rc;
-    int32_t dpu;
-    char msg[1024];
-} batch_slot_t;
-
-struct pim_dpu_driver {
-    struct dpu_set_t set;
-    uint32_t nr_dpus;
-    uint32_t nr_tasklets;
-    uint32_t arena;
-    uint32_t batch_id;
-    int32_t last_dpu;
-    pim_dpu_run_info_t info;
-    struct dpu_set_t *dpus;  /* each DPU as a one-DPU set, in DPU_FOREACH order */
-    uint32_t nr_ranks;
-    struct dpu_set_t *ranks; /* each rank as a one-rank set, in DPU_RANK_FOREACH order */
-    uint32_t *rank_of;       /* DPU index -> rank index */
-    char *binary;            /* the kernel, loaded again after a fault */
-    char *profile;           /* for a new allocation after an asynchronous failure */
-    uint32_t requested_dpus;
-    bool lost;               /* the set could not be allocated again: every call fails */
-    char lost_msg[400];
-    /* A launch that faulted leaves the kernel's WRAM (its globals, and the state of its barriers
-     * and mutexes: a barrier mid-round, a mutex still held by the tasklet that stopped) as the
-     * fault found it; WRAM is not reset between launches, on hardware as on the emulator.
-     * Launching that again would start with a barrier already partly counted (it releases the
-     * tasklets early, then hangs or deadlocks a round later), so the next batch loads the
-     * program again first (`recover`). And a failed asynchronous job leaves libdpu's rank
-     * with a sticky error that only a new allocation clears (see recover()). */
-    bool recover;
-    dpu_error_t *rank_err;   /* first error dpu_sync returned per rank since the last recovery */
-    uint32_t *rank_culprit;  /* batch whose job failed on the rank (0: none yet) */
-    int32_t *rank_fault_dpu; /* the DPU found faulted there, -1 if none */
-    uint32_t reloads, reallocs;
-    uint32_t held;           /* PIM_DPU_DEBUG_HOLD: the ranks' queues wait while this is set */
-    uint64_t seq;
-    batch_slot_t slots[PIM_DPU_MAX_PENDING];
-};
-
-
+#include "pim_dpu_driver_state.h"
 
 /* dpu_error_to_string: the SDK returns a string the caller frees, the emulator a constant. */
 static void error_text(dpu_error_t e, char *buf, size_t n)
@@ -928,87 +865,4 @@ int pim_dpu_run(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t n, 
     if (rc != PIM_DPU_OK)
         return rc;
     return pim_dpu_wait(drv, ticket, err, err_len);
-}
-
-/* ---- optional emulator hooks (not libdpu) ------------------------------------------- */
-
-int pim_dpu_emulated(void)
-{
-#ifdef PIMLOADER_DPU_EMULATOR
-    return 1;
-#else
-    return 0;
-#endif
-}
-
-int pim_dpu_tasklet_counters(pim_dpu_driver_t *drv, uint32_t index, uint64_t *values)
-{
-#ifdef PIMLOADER_DPU_EMULATOR
-    if (drv == NULL || values == NULL || index >= drv->nr_dpus)
-        return -1;
-    struct dpuemu_counters c;
-    if (dpuemu_get_counters(drv->dpus[index], &c) != DPU_OK)
-        return -1;
-    for (uint32_t t = 0; t < drv->nr_tasklets && t < DPUEMU_MAX_TASKLETS; t++) {
-        values[4 * t + 0] = c.tasklet[t].mram_read_calls;
-        values[4 * t + 1] = c.tasklet[t].mram_read_bytes;
-        values[4 * t + 2] = c.tasklet[t].mram_write_calls;
-        values[4 * t + 3] = c.tasklet[t].mram_write_bytes;
-    }
-    return 0;
-#else
-    (void)drv;
-    (void)index;
-    (void)values;
-    return -1;
-#endif
-}
-
-int pim_dpu_counters(pim_dpu_driver_t *drv, uint32_t index, uint64_t *values)
-{
-#ifdef PIMLOADER_DPU_EMULATOR
-    if (drv == NULL || values == NULL || (index != 0xFFFFFFFFu && index >= drv->nr_dpus))
-        return -1;
-    struct dpuemu_counters c;
-    if (dpuemu_get_counters(index == 0xFFFFFFFFu ? drv->set : drv->dpus[index], &c) != DPU_OK)
-        return -1;
-    values[0] = c.mram_read_calls;
-    values[1] = c.mram_read_bytes;
-    values[2] = c.mram_write_calls;
-    values[3] = c.mram_write_bytes;
-    values[4] = c.host_to_dpu_bytes;
-    values[5] = c.dpu_to_host_bytes;
-    values[6] = c.launches;
-    values[7] = c.dma_cycles_model;
-    values[8] = c.wram_static_bytes;
-    values[9] = c.wram_heap_peak;
-    return 0;
-#else
-    (void)drv;
-    (void)index;
-    (void)values;
-    return -1;
-#endif
-}
-
-int64_t pim_dpu_emulator_live_dpus(void)
-{
-#ifdef PIMLOADER_DPU_EMULATOR
-    uint32_t nr_dpus = 0;
-    return dpuemu_live_dpus(&nr_dpus) == DPU_OK ? (int64_t)nr_dpus : -1;
-#else
-    return -1;
-#endif
-}
-
-int pim_dpu_reset_counters(pim_dpu_driver_t *drv)
-{
-#ifdef PIMLOADER_DPU_EMULATOR
-    if (drv == NULL || dpuemu_reset_counters(drv->set) != DPU_OK)
-        return -1;
-    return 0;
-#else
-    (void)drv;
-    return -1;
-#endif
 }
