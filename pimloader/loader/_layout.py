@@ -126,7 +126,13 @@ def _is_field(leaf) -> bool:
 
 
 def _is_stackable_tensor(leaf: torch.Tensor) -> bool:
-    return leaf.layout is torch.strided and leaf.is_cpu and not leaf.requires_grad
+    """A dense CPU tensor that `torch.stack(..., out=view)` takes as default_collate would.
+
+    Nested tensors report `torch.strided` too, but have no sizes (`.shape` raises): they,
+    like sparse and other layouts, must reach default_collate, which raises torch's own
+    error for them. So the layout and nestedness are checked before anything else."""
+    return (leaf.layout is torch.strided and not leaf.is_nested and leaf.is_cpu
+            and not leaf.requires_grad)
 
 
 def split_sample(sample, leaves: list) -> Any:
@@ -257,8 +263,9 @@ def _tensor_column_check(spec: FieldSpec):
 
     def check(column) -> bool:
         for leaf in column:
-            if (type(leaf) is not tensor or leaf.dtype is not dtype or leaf.shape != shape
-                    or leaf.layout is not strided or not leaf.is_cpu or leaf.requires_grad):
+            if (type(leaf) is not tensor or leaf.layout is not strided or leaf.is_nested
+                    or leaf.dtype is not dtype or leaf.shape != shape
+                    or not leaf.is_cpu or leaf.requires_grad):
                 return False
         return True
     return check
@@ -273,7 +280,7 @@ def _field_splitter(marker: SlotField, spec: FieldSpec, append):
 
     def split_field(leaf):
         if type(leaf) is torch.Tensor:
-            if leaf.dtype != dtype or leaf.shape != shape or not _is_stackable_tensor(leaf):
+            if not _is_stackable_tensor(leaf) or leaf.dtype != dtype or leaf.shape != shape:
                 raise NotSlottable
         elif type(leaf) is np.ndarray:
             if leaf.shape != shape or _torch_dtype(leaf.dtype) != dtype or not leaf.dtype.isnative:

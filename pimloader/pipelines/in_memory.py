@@ -74,6 +74,8 @@ class InMemoryImages:
                 return None
         elif type(image) is not torch.Tensor:
             return None
+        if image.layout is not torch.strided or image.is_nested:
+            return None  # sparse or nested: no pixels to read; torchvision's own handling
         if (image.dtype != torch.uint8 or image.ndim != 3 or image.device.type != "cpu"
                 or image.shape[1] == 0 or image.shape[2] == 0):
             return None
