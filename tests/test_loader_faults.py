@@ -257,6 +257,43 @@ def test_killed_worker_sigsegv(tmp_path, leak_check, monkeypatch):
     leak_check.assert_clean(what="a segfaulted worker")
 
 
+# What PyTorch's test_dataloader.py (test_segfault) and user code match on.
+TORCH_KILLED_BY_SIGNAL = r"DataLoader worker \(pid \d+\) is killed by signal: "
+
+
+def _torch_sentence(message: str) -> str:
+    """torch's first sentence(s) of a worker-death message, its pid replaced."""
+    return re.sub(r"pid \d+", "pid N", message).strip()
+
+
+@pytest.mark.parametrize("sig", [signal.SIGSEGV, signal.SIGKILL, signal.SIGBUS,
+                                 signal.SIGRTMIN + 3],
+                         ids=["SIGSEGV", "SIGKILL", "SIGBUS", "SIGRTMIN+3"])
+def test_killed_worker_is_reported_in_torchs_words(sig, tmp_path, monkeypatch):
+    """torch says "DataLoader worker (pid N) is killed by signal: <strsignal>. " (plus a
+    shared-memory hint for SIGBUS); PIMDataLoader says the same, then names the worker and
+    the signal. torch's own message is the control where it gets one (on a loaded machine
+    torch can fail to receive the dead worker's last batch instead)."""
+    want = _torch_control(tmp_path, sig=sig)
+    leak_check = Snapshot()  # after the control: what torch leaves behind is not ours
+    waits = _loader_waits(monkeypatch)
+    got, pids = _killed(PIMDataLoader, tmp_path, sig=sig)
+    assert len(pids) == 1
+    assert issubclass(got.type, RuntimeError), repr(got)
+    assert re.search(TORCH_KILLED_BY_SIGNAL, got.msg), got.msg
+    sentence = f"DataLoader worker (pid {pids[0]}) is killed by signal: {signal.strsignal(sig)}."
+    assert got.msg.startswith(sentence), got.msg
+    name = signal.Signals(sig).name if sig in signal.Signals.__members__.values() else \
+        f"signal {int(sig)}"
+    assert re.search(rf"PIMDataLoader worker [01] \(pid {pids[0]}\) was killed by {name}\b",
+                     got.msg), got.msg
+    if want.type is RuntimeError and re.search(TORCH_KILLED_BY_SIGNAL, want.msg):
+        assert _torch_sentence(got.msg).startswith(_torch_sentence(want.msg)), (want.msg,
+                                                                                got.msg)
+    _assert_noticed_at_once(waits)
+    leak_check.assert_clean(what=f"a worker killed by {name}")
+
+
 def test_worker_exiting_with_status(tmp_path, monkeypatch):
     want = _torch_control(tmp_path, exit_code=3)
     assert issubclass(want.type, TORCH_WORKER_DEATH), want
@@ -265,6 +302,9 @@ def test_worker_exiting_with_status(tmp_path, monkeypatch):
     got, pids = _killed(PIMDataLoader, tmp_path, exit_code=3)
     assert issubclass(got.type, RuntimeError), repr(got)
     assert len(pids) == 1 and str(pids[0]) in got.msg, f"{pids} {got}"
+    # torch's words (its SIGCHLD handler's; its queue poll says "pid(s) N ... unexpectedly")
+    assert got.msg.startswith(f"DataLoader worker (pid {pids[0]}) exited unexpectedly with "
+                              "exit code 3."), got.msg
     _assert_noticed_at_once(waits)
     leak_check.assert_clean(what="an exited worker")
 

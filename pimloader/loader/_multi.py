@@ -317,22 +317,16 @@ class MultiProcessIter(_BaseDataLoaderIter):
             self._workers_status[worker_id] = False
         self._shutdown_workers()
         raise WorkerDiedError(
-            "PIMDataLoader " + "; ".join(reports) + ". The batches it was making are lost; "
-            "the loader has shut its workers down.") from cause
+            " ".join(torch_words for torch_words, _ in reports) + " PIMDataLoader "
+            + "; ".join(detail for _, detail in reports)
+            + f". The batches {'it was' if len(reports) == 1 else 'they were'} making are "
+            "lost; the loader has shut its workers down.") from cause
 
-    def _death_report(self, worker_id: int) -> str:
+    def _death_report(self, worker_id: int) -> tuple[str, str]:
+        """torch's sentence for a dead worker (code and tests match on it), and ours."""
         process = self._workers[worker_id]
         process.join(timeout=JOIN_TIMEOUT_S)  # it has ended: this waits for its exit status
-        code = process.exitcode
-        where = f"worker {worker_id} (pid {process.pid})"
-        if code is not None and code < 0:
-            name = signal.Signals(-code).name
-            hint = {
-                "SIGKILL": " (often the kernel's out-of-memory killer)",
-                "SIGBUS": " (often /dev/shm is too small for the batch slots)",
-            }.get(name, "")
-            return f"{where} was killed by signal {name}{hint}"
-        return f"{where} exited unexpectedly with exit code {code}"
+        return death_report(worker_id, process.pid, process.exitcode)
 
     # -- shutdown -----------------------------------------------------------------------
 
@@ -366,6 +360,36 @@ class MultiProcessIter(_BaseDataLoaderIter):
     def __del__(self) -> None:
         if hasattr(self, "_shutdown"):
             self._shutdown_workers()
+
+
+_SIGNAL_HINTS = {
+    signal.SIGKILL: " (often the kernel's out-of-memory killer)",
+    signal.SIGBUS: " (often /dev/shm is too small for the batch slots)",
+}
+
+
+def death_report(worker_id: int, pid: int, code: int | None) -> tuple[str, str]:
+    """What to say of worker `worker_id` (`pid`) that ended with exit status `code`:
+    torch's own sentence, word for word (built in torch/csrc/DataLoader.cpp, with the C
+    library's strsignal(): "DataLoader worker (pid 42) is killed by signal: Segmentation
+    fault. "), then pimloader's detail (the worker's number, the signal's name, a hint)."""
+    where = f"worker {worker_id} (pid {pid})"
+    if code is not None and code < 0:
+        number = -code
+        try:
+            name = signal.Signals(number).name
+        except ValueError:  # a real-time signal has no name of its own
+            name = f"signal {number}"
+        words = signal.strsignal(number) or f"Unknown signal {number}"
+        torch_words = f"DataLoader worker (pid {pid}) is killed by signal: {words}."
+        if number == signal.SIGBUS:
+            torch_words += (" It is possible that dataloader's workers are out of shared "
+                            "memory. Please try to raise your shared memory limit.")
+        return torch_words, f"{where} was killed by {name}{_SIGNAL_HINTS.get(number, '')}"
+    torch_words = (f"DataLoader worker (pid {pid}) exited unexpectedly with exit code "
+                   f"{code}. Details are lost due to multiprocessing. Rerunning with "
+                   "num_workers=0 may give better error trace.")
+    return torch_words, f"{where} exited unexpectedly with exit code {code}"
 
 
 def _raise_if_out_of_file_descriptors(cause: BaseException) -> None:
