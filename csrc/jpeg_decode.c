@@ -345,6 +345,19 @@ static int pl_decode_body(j_decompress_ptr cinfo, pl_error_mgr *err, pl_source_m
 
     pl_set_source(cinfo, src, data, size);
     jpeg_read_header(cinfo, TRUE);
+    res->image_height = (int32_t)cinfo->image_height;
+    res->image_width = (int32_t)cinfo->image_width;
+    /* A decompression bomb (a small file whose header promises a huge image) is refused
+     * here, before jpeg_start_decompress allocates row buffers (or, for a progressive
+     * file, the whole image's coefficients) and before the caller sizes any buffer. */
+    if (req->max_pixels > 0 &&
+        (int64_t)cinfo->image_width * (int64_t)cinfo->image_height > req->max_pixels) {
+        snprintf(res->message, PL_JPEG_MSG_LEN, "image of %lld pixels (%ux%u) is over the "
+                 "limit of %lld", (long long)cinfo->image_width * (long long)cinfo->image_height,
+                 (unsigned)cinfo->image_width, (unsigned)cinfo->image_height,
+                 (long long)req->max_pixels);
+        return PL_JPEG_EBOMB;
+    }
     /* the source now points just past the first SOS header */
     scan_start = src->hit_end ? size : (size_t)(src->pub.next_input_byte - data);
 
@@ -499,6 +512,8 @@ static int pl_decode_seeking(const uint8_t *data, size_t size, const pl_jpeg_req
     const int32_t scale = req->scale_num;
 
     if (!pl_restart_layout_read(data, size, &layout) ||
+        /* too many pixels: the plain path refuses it, with its message */
+        (req->max_pixels > 0 && (int64_t)layout.width * layout.height > req->max_pixels) ||
         (int64_t)req->top + req->height > pl_scaled(layout.height, scale) ||
         (int64_t)req->left + req->width > pl_scaled(layout.width, scale))
         return -1;
@@ -518,6 +533,8 @@ static int pl_decode_seeking(const uint8_t *data, size_t size, const pl_jpeg_req
     res->decoded_left += rect.col0 * layout.mcu_width * scale / 8;
     res->scaled_height = pl_scaled(layout.height, scale);
     res->scaled_width = pl_scaled(layout.width, scale);
+    res->image_height = layout.height;
+    res->image_width = layout.width;
     free(image);
     pl_restart_layout_free(&layout);
     return status;

@@ -20,6 +20,7 @@
 #define PL_JPEG_OK 0
 #define PL_JPEG_EDATA 1      /* libjpeg rejected the data (corrupt, truncated, unsupported) */
 #define PL_JPEG_EARG 2       /* bad request: box outside the image, buffer too small, ... */
+#define PL_JPEG_EBOMB 3      /* more pixels than the request's max_pixels (nothing decoded) */
 #define PL_JPEG_MSG_LEN 256
 
 typedef struct {
@@ -49,6 +50,9 @@ typedef struct {
     /* 1: with roi, decode a JPEG with restart markers (see jpeg_restart.c) from the
      * restart intervals around the box only */
     int32_t seek;
+    /* > 0: refuse (PL_JPEG_EBOMB) an image of more than this many pixels (width x height,
+     * from its header) before anything is allocated for decoding it; 0: no limit */
+    int64_t max_pixels;
 } pl_jpeg_request;
 
 typedef struct {
@@ -62,6 +66,7 @@ typedef struct {
     int32_t data_lost;       /* 1 when a warning meant pixel data was lost (non-strict) */
     int32_t hit_end;         /* 1 when the decoder read past the end of the data */
     int32_t seek_used;       /* 1 when only the restart intervals around the box were decoded */
+    int32_t image_height, image_width;  /* full-resolution size, from the header */
     char message[PL_JPEG_MSG_LEN];  /* the error, else the first warning, else "" */
 } pl_jpeg_result;
 

@@ -6,10 +6,37 @@
   which a crop decodes alone;
 - `encode`: JPEG encoding with libjpeg's every option (tests, dataset makers).
 """
+import sys
+import types
+
+import numpy as np
+from PIL import Image as _PILImage
+
 from .encode import encode_jpeg
 from .jpeg import *  # noqa: F401,F403  (the decoders, listed in jpeg.__all__)
 from .jpeg import __all__ as _decoders
 from .seekable import SeekableCopy, SeekInfo, add_restart_markers, make_seekable, seek_info
 
 __all__ = [*_decoders, "encode_jpeg", "SeekInfo", "seek_info", "add_restart_markers",
-           "SeekableCopy", "make_seekable"]
+           "SeekableCopy", "make_seekable", "MAX_IMAGE_PIXELS"]
+
+
+class _DecodeModule(types.ModuleType):
+    """Makes `pimloader.decode.MAX_IMAGE_PIXELS`, the decoders' decompression-bomb limit,
+    read and write Pillow's `PIL.Image.MAX_IMAGE_PIXELS`, so that the two names cannot
+    disagree (why one setting: `jpeg`'s module doc)."""
+
+    @property
+    def MAX_IMAGE_PIXELS(self):  # noqa: N802 - Pillow's name
+        return _PILImage.MAX_IMAGE_PIXELS
+
+    @MAX_IMAGE_PIXELS.setter
+    def MAX_IMAGE_PIXELS(self, value) -> None:  # noqa: N802
+        if value is not None and (isinstance(value, bool)
+                                  or not isinstance(value, (int, np.integer)) or value < 1):
+            raise ValueError("MAX_IMAGE_PIXELS must be a positive number of pixels, or None "
+                             f"for no limit; got {value!r}")
+        _PILImage.MAX_IMAGE_PIXELS = None if value is None else int(value)
+
+
+sys.modules[__name__].__class__ = _DecodeModule

@@ -46,6 +46,21 @@ Other formats (PNG, ...) go through Pillow: `Image.open(...)`, crop, `convert("R
 "L"), with failures raised as the same `DecodeError`; `strict` does not apply to them
 (Pillow raises for truncated files unless `ImageFile.LOAD_TRUNCATED_IMAGES` is set).
 
+Decompression bombs: as Pillow, an image whose header promises more than
+`MAX_IMAGE_PIXELS` pixels (width x height) gets a `DecompressionBombWarning`, and one of
+more than twice as many is refused with a `DecompressionBombError` (a DecodeError naming the
+file, the pixel count and the limit), read from the header before anything is allocated
+for decoding it: a 30 kB JPEG claiming 60000x60000 pixels would otherwise make the decoder
+ask for about 10 GiB (21 GiB of coefficients for a progressive one). Every entry point
+applies it (`image_size`, the decoders, `add_restart_markers`; the Pillow path by Pillow's
+own check). The limit *is* Pillow's setting, `PIL.Image.MAX_IMAGE_PIXELS` (89,478,485 unless
+changed): `pimloader.decode.MAX_IMAGE_PIXELS` reads and sets that same value (an int, or
+None for no limit). One setting, not two, because torchvision's image folders decode with
+Pillow, so code that raises or lifts Pillow's limit for its large images loads them the
+same way here, and PNGs (decoded by Pillow, which checks its own setting) cannot disagree
+with JPEGs. PIMDataLoader hands the value in force when an epoch starts to its workers
+(under spawn and forkserver too, which would otherwise start from Pillow's default).
+
 Threads: cffi calls in API mode release the GIL for the duration of the C call (cffi's
 documentation: "C function calls are done with the GIL released"), and each call owns its
 libjpeg state, so several threads can decode at once.
@@ -57,11 +72,13 @@ import warnings
 from typing import Any, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
+from PIL import Image as _PILImage
 
 from pimloader._jpeg import ffi, lib
 
 __all__ = [
-    "DecodeError", "DecodeWarning", "JpegHeader", "ScaledImage",
+    "DecodeError", "DecodeWarning", "DecompressionBombError", "DecompressionBombWarning",
+    "JpegHeader", "ScaledImage",
     "is_jpeg", "read_header", "image_size", "scaled_size", "scaled_region", "pick_scale",
     "decode_jpeg", "decode_jpeg_into", "decode_jpeg_scaled", "decode_image",
     "decode_image_scaled",
@@ -94,6 +111,17 @@ class DecodeError(ValueError):
 
 class DecodeWarning(UserWarning):
     """Non-strict decoding of an image whose data was partly missing or corrupt."""
+
+
+class DecompressionBombError(DecodeError, _PILImage.DecompressionBombError):
+    """An image of more than twice `MAX_IMAGE_PIXELS` pixels, refused from its header
+    before anything was decoded. Also a `PIL.Image.DecompressionBombError`, so code that
+    catches Pillow's catches it too."""
+
+
+class DecompressionBombWarning(DecodeWarning, _PILImage.DecompressionBombWarning):
+    """An image of more than `MAX_IMAGE_PIXELS` pixels (but at most twice as many): decoded,
+    with this warning (also a `PIL.Image.DecompressionBombWarning`), as Pillow does."""
 
 
 class JpegHeader(NamedTuple):
@@ -135,6 +163,56 @@ def _fail(name, reason: str, cause: Optional[BaseException] = None) -> DecodeErr
                         None if name is None else str(name), reason)
     if cause is not None:
         error.__cause__ = cause
+    return error
+
+
+def _pixel_limit() -> Optional[int]:
+    """The limit in force: Pillow's `PIL.Image.MAX_IMAGE_PIXELS` (see the module's doc)."""
+    return _PILImage.MAX_IMAGE_PIXELS
+
+
+def _bomb_error(name, height: int, width: int, limit: int) -> DecompressionBombError:
+    pixels = height * width
+    reason = (f"image of {pixels:,} pixels ({width}x{height}) is over twice the limit of "
+              f"{limit:,} pixels, and could be a decompression bomb (a small file that "
+              "decodes to gigabytes); nothing was decoded. If the image is genuine, raise "
+              "the limit: pimloader.decode.MAX_IMAGE_PIXELS = <pixels> (the same setting as "
+              "PIL.Image.MAX_IMAGE_PIXELS), or None for no limit")
+    return DecompressionBombError(f"cannot decode {_describe(name)}: {reason}",
+                                  None if name is None else str(name), reason)
+
+
+def _warn_if_large(name, height: int, width: int, limit: Optional[int],
+                   stacklevel: int) -> None:
+    if limit is not None and height * width > limit:
+        warnings.warn(f"{_describe(name)}: image of {height * width:,} pixels ({width}x"
+                      f"{height}) is over the limit of {limit:,} pixels (an error above "
+                      "twice it): it could be a decompression bomb",
+                      DecompressionBombWarning, stacklevel=stacklevel + 1)
+
+
+def _check_pixels(name, height: int, width: int, limit: Optional[int],
+                  stacklevel: int = 3, warn: bool = True) -> None:
+    """Pillow's rule, from a header: an error above twice the limit, a warning above it."""
+    if limit is not None and height * width > 2 * limit:
+        raise _bomb_error(name, height, width, limit)
+    if warn:
+        _warn_if_large(name, height, width, limit, stacklevel + 1)
+
+
+def _max_pixels(limit: Optional[int]) -> int:
+    """The C decoder's refusal threshold for `limit` (0: none)."""
+    return 0 if limit is None else max(1, 2 * int(limit))
+
+
+def _translate_pillow_bomb(name, exc: BaseException) -> DecodeError:
+    """Pillow's own DecompressionBombError (its check in Image.open), as ours."""
+    error = DecompressionBombError(
+        f"cannot decode {_describe(name)}: {exc}. If the image is genuine, raise the limit: "
+        "pimloader.decode.MAX_IMAGE_PIXELS = <pixels> (the same setting as "
+        "PIL.Image.MAX_IMAGE_PIXELS), or None for no limit",
+        None if name is None else str(name), str(exc))
+    error.__cause__ = exc
     return error
 
 
@@ -222,15 +300,20 @@ def read_header(data, name=None) -> JpegHeader:
                       _JCS.get(hdr.colorspace, "UNKNOWN"), bool(hdr.progressive))
 
 
-def image_size(data, name=None) -> Tuple[int, int]:
-    """(height, width) of any image Pillow or libjpeg can read, without decoding pixels."""
+def image_size(data, name=None, *, warn: bool = True) -> Tuple[int, int]:
+    """(height, width) of any image Pillow or libjpeg can read, without decoding pixels.
+    As Pillow's Image.open, refuses an image over twice MAX_IMAGE_PIXELS, and warns above
+    it (for a JPEG, unless `warn=False`: the loader's decode of the same image warns)."""
     if is_jpeg(data):
         header = read_header(data, name)
+        _check_pixels(name, header.height, header.width, _pixel_limit(), warn=warn)
         return header.height, header.width
     from PIL import Image
     try:
         with Image.open(io.BytesIO(bytes(memoryview(_as_bytes_like(data)).cast("B")))) as im:
             width, height = im.size
+    except Image.DecompressionBombError as exc:
+        raise _translate_pillow_bomb(name, exc) from exc
     except Exception as exc:  # Pillow raises many types for bad data
         raise _fail(name, f"{type(exc).__name__}: {exc}", exc) from exc
     return height, width
@@ -290,10 +373,14 @@ def _jpeg_call(data, buf, size, region, scale, channels, out, strict, roi, name)
     (returned object, pl_jpeg_result)."""
     if channels not in (None, 1, 3):
         raise ValueError(f"channels must be 3, 1 or None (native), not {channels!r}")
+    limit, checked = _pixel_limit(), False
     if region is None or channels != 3:
         hdr = ffi.new("pl_jpeg_header *")
         if lib.pl_jpeg_read_header(buf, size, hdr) != lib.PL_JPEG_OK:
             raise _fail(name, ffi.string(hdr.message).decode(errors="replace"))
+        # before the output (the whole image, for region=None) is allocated
+        _check_pixels(name, hdr.height, hdr.width, limit, stacklevel=4)
+        checked = True
         grey = hdr.colorspace == _JCS_VALUE["GRAY"]
         if channels == 1 and not grey:
             raise ValueError(f"channels=1 needs a greyscale JPEG; {_describe(name)} is "
@@ -308,17 +395,20 @@ def _jpeg_call(data, buf, size, region, scale, channels, out, strict, roi, name)
     req = ffi.new("pl_jpeg_request *", {
         "scale_num": scale, "top": top, "left": left, "height": height, "width": width,
         "channels": 0 if channels is None else channels, "strict": 1 if strict else 0,
-        "roi": 1 if roi else 0, "seek": 1 if roi else 0})
+        "roi": 1 if roi else 0, "seek": 1 if roi else 0, "max_pixels": _max_pixels(limit)})
     res = ffi.new("pl_jpeg_result *")
     stride = _row_stride(array)
     nbytes = (height - 1) * stride + width * n_channels
     rc = lib.pl_jpeg_decode(buf, size, req, _pointer(array), stride, nbytes, res)
-    _check_result(rc, res, name, stacklevel=4)
+    _check_result(rc, res, name, stacklevel=4, limit=None if checked else limit)
     return result, res
 
 
-def _check_result(rc: int, res, name, stacklevel: int) -> None:
-    """Raise for a failed pl_jpeg_decode; warn when it lost data (strict=False)."""
+def _check_result(rc: int, res, name, stacklevel: int, limit: Optional[int] = None) -> None:
+    """Raise for a failed pl_jpeg_decode; warn when it lost data (strict=False), or (with
+    the `limit` it was called with) when the image is over that limit."""
+    if rc == lib.PL_JPEG_EBOMB:
+        raise _bomb_error(name, res.image_height, res.image_width, limit)
     if rc == lib.PL_JPEG_EARG:
         raise ValueError(f"{_describe(name)}: {ffi.string(res.message).decode(errors='replace')}")
     if rc != lib.PL_JPEG_OK:
@@ -327,6 +417,7 @@ def _check_result(rc: int, res, name, stacklevel: int) -> None:
         warnings.warn(f"{_describe(name)}: {ffi.string(res.message).decode(errors='replace')}"
                       " (decoded with strict=False: missing blocks are grey)", DecodeWarning,
                       stacklevel=stacklevel)
+    _warn_if_large(name, res.image_height, res.image_width, limit, stacklevel)
 
 
 def decode_jpeg(data, box: Optional[Sequence[int]] = None, *, channels: Optional[int] = 3,
@@ -372,17 +463,18 @@ def decode_jpeg_into(data, box: Sequence[int], buffer: np.ndarray, *, channels: 
     top, left, height, width = (int(v) for v in box)
     if min(height, width) < 1 or min(top, left) < 0:
         raise ValueError(f"box {tuple(box)} is empty or negative")
+    limit = _pixel_limit()
     req = ffi.new("pl_jpeg_request *", {
         "scale_num": 8, "top": top, "left": left, "height": height, "width": width,
         "channels": channels, "strict": 1 if strict else 0, "roi": 1, "margin": 1,
-        "seek": 1})
+        "seek": 1, "max_pixels": _max_pixels(limit)})
     res = ffi.new("pl_jpeg_result *")
     rc = lib.pl_jpeg_decode(buf, size, req, _pointer(buffer), 0, buffer.nbytes, res)
     needed = height * res.scaled_width * channels
-    if rc == lib.PL_JPEG_EARG and needed > buffer.nbytes:
+    if rc == lib.PL_JPEG_EARG and needed > buffer.nbytes:  # (a bomb is PL_JPEG_EBOMB)
         buffer = np.empty(needed, np.uint8)
         rc = lib.pl_jpeg_decode(buf, size, req, _pointer(buffer), 0, buffer.nbytes, res)
-    _check_result(rc, res, name, stacklevel=3)
+    _check_result(rc, res, name, stacklevel=3, limit=limit)
     decoded_width = res.decoded_width
     rows = buffer[:height * decoded_width * channels].reshape(height, decoded_width, channels)
     offset = left - res.decoded_left
@@ -429,6 +521,8 @@ def _decode_pil(data, box, channels, out, name):
     except Image.UnidentifiedImageError as exc:
         raise _fail(name, "unknown image format (not a JPEG, and Pillow cannot identify it)",
                     exc) from exc
+    except Image.DecompressionBombError as exc:  # Pillow's check, on its (= our) limit
+        raise _translate_pillow_bomb(name, exc) from exc
     except Exception as exc:  # Pillow raises UnidentifiedImageError, OSError, SyntaxError...
         raise _fail(name, f"{type(exc).__name__}: {exc}", exc) from exc
     with im:

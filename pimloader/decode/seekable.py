@@ -16,7 +16,7 @@ from typing import NamedTuple, Optional, Tuple
 
 from pimloader._jpeg import ffi, lib
 
-from .jpeg import DecodeError, _buffer, _fail, is_jpeg
+from .jpeg import DecodeError, _buffer, _check_pixels, _fail, _pixel_limit, is_jpeg, read_header
 
 __all__ = ["SeekInfo", "seek_info", "add_restart_markers", "SeekableCopy", "make_seekable"]
 
@@ -56,6 +56,8 @@ def add_restart_markers(data, max_interval: int = 4, name=None) -> bytes:
     data, buf, size = _buffer(data, name)
     if not is_jpeg(data):
         raise _fail(name, "not a JPEG (restart markers are a JPEG feature)")
+    header = read_header(data, name)  # its coefficients are read whole: check first
+    _check_pixels(name, header.height, header.width, _pixel_limit())
     out = ffi.new("uint8_t **")
     out_size = ffi.new("size_t *")
     message = ffi.new("char[]", lib.PL_JPEG_MSG_LEN)

@@ -20,6 +20,7 @@ from multiprocessing.connection import wait
 from pickle import PicklingError
 
 import torch
+from PIL import Image
 from torch.utils.data import IterDataPipe, MapDataPipe
 from torch.utils.data import _utils as torch_utils
 from torch.utils.data.dataloader import (
@@ -75,7 +76,8 @@ class MultiProcessIter(_BaseDataLoaderIter):
                 drop_last=self._drop_last, base_seed=self._base_seed, init_fn=init_fn,
                 worker_id=worker_id, num_workers=self._num_workers,
                 shared_seed=self._shared_seed, pipeline=loader._pipeline,
-                resume=self._resume and self._resume.worker_snapshot(worker_id))
+                resume=self._resume and self._resume.worker_snapshot(worker_id),
+                max_image_pixels=Image.MAX_IMAGE_PIXELS)
             index_queue = context.Queue()
             index_queue.cancel_join_thread()
             process = context.Process(

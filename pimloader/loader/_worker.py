@@ -60,6 +60,9 @@ class WorkerConfig:
     shared_seed: int | None
     pipeline: object = None   # pipelines.select.build_pipeline's (None: torch's path)
     resume: object = None   # the worker's saved snapshot (_resume) when resuming mid-epoch
+    # the decoders' pixel limit in the main process when the epoch started (a spawned
+    # worker would otherwise start from Pillow's default); "inherit": leave it as it is
+    max_image_pixels: object = "inherit"
 
 
 def _seed_like_torch(base_seed: int, worker_id: int) -> int:
@@ -95,6 +98,9 @@ class _Worker:
         torch_worker._worker_info = torch_worker.WorkerInfo(
             id=config.worker_id, num_workers=config.num_workers, seed=seed,
             dataset=self.dataset)
+        if config.max_image_pixels != "inherit":  # before worker_init_fn, which may change it
+            from PIL import Image
+            Image.MAX_IMAGE_PIXELS = config.max_image_pixels
         try:
             if config.init_fn is not None:
                 config.init_fn(config.worker_id)

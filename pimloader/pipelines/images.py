@@ -67,7 +67,9 @@ class ImagePipeline:
     def load(self, index: int):
         """(encoded sample, drawn parameters) for dataset index `index`."""
         sample = self.reader(index)
-        height, width = decode.image_size(sample.data, name=sample.name)
+        # refuses a decompression bomb before anything is drawn; its decode warns (once)
+        # for an image over the limit
+        height, width = decode.image_size(sample.data, name=sample.name, warn=False)
         return sample, self.plan.draw(height, width)
 
     def render(self, sample, params: SampleParams, out: torch.Tensor, router,
