@@ -202,13 +202,14 @@ def _check_pixels(name, height: int, width: int, limit: Optional[int],
 
 def _max_pixels(limit: Optional[int]) -> int:
     """The C decoder's refusal threshold for `limit` (0: none)."""
-    return 0 if limit is None else max(1, 2 * int(limit))
+    return 0 if limit is None else min(max(1, int(2 * limit)), 2 ** 63 - 1)
 
 
 def _translate_pillow_bomb(name, exc: BaseException) -> DecodeError:
     """Pillow's own DecompressionBombError (its check in Image.open), as ours."""
     error = DecompressionBombError(
-        f"cannot decode {_describe(name)}: {exc}. If the image is genuine, raise the limit: "
+        f"cannot decode {_describe(name)}: {str(exc).rstrip('.')}. If the image is genuine, "
+        "raise the limit: "
         "pimloader.decode.MAX_IMAGE_PIXELS = <pixels> (the same setting as "
         "PIL.Image.MAX_IMAGE_PIXELS), or None for no limit",
         None if name is None else str(name), str(exc))
