@@ -2,12 +2,12 @@
 from torch.utils.data import get_worker_info
 
 from . import datasets, transforms
-from .decode import DecodeError
+from .decode import DecodeError, DecompressionBombError
 from .errors import (DpuBackendError, DpuFaultError, DpuKernelError, LoaderTimeoutError,
                      WorkerDiedError)
 from .loader import EpochStats, PIMDataLoader
 
 __all__ = ["PIMDataLoader", "EpochStats", "get_worker_info", "datasets", "transforms",
-           "DecodeError", "WorkerDiedError", "LoaderTimeoutError", "DpuBackendError",
+           "DecodeError", "DecompressionBombError", "WorkerDiedError", "LoaderTimeoutError", "DpuBackendError",
            "DpuFaultError", "DpuKernelError"]
 __version__ = "0.1.0"

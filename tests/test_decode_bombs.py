@@ -175,6 +175,12 @@ def test_box_decoders_decide_as_pillow_does_too(entry):
         assert _pimloader_verdict(calls[entry]) == _pillow_verdict(BASELINE), limit
 
 
+def test_the_error_is_exported_with_pimloaders_others():
+    import pimloader
+    assert pimloader.DecompressionBombError is decode.DecompressionBombError
+    assert "DecompressionBombError" in pimloader.__all__
+
+
 def test_the_limit_takes_positive_ints_or_none():
     for bad in (0, -5, 1.5, "100", True):
         with pytest.raises(ValueError, match="MAX_IMAGE_PIXELS"):
