@@ -4,7 +4,8 @@
   other formats through Pillow), into reused buffers;
 - `seekable`: lossless copies of JPEGs (and of whole folders) with restart markers, from
   which a crop decodes alone;
-- `encode`: JPEG encoding with libjpeg's every option (tests, dataset makers).
+- `encode`: JPEG encoding with libjpeg's every option (tests, dataset makers);
+- `errors`: DecodeError and the decompression-bomb limit (`MAX_IMAGE_PIXELS`).
 """
 import sys
 import types

@@ -16,7 +16,8 @@ from typing import NamedTuple, Optional, Tuple
 
 from pimloader._jpeg import ffi, lib
 
-from .jpeg import DecodeError, _buffer, _check_pixels, _fail, _pixel_limit, is_jpeg, read_header
+from .errors import DecodeError, _check_pixels, _fail, _pixel_limit
+from .jpeg import _buffer, is_jpeg, read_header
 
 __all__ = ["SeekInfo", "seek_info", "add_restart_markers", "SeekableCopy", "make_seekable"]
 
