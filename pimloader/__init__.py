@@ -8,6 +8,6 @@ from .errors import (DpuBackendError, DpuFaultError, DpuKernelError, LoaderTimeo
 from .loader import EpochStats, PIMDataLoader
 
 __all__ = ["PIMDataLoader", "EpochStats", "get_worker_info", "datasets", "transforms",
-           "DecodeError", "DecompressionBombError", "WorkerDiedError", "LoaderTimeoutError", "DpuBackendError",
-           "DpuFaultError", "DpuKernelError"]
+           "DecodeError", "DecompressionBombError", "WorkerDiedError", "LoaderTimeoutError",
+           "DpuBackendError", "DpuFaultError", "DpuKernelError"]
 __version__ = "0.1.0"

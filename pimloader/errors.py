@@ -4,7 +4,8 @@ Exceptions users catch (all exported from `pimloader`):
 - `WorkerDiedError`: a worker process ended while the loader still needed it;
 - `LoaderTimeoutError`: no batch within the loader's `timeout`;
 - `DecodeError` (a ValueError, from pimloader.decode): a sample that cannot be decoded,
-  naming it and the cause; its `DecompressionBombError` (also Pillow's): an image whose
+  naming it and the cause; its `DecompressionBombError`: an image whose header promises
+  more than twice `pimloader.decode.MAX_IMAGE_PIXELS` pixels, refused before decoding; its `DecompressionBombError` (also Pillow's): an image whose
   header promises more than twice `pimloader.decode.MAX_IMAGE_PIXELS` pixels;
 - `DpuBackendError`, and its `DpuFaultError` (a DPU faulted) and `DpuKernelError` (the
   kernel refused its input): a DPU run failed, naming the libdpu call and the DPU.
