@@ -52,11 +52,19 @@ class FolderReader:
         self.samples = dataset.samples
         self.target_transform = dataset.target_transform
 
-    def __call__(self, index: int) -> EncodedSample:
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def metadata(self, index: int) -> tuple:
+        """(target, name) of a sample, without reading its file."""
         path, target = self.samples[index]
         if self.target_transform is not None:
             target = self.target_transform(target)
-        return EncodedSample(_read_file(path), target, str(path))
+        return target, str(path)
+
+    def __call__(self, index: int) -> EncodedSample:
+        target, name = self.metadata(index)
+        return EncodedSample(_read_file(self.samples[index][0]), target, name)
 
 
 class PairReader:
@@ -64,6 +72,14 @@ class PairReader:
 
     def __init__(self, pairs) -> None:
         self.pairs = pairs
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def metadata(self, index: int) -> tuple:
+        """(target, name) of a sample, without reading its file."""
+        path, target = self.pairs[index]
+        return target, str(path)
 
     def __call__(self, index: int) -> EncodedSample:
         path, target = self.pairs[index]

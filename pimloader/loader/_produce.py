@@ -22,6 +22,10 @@ class Produced:
     decode_s: float = 0.0  # of the write time, seconds spent decoding images natively
     kernel_samples: int = 0  # in-memory images the fused kernel transformed
     direct_samples: int = 0  # of those, the ones it rendered straight into the batch slot
+    cache_hits: int = 0      # samples whose encoded bytes came from the sample cache
+    cache_misses: int = 0    # samples read from their files (cache_bytes > 0)
+    cache_hit_bytes: int = 0
+    cache_miss_bytes: int = 0
 
 
 class BatchProducer:

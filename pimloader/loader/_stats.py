@@ -21,6 +21,9 @@ class EpochStats:
                       kernel transformed; the others of such datasets ran as Python.
     direct_samples:   of those, the ones the kernel rendered straight into their rows of
                       a batch slot (no per-sample output, no stacking copy).
+    cache_hits, cache_misses: samples read from the encoded-sample cache, and from their
+                      files (cache_bytes > 0; docs/loader.md "Encoded-sample cache").
+    cache_hit_bytes, cache_miss_bytes: the encoded bytes of those.
     """
 
     epoch: int
@@ -35,6 +38,10 @@ class EpochStats:
     skipped_samples: int = 0
     kernel_samples: int = 0
     direct_samples: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
+    cache_hit_bytes: int = 0
+    cache_miss_bytes: int = 0
 
     def add_batch(self, produced, shared: bool) -> None:
         """Account for one delivered batch (a _produce.Produced)."""
@@ -43,6 +50,10 @@ class EpochStats:
         self.skipped_samples += produced.skipped
         self.kernel_samples += produced.kernel_samples
         self.direct_samples += produced.direct_samples
+        self.cache_hits += produced.cache_hits
+        self.cache_misses += produced.cache_misses
+        self.cache_hit_bytes += produced.cache_hit_bytes
+        self.cache_miss_bytes += produced.cache_miss_bytes
         self.fetch_s += produced.fetch_s
         self.decode_s += produced.decode_s
         self.write_s += produced.write_s

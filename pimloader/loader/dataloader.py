@@ -56,6 +56,10 @@ class PIMDataLoader(DataLoader[_T_co]):
     memory_format: torch.contiguous_format (default) or torch.channels_last: the memory
         format of image batches the native path writes into slots (the kernel writes NHWC
         directly; the batch is an NCHW-shaped channels_last tensor).
+    cache_bytes: 0 (default: off) or the byte budget of a shared-memory cache of encoded
+        samples (native encoded-image path only; a warning says when it does not apply):
+        filled by the first reads, never evicted, shared by all workers and epochs, freed
+        by close(). Hits and misses are in stats() (docs/loader.md "Encoded-sample cache").
 
     Extra methods: `stats()` (per-epoch timings), `close()` (ends persistent workers) and
     use as a context manager.
@@ -64,14 +68,18 @@ class PIMDataLoader(DataLoader[_T_co]):
     def __init__(self, dataset, *args, transform=None, backend: str = "auto",
                  on_error: str = "raise", reduced_dct="auto",
                  memory_format=torch.contiguous_format, nr_dpus: int = 64,
-                 nr_tasklets: int = 16, dpu_profile: str = "", **kwargs) -> None:
+                 nr_tasklets: int = 16, dpu_profile: str = "", cache_bytes: int = 0,
+                 **kwargs) -> None:
         super().__init__(dataset, *args, **kwargs)
         options = PipelineOptions(backend, on_error, reduced_dct, memory_format, nr_dpus,
-                                  nr_tasklets, dpu_profile)
+                                  nr_tasklets, dpu_profile, cache_bytes)
         self._pipeline = build_pipeline(dataset, transform, options)
 
     def _get_iterator(self):
         resume = take_pending(self)
+        open_shared = getattr(self._pipeline, "open_shared", None)
+        if open_shared is not None:
+            open_shared()  # shared state of the pipeline (a sample cache), before workers
         if self.num_workers == 0:
             return SingleProcessIter(self, self._state, resume)
         self.check_worker_number_rationality()
@@ -111,6 +119,9 @@ class PIMDataLoader(DataLoader[_T_co]):
             iterator._shutdown_workers()
         self._state.release_buffers()
         self._state.close_backends()
+        close_shared = getattr(self._pipeline, "close_shared", None)
+        if close_shared is not None:
+            close_shared()
 
     def __enter__(self) -> "PIMDataLoader":
         return self
@@ -128,7 +139,7 @@ def _signature_with_extras() -> inspect.Signature:
                                     ("on_error", "raise"), ("reduced_dct", "auto"),
                                     ("memory_format", torch.contiguous_format),
                                     ("nr_dpus", 64), ("nr_tasklets", 16),
-                                    ("dpu_profile", ""))]
+                                    ("dpu_profile", ""), ("cache_bytes", 0))]
     return torch_signature.replace(
         parameters=[*torch_signature.parameters.values(), *extras])
 

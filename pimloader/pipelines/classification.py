@@ -16,6 +16,7 @@ import torch
 
 from pimloader import decode
 from pimloader.backends.select import choose_backend, native_available
+from pimloader.datasets.cache import CachedReader, SampleCache
 from pimloader.loader._fetch import Fetcher
 from pimloader.loader._layout import Layout, SlotField
 from pimloader.loader._produce import BatchProducer, Produced
@@ -37,9 +38,40 @@ class EncodedImages:
         router = context.backends.router(self.images.backend)
         fallback = BatchProducer(ImageFetcher(self.images, context.auto_collation, router),
                                  context.collate_fn, context.auto_collation, context.writer)
+        producer = fallback
         if self.images.direct and fallback.writer is not None:
-            return DirectImageProducer(self.images, context.writer, fallback, router)
-        return fallback
+            producer = DirectImageProducer(self.images, context.writer, fallback, router)
+        if isinstance(self.images.reader, CachedReader):
+            producer = CacheCountingProducer(producer, self.images.reader)
+        return producer
+
+    def open_shared(self) -> None:
+        """Allocate the sample cache's segment (main process, before workers start)."""
+        if isinstance(self.images.reader, CachedReader):
+            self.images.reader.cache.open()
+
+    def close_shared(self) -> None:
+        """Drop the main process's hold on the sample cache (loader.close())."""
+        if isinstance(self.images.reader, CachedReader):
+            self.images.reader.cache.close()
+
+
+class CacheCountingProducer:
+    """A producer whose batches carry the sample cache's hits and misses since the last."""
+
+    def __init__(self, producer, reader: CachedReader) -> None:
+        self.producer = producer
+        self.reader = reader
+
+    @property
+    def current(self) -> str:
+        return self.producer.current
+
+    def produce(self, index) -> Produced:
+        produced = self.producer.produce(index)
+        (produced.cache_hits, produced.cache_misses, produced.cache_hit_bytes,
+         produced.cache_miss_bytes) = self.reader.take_counts()
+        return produced
 
 
 class ImageFetcher(Fetcher):
@@ -196,8 +228,11 @@ def build(dataset, transform, options) -> EncodedImages | None:
     if reduced_dct == "auto":
         from torchvision.transforms.v2 import RandomResizedCrop
         reduced_dct = any(isinstance(step, RandomResizedCrop) for step in plan.geometric)
+    reader = source.read
+    if options.cache_bytes:
+        reader = CachedReader(reader, SampleCache(options.cache_bytes, len(reader)))
     return EncodedImages(ImagePipeline(
-        source.read, plan, lut, bool(reduced_dct), options.on_error == "skip",
+        reader, plan, lut, bool(reduced_dct), options.on_error == "skip",
         options.memory_format == torch.channels_last,
         choose_backend(options.backend, options.nr_dpus, options.nr_tasklets,
                        options.dpu_profile)))

@@ -7,6 +7,7 @@ folder and a line in `build_pipeline`.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -29,8 +30,13 @@ class PipelineOptions:
     nr_dpus: int = 64
     nr_tasklets: int = 16
     dpu_profile: str = ""
+    cache_bytes: int = 0
 
     def __post_init__(self) -> None:
+        if (isinstance(self.cache_bytes, bool) or not isinstance(self.cache_bytes, int)
+                or self.cache_bytes < 0):
+            raise ValueError(f"cache_bytes must be an int >= 0 (0: no cache), "
+                             f"got {self.cache_bytes!r}")
         if self.memory_format not in (torch.contiguous_format, torch.channels_last):
             raise ValueError(f"memory_format must be torch.contiguous_format or "
                              f"torch.channels_last, got {self.memory_format!r}")
@@ -46,6 +52,11 @@ class PipelineOptions:
 def build_pipeline(dataset, transform, options: PipelineOptions):
     """The loader's pipeline, or None when torch's own path applies unchanged."""
     pipeline = classification.build(dataset, transform, options)
+    if pipeline is None and options.cache_bytes:
+        warnings.warn("cache_bytes applies only to datasets read as encoded images on the "
+                      "native path (an ImageFolder / DatasetFolder or a list of (path, "
+                      "target) pairs, with a transform pimloader lowers); this loader "
+                      "reads its dataset without a cache", stacklevel=3)
     if pipeline is None and transform is not None:
         pipeline = in_memory.build(transform, options) or PythonTransform(transform)
     return pipeline

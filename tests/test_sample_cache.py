@@ -1,0 +1,179 @@
+"""The encoded-sample cache (cache_bytes=): same batches as without it, a budget respected,
+nothing evicted, hits and misses counted, errors unchanged, no shared memory left behind.
+
+The oracle is the same loader without the cache (itself checked against torchvision in
+test_image_pipeline.py)."""
+from __future__ import annotations
+
+import os
+import shutil
+import warnings
+
+import pytest
+import torch
+import torchvision.transforms.v2 as v2
+
+from _helpers import Snapshot, TensorDS
+from benchmarks.make_dataset import make_imagenet_like
+from pimloader import PIMDataLoader
+from pimloader.datasets import ImageFolder
+from pimloader.decode import DecodeError
+
+TRANSFORM = v2.Compose([v2.RandomResizedCrop(64), v2.RandomHorizontalFlip(),
+                        v2.ToDtype(torch.float32, scale=True)])
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    return make_imagenet_like(tmp_path_factory.mktemp("photos") / "set", count=24, classes=3)
+
+
+def sizes(root):
+    return [os.path.getsize(path) for path, _ in ImageFolder(root).samples]
+
+
+def make(root, **kw):
+    kw.setdefault("batch_size", 5)
+    kw.setdefault("shuffle", True)
+    return PIMDataLoader(ImageFolder(root), transform=TRANSFORM,
+                         generator=torch.Generator().manual_seed(3), **kw)
+
+
+def epochs(loader, count):
+    out = []
+    torch.manual_seed(7)
+    for _ in range(count):
+        out.append([(images.clone(), labels.clone()) for images, labels in loader])
+    return out
+
+
+def cache_of(loader):
+    return loader._pipeline.images.reader.cache
+
+
+@pytest.mark.parametrize("num_workers,context,persistent", [
+    (0, None, False), (2, "fork", False), (2, "spawn", True), (2, "fork", True)])
+def test_same_batches_with_and_without_the_cache(photos, num_workers, context, persistent):
+    total = sum(sizes(photos))
+    kw = dict(num_workers=num_workers)
+    if num_workers:
+        kw.update(multiprocessing_context=context, persistent_workers=persistent)
+    want = epochs(make(photos, **kw), 3)
+    loader = make(photos, cache_bytes=total // 2, **kw)
+    got = epochs(loader, 3)
+    for epoch, (g, w) in enumerate(zip(got, want)):
+        assert len(g) == len(w)
+        for (gi, gl), (wi, wl) in zip(g, w):
+            assert torch.equal(gi, wi), f"epoch {epoch}: images differ with the cache"
+            assert torch.equal(gl, wl)
+    stats = loader.stats()
+    assert stats[0].cache_hits == 0 and stats[0].cache_misses == 24
+    cached = cache_of(loader).cached()
+    assert 0 < len(cached) < 24
+    for epoch in stats[1:]:
+        assert epoch.cache_hits == len(cached) and epoch.cache_misses == 24 - len(cached)
+        assert epoch.cache_hit_bytes == sum(cached.values())
+    loader.close()
+
+
+def test_budget_holds_the_first_come_samples_that_fit(photos):
+    lengths = sizes(photos)
+    budget = sum(lengths) // 3
+    loader = make(photos, cache_bytes=budget, shuffle=False, batch_size=4)
+    list(loader)
+    # one process, sequential order: greedy first-fit over 0, 1, 2, ...
+    expected, fill = {}, 0
+    for index, length in enumerate(lengths):
+        if fill + length <= budget:
+            expected[index] = length
+            fill += length
+    assert cache_of(loader).cached() == expected
+    assert cache_of(loader).filled_bytes() == fill <= budget
+    loader.close()
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_no_eviction_and_budget_with_workers(photos, context):
+    lengths = sizes(photos)
+    budget = sum(lengths) // 2
+    loader = make(photos, cache_bytes=budget, num_workers=2, multiprocessing_context=context)
+    list(loader)
+    after_first = cache_of(loader).cached()
+    fill = cache_of(loader).filled_bytes()
+    assert sum(after_first.values()) == fill <= budget
+    assert all(length == lengths[i] for i, length in after_first.items())
+    # anything left out was too big for what was left when it came (what is left only shrinks)
+    assert all(lengths[i] > budget - fill for i in range(24) if i not in after_first)
+    list(loader), list(loader)
+    assert cache_of(loader).cached() == after_first
+    loader.close()
+
+
+def test_cached_bytes_are_the_files(photos):
+    loader = make(photos, cache_bytes=10 ** 9, num_workers=2)
+    list(loader)
+    cache = cache_of(loader)
+    samples = ImageFolder(photos).samples
+    assert len(cache.cached()) == 24
+    for index in range(24):
+        with open(samples[index][0], "rb") as file:
+            assert cache.get(index) == file.read()
+    assert loader.stats()[0].cache_miss_bytes == sum(sizes(photos))
+    loader.close()
+
+
+@pytest.fixture
+def photos_with_a_truncated_file(photos, tmp_path):
+    root = tmp_path / "broken"
+    shutil.copytree(photos, root)
+    victim = sorted(root.glob("class000/*.JPEG"))[0]
+    victim.write_bytes(victim.read_bytes()[:600])
+    return root, victim
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_corrupt_file_raises_naming_it_from_the_cache_too(photos_with_a_truncated_file,
+                                                            num_workers):
+    root, victim = photos_with_a_truncated_file
+    loader = make(root, cache_bytes=10 ** 9, num_workers=num_workers)
+    for _ in range(2):  # the second time its bytes come from the cache
+        with pytest.raises(DecodeError, match=victim.name):
+            list(loader)
+    loader.close()
+
+
+def test_skip_counts_a_corrupt_file_every_epoch(photos_with_a_truncated_file):
+    root, _ = photos_with_a_truncated_file
+    loader = make(root, cache_bytes=10 ** 9, num_workers=2, on_error="skip")
+    plain = make(root, num_workers=2, on_error="skip")
+    for _ in range(2):
+        list(loader), list(plain)
+    assert [s.skipped_samples for s in loader.stats()] == [
+        s.skipped_samples for s in plain.stats()]
+    assert loader.stats()[1].skipped_samples >= 1 and loader.stats()[1].cache_hits == 24
+    loader.close()
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_no_shared_memory_left_after_close_or_del(photos, context):
+    snap = Snapshot()
+    loader = make(photos, cache_bytes=10 ** 6, num_workers=2, multiprocessing_context=context,
+                  persistent_workers=True)
+    list(loader)
+    loader.close()
+    assert not cache_of(loader).is_open
+    list(loader)  # iterable again after close(): a fresh cache, filled again
+    assert loader.stats()[-1].cache_misses == 24
+    del loader
+    snap.assert_clean(what="a cached loader closed, reused and dropped")
+
+
+def test_arguments_are_checked(photos):
+    for bad in (-1, 1.5, True, "1MB"):
+        with pytest.raises(ValueError, match="cache_bytes"):
+            make(photos, cache_bytes=bad)
+    with pytest.warns(UserWarning, match="cache_bytes applies only"):
+        PIMDataLoader(TensorDS(8, "tuple"), batch_size=4, cache_bytes=1000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        make(photos, cache_bytes=0)
