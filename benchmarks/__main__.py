@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import argparse
 
-from benchmarks import dpu_projection, imagenet_pipeline, kernel_speed, loader_overhead
+from benchmarks import (dpu_projection, imagenet_pipeline, kernel_speed, loader_overhead,
+                        sample_cache)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -22,7 +23,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     flags = ["--quick"] if args.quick else []
-    for benchmark in (loader_overhead, imagenet_pipeline, kernel_speed, dpu_projection):
+    for benchmark in (loader_overhead, imagenet_pipeline, kernel_speed, dpu_projection,
+                      sample_cache):
         print(f"\n== {benchmark.__name__} ==", flush=True)
         benchmark.main(list(flags))
 

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from benchmarks import dpu_projection, imagenet_pipeline, kernel_speed, loader_overhead
+from benchmarks import (dpu_projection, imagenet_pipeline, kernel_speed, loader_overhead,
+                        sample_cache)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -39,3 +40,12 @@ def test_dpu_projection_quick(tmp_path):
     out = tmp_path / "projection.json"
     dpu_projection.main(["--quick", "--out", str(out), "--data", str(tmp_path / "data")])
     assert json.loads(out.read_text())
+
+
+def test_sample_cache_quick(tmp_path):
+    out = tmp_path / "cache.json"
+    sample_cache.main(["--quick", "--out", str(out), "--data", str(tmp_path / "data")])
+    results = json.loads(out.read_text())
+    assert len(results["rows"]) == 3 and "dontneed_effective" in results["dontneed_probe"]
+    minio = [row for name, row in results["rows"].items() if name.startswith("MinIO")]
+    assert 0 < minio[0]["hit_rate"] < 1
