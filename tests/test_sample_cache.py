@@ -177,3 +177,10 @@ def test_arguments_are_checked(photos):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         make(photos, cache_bytes=0)
+
+
+def test_a_budget_over_what_dev_shm_holds_is_refused_at_the_first_epoch(photos):
+    free = os.statvfs("/dev/shm")
+    loader = make(photos, cache_bytes=free.f_bavail * free.f_frsize + 2 ** 30)
+    with pytest.raises(ValueError, match="/dev/shm"):
+        next(iter(loader))

@@ -16,6 +16,7 @@ half-written sample.
 from __future__ import annotations
 
 import multiprocessing
+import os
 
 import numpy as np
 import torch
@@ -45,6 +46,12 @@ class SampleCache:
         """Allocate the segment (in the main process, before workers start), if not yet."""
         if self._data is not None:
             return
+        free = _shm_free_bytes()
+        if free is not None and self.budget > free:
+            # the segment is sparse: writing past what /dev/shm can hold would kill the
+            # writing worker with SIGBUS, epochs later
+            raise ValueError(f"cache_bytes={self.budget} is more than /dev/shm has free "
+                             f"({free} bytes): give a smaller budget or a larger /dev/shm")
         self._data = torch.UntypedStorage._new_shared(max(self.budget, 1))
         self._table = torch.full((self.size, 2), _FREE, dtype=torch.int64).share_memory_()
         self._fill = torch.zeros(1, dtype=torch.int64).share_memory_()
@@ -102,6 +109,14 @@ class SampleCache:
     def filled_bytes(self) -> int:
         _, _, fill = self._arrays()
         return int(fill[0])
+
+
+def _shm_free_bytes() -> int | None:
+    try:
+        info = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return info.f_bavail * info.f_frsize
 
 
 class CachedReader:
