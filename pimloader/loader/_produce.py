@@ -69,6 +69,24 @@ def _describe(index, samples) -> str:
     return f"{len(samples) if isinstance(samples, list) else 1} sample(s)"
 
 
+class Pipeline:
+    """What the loader asks of the pipeline of a task (pipelines/): one picklable object,
+    built once in the main process and sent to the workers.
+
+    `make_producer(context)` returns the producer of the loader's batches in one process (or
+    None: torch's own path). `open_shared()` runs in the main process before the workers of
+    an epoch start (shared state such as a sample cache); `close_shared()` at loader.close()."""
+
+    def make_producer(self, context: "ProducerContext"):
+        raise NotImplementedError
+
+    def open_shared(self) -> None:
+        pass
+
+    def close_shared(self) -> None:
+        pass
+
+
 @dataclass
 class ProducerContext:
     """What a pipeline needs to make the producer of one iterator or worker."""

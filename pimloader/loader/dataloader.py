@@ -77,9 +77,8 @@ class PIMDataLoader(DataLoader[_T_co]):
 
     def _get_iterator(self):
         resume = take_pending(self)
-        open_shared = getattr(self._pipeline, "open_shared", None)
-        if open_shared is not None:
-            open_shared()  # shared state of the pipeline (a sample cache), before workers
+        if self._pipeline is not None:
+            self._pipeline.open_shared()  # shared state (a sample cache), before workers
         if self.num_workers == 0:
             return SingleProcessIter(self, self._state, resume)
         self.check_worker_number_rationality()
@@ -119,9 +118,8 @@ class PIMDataLoader(DataLoader[_T_co]):
             iterator._shutdown_workers()
         self._state.release_buffers()
         self._state.close_backends()
-        close_shared = getattr(self._pipeline, "close_shared", None)
-        if close_shared is not None:
-            close_shared()
+        if self._pipeline is not None:
+            self._pipeline.close_shared()
 
     def __enter__(self) -> "PIMDataLoader":
         return self

@@ -19,14 +19,14 @@ from pimloader.backends.select import choose_backend, native_available
 from pimloader.datasets.cache import CachedReader, SampleCache
 from pimloader.loader._fetch import Fetcher
 from pimloader.loader._layout import Layout, SlotField
-from pimloader.loader._produce import BatchProducer, Produced
+from pimloader.loader._produce import BatchProducer, Pipeline, Produced
 
 from .images import DecodeBuffers, ImagePipeline, lookup_table
 from .runs import RunBatcher
 
 
 @dataclass
-class EncodedImages:
+class EncodedImages(Pipeline):
     """The loader's pipeline for encoded image datasets (picklable: it goes to workers)."""
 
     images: ImagePipeline

@@ -31,7 +31,7 @@ from torchvision import tv_tensors
 
 from pimloader.backends.select import choose_backend, native_available
 from pimloader.loader._fetch import Fetcher, TransformingFetcher, image_of, with_image
-from pimloader.loader._produce import BatchProducer, Produced
+from pimloader.loader._produce import BatchProducer, Pipeline, Produced
 from pimloader.loader._slots import SlotBatch, SlotWriter
 from pimloader.transforms._params import Geometry, SampleParams
 from pimloader.transforms._plan import Plan
@@ -45,7 +45,7 @@ _GRAYSCALE_STEPS = (v2.Grayscale, v2.RandomGrayscale)
 
 
 @dataclass
-class InMemoryImages:
+class InMemoryImages(Pipeline):
     """The loader's `transform` for in-memory images (picklable: it travels to workers).
 
     Calling it is the Python transform; `make_producer` starts the native path."""

@@ -14,7 +14,7 @@ import torch
 
 from pimloader.backends.select import BACKENDS
 from pimloader.loader._fetch import TransformingFetcher
-from pimloader.loader._produce import BatchProducer
+from pimloader.loader._produce import BatchProducer, Pipeline
 
 from . import classification, in_memory
 
@@ -63,7 +63,7 @@ def build_pipeline(dataset, transform, options: PipelineOptions):
 
 
 @dataclass
-class PythonTransform:
+class PythonTransform(Pipeline):
     """The loader's `transform` as Python on each fetched sample's image (nothing lowers)."""
 
     transform: object
