@@ -6,7 +6,6 @@ test_image_pipeline.py)."""
 from __future__ import annotations
 
 import os
-import shutil
 import warnings
 
 import pytest
@@ -18,6 +17,7 @@ from benchmarks.make_dataset import make_imagenet_like
 from pimloader import PIMDataLoader
 from pimloader.datasets import ImageFolder
 from pimloader.decode import DecodeError
+from test_image_pipeline import photos_with_a_truncated_file  # noqa: F401  (fixture, over this file's photos)
 
 TRANSFORM = v2.Compose([v2.RandomResizedCrop(64), v2.RandomHorizontalFlip(),
                         v2.ToDtype(torch.float32, scale=True)])
@@ -120,15 +120,6 @@ def test_cached_bytes_are_the_files(photos):
             assert cache.get(index) == file.read()
     assert loader.stats()[0].cache_miss_bytes == sum(sizes(photos))
     loader.close()
-
-
-@pytest.fixture
-def photos_with_a_truncated_file(photos, tmp_path):
-    root = tmp_path / "broken"
-    shutil.copytree(photos, root)
-    victim = sorted(root.glob("class000/*.JPEG"))[0]
-    victim.write_bytes(victim.read_bytes()[:600])
-    return root, victim
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

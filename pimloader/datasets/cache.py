@@ -31,9 +31,7 @@ class SampleCache:
     being started (fork or spawn workers), as its lock is."""
 
     def __init__(self, budget: int, size: int) -> None:
-        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
-            raise ValueError(f"cache_bytes must be an int >= 0 (0: no cache), got {budget!r}")
-        self.budget = budget
+        self.budget = budget  # checked as the loader's cache_bytes (pipelines.select)
         self.size = size
         self._lock = multiprocessing.get_context("spawn").Lock()
         self._data = self._table = self._fill = None

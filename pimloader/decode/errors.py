@@ -41,6 +41,11 @@ class DecompressionBombWarning(DecodeWarning, _PILImage.DecompressionBombWarning
     with this warning (also a `PIL.Image.DecompressionBombWarning`), as Pillow does."""
 
 
+_RAISE_THE_LIMIT = ("If the image is genuine, raise the limit: pimloader.decode.MAX_IMAGE_PIXELS "
+                    "= <pixels> (the same setting as PIL.Image.MAX_IMAGE_PIXELS), or None for "
+                    "no limit")
+
+
 def _describe(name) -> str:
     return "image" if name is None else str(name)
 
@@ -62,9 +67,7 @@ def _bomb_error(name, height: int, width: int, limit: int) -> DecompressionBombE
     pixels = height * width
     reason = (f"image of {pixels:,} pixels ({width}x{height}) is over twice the limit of "
               f"{limit:,} pixels, and could be a decompression bomb (a small file that "
-              "decodes to gigabytes); nothing was decoded. If the image is genuine, raise "
-              "the limit: pimloader.decode.MAX_IMAGE_PIXELS = <pixels> (the same setting as "
-              "PIL.Image.MAX_IMAGE_PIXELS), or None for no limit")
+              f"decodes to gigabytes); nothing was decoded. {_RAISE_THE_LIMIT}")
     return DecompressionBombError(f"cannot decode {_describe(name)}: {reason}",
                                   None if name is None else str(name), reason)
 
@@ -95,10 +98,7 @@ def _max_pixels(limit: Optional[int]) -> int:
 def _translate_pillow_bomb(name, exc: BaseException) -> DecodeError:
     """Pillow's own DecompressionBombError (its check in Image.open), as ours."""
     error = DecompressionBombError(
-        f"cannot decode {_describe(name)}: {str(exc).rstrip('.')}. If the image is genuine, "
-        "raise the limit: "
-        "pimloader.decode.MAX_IMAGE_PIXELS = <pixels> (the same setting as "
-        "PIL.Image.MAX_IMAGE_PIXELS), or None for no limit",
+        f"cannot decode {_describe(name)}: {str(exc).rstrip('.')}. {_RAISE_THE_LIMIT}",
         None if name is None else str(name), str(exc))
     error.__cause__ = exc
     return error

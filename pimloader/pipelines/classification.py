@@ -41,19 +41,25 @@ class EncodedImages(Pipeline):
         producer = fallback
         if self.images.direct and fallback.writer is not None:
             producer = DirectImageProducer(self.images, context.writer, fallback, router)
-        if isinstance(self.images.reader, CachedReader):
+        if self.cache is not None:
             producer = CacheCountingProducer(producer, self.images.reader)
         return producer
 
+    @property
+    def cache(self) -> SampleCache | None:
+        """The encoded-sample cache the reader goes through (cache_bytes > 0), or None."""
+        reader = self.images.reader
+        return reader.cache if isinstance(reader, CachedReader) else None
+
     def open_shared(self) -> None:
         """Allocate the sample cache's segment (main process, before workers start)."""
-        if isinstance(self.images.reader, CachedReader):
-            self.images.reader.cache.open()
+        if self.cache is not None:
+            self.cache.open()
 
     def close_shared(self) -> None:
         """Drop the main process's hold on the sample cache (loader.close())."""
-        if isinstance(self.images.reader, CachedReader):
-            self.images.reader.cache.close()
+        if self.cache is not None:
+            self.cache.close()
 
 
 class CacheCountingProducer:
