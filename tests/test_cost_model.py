@@ -47,9 +47,10 @@ def test_one_dpu_projection_by_hand():
     run = synthetic_run(tasklet_work=work)
     system = cm.System("one rank", 64, 350e6)
     p = cm.project(run, system, A, "nominal")
-    instr = 16 * 1000 * 6                 # 6 instructions per h tap (nominal)
-    instr *= 1 + 10 * 14 / instr          # + 10 instructions per DMA call, 14 calls
-    assert instr == 16 * 6000 + 140
+    tap, call = A.h_mac.nominal, A.dma_call.nominal  # instructions per h tap, per DMA call
+    instr = 16 * 1000 * tap
+    instr *= 1 + call * 14 / instr        # + the DMA calls' instructions, 14 calls
+    assert instr == pytest.approx(16 * 1000 * tap + 14 * call)
     assert p.t_compute == pytest.approx(instr / 350e6)  # 16 tasklets > 11: pipeline full
     dma = 10 * 77 + 4 * 61 + 0.5 * (20480 + 4096)
     assert p.t_dma == pytest.approx(dma / 350e6)
@@ -61,18 +62,20 @@ def test_one_dpu_projection_by_hand():
     assert p.images_per_s == pytest.approx(128 / p.t_launch)
     assert p.bound == "host->DPU transfer"    # 10 ms of push against 0.27 ms of compute
     worst = cm.project(run, system, A, "worst")
-    assert worst.t_dpu == pytest.approx((16 * 20 * 1000 + 14 * 20 + dma) / 350e6)  # no overlap
+    worst_instr = 16 * A.h_mac.worst * 1000 + 14 * A.dma_call.worst
+    assert worst.t_dpu == pytest.approx((worst_instr + dma) / 350e6)  # no overlap
 
 
 def test_few_tasklets_cannot_fill_the_pipeline():
     one = np.zeros((1, len(cm.WORK)))
     one[0, COL["emit"]] = 1000
+    emit = A.emit.nominal
     cycles, instr = cm.compute_cycles(cm.KernelWork(one), 0, A, "nominal")
-    assert instr == 8000 and cycles == 11 * 8000   # one tasklet issues once every 11 cycles
+    assert instr == pytest.approx(1000 * emit) and cycles == pytest.approx(11 * 1000 * emit)  # one issue per 11 cycles
     unbalanced = np.zeros((16, len(cm.WORK)))
     unbalanced[0, COL["emit"]], unbalanced[1:, COL["emit"]] = 1000, 10
     cycles, instr = cm.compute_cycles(cm.KernelWork(unbalanced), 0, A, "nominal")
-    assert instr == 8 * 1150 and cycles == 11 * 8000
+    assert instr == pytest.approx(1150 * emit) and cycles == pytest.approx(11 * 1000 * emit)
 
 
 def test_overlapped_transfers_need_two_ranks():

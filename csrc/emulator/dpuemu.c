@@ -96,6 +96,7 @@ struct dpu_t {
 
     void *xfer_buffer;
     struct dpuemu_counters ctr;
+    uint64_t host_mram_end, kernel_mram_end; /* for DPUEMU_TRACE_DIR: MRAM bytes written, from its start */
 };
 
 struct emu_job;
@@ -379,6 +380,41 @@ static uint8_t *check_dma(struct tasklet *t, const char *op, const void *wram, c
     return m;
 }
 
+/* *end = max(*end, value), atomically. */
+static void raise_end(uint64_t *end, uint64_t value)
+{
+    uint64_t seen = __atomic_load_n(end, __ATOMIC_RELAXED);
+    while (seen < value && !__atomic_compare_exchange_n(end, &seen, value, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
+}
+
+/* With DPUEMU_TRACE_DIR set, each run of a DPU leaves its MRAM before and after the run, up
+ * to the last byte the host or the kernel wrote: launchN-rankR-dpuD-{in,out}.bin, and the
+ * run's tasklet count in launchN-rankR-dpuD.tasklets.  csrc/proxy's instruction counts
+ * replay them (pimloader/costmodel/counted.py).  WRAM transfers are not traced. */
+static void trace_mram(struct dpu_t *d, const char *stage, uint64_t end)
+{
+    static uint64_t launches;
+    static __thread uint64_t launch;
+    const char *dir = getenv("DPUEMU_TRACE_DIR");
+    if (dir == NULL) return;
+    if (strcmp(stage, "in") == 0) launch = __atomic_fetch_add(&launches, 1, __ATOMIC_RELAXED);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/launch%06llu-rank%u-dpu%u-%s.bin", dir, (unsigned long long)launch, d->rank->id,
+        d->index, stage);
+    FILE *f = fopen(path, "wb");
+    if (f != NULL) {
+        fwrite(d->image.mram, 1, end, f);
+        fclose(f);
+    }
+    snprintf(path, sizeof path, "%s/launch%06llu-rank%u-dpu%u.tasklets", dir, (unsigned long long)launch, d->rank->id,
+        d->index);
+    f = fopen(path, "w");
+    if (f != NULL) {
+        fprintf(f, "%u\n", d->image.nr_tasklets);
+        fclose(f);
+    }
+}
+
 static void count_dma(struct dpu_t *d, uint32_t id, unsigned int n, bool write)
 {
     struct dpuemu_tasklet_counters *c = &d->ctr.tasklet[id];
@@ -406,6 +442,7 @@ static void rt_sdma(const void *from, void *to, unsigned int n, const char *file
     struct tasklet *t = self_or_die();
     uint8_t *m = check_dma(t, "mram_write", from, to, n, file, line);
     memcpy(m, from, n);
+    raise_end(&t->dpu->kernel_mram_end, (uint64_t)(m + n - t->dpu->image.mram));
     count_dma(t->dpu, t->id, n, true);
 }
 
@@ -1631,6 +1668,7 @@ static dpu_error_t run_transfer(struct dpu_rank_t *r, struct emu_job *j)
         if (err != DPU_OK) return err;
         if (j->to_dpu) memcpy(p, host, j->length);
         else memcpy(host, p, j->length);
+        if (j->to_dpu && p >= d->image.mram && p < d->image.mram_end) raise_end(&d->host_mram_end, p + j->length - d->image.mram);
         count_host(d, j->length, j->to_dpu);
     }
     return DPU_OK;
@@ -1846,7 +1884,9 @@ static void run_dpu(struct dpu_t *d)
     d->heap_cur = d->heap_start;
     d->ctr.launches++;
     d->ctr.nr_tasklets = nt;
+    d->kernel_mram_end = 0;
     pthread_mutex_unlock(&d->mtx);
+    trace_mram(d, "in", d->host_mram_end);
     uint32_t started = 0;
     if (ts == NULL) {
         pthread_mutex_lock(&d->mtx);
@@ -1870,6 +1910,7 @@ static void run_dpu(struct dpu_t *d)
         }
     }
     pthread_attr_destroy(&attr);
+    trace_mram(d, "out", d->kernel_mram_end > d->host_mram_end ? d->kernel_mram_end : d->host_mram_end);
     pthread_mutex_lock(&d->mtx);
     d->tasklets = NULL;
     d->nr_run = 0;

@@ -12,7 +12,8 @@ CASES = ("best", "nominal", "worst")
 # sources of the figures
 PRIM = "measured by PrIM (Gomez-Luna et al. 2021/2022), upmem-reference.md"
 UPMEM_DOCS = "UPMEM docs, upmem-reference.md"
-KERNEL = "assumed: counted by reading dpu_src/crop_resize.c and include/pim_resample.h"
+COUNTED = ("counted: crop_resize.c on an RV32 proxy of the DPU ISA (python -m "
+           "benchmarks.instruction_counts, 2026-12-01)")
 ASSUMED = "assumed"
 
 # sizes of the structs of include/pim_params.h and include/pim_dpu_layout.h, from the C build
@@ -76,40 +77,34 @@ class Assumptions:
         "(needs >= 2 ranks: the host reaches a DPU's MRAM only while that DPU is stopped); "
         "0: push -> launch -> gather in turn, what csrc/dpu_driver.c does today")
     # -- instructions per unit of work (see KernelWork for what each unit is) --
-    h_mac: Param = Param(
-        5, 6, 20, "instr/(tap x channel)", KERNEL,
-        "pim_hpass_row_c3 inner loop per tap: 1 weight load + per channel [1 pixel load, w*px as "
-        "two 8x8 multiplies (mul_sh_ul, mul_ul_ul) + lsl_add, 1 add] + 2 loop = 18 per tap of 3 "
-        "channels; best: unrolled; worst: the compiler misses the 8x8 pattern and emits mul_step "
-        "chains (~8 steps per 8-bit operand)")
-    h_out: Param = Param(
-        6, 9, 14, "instr/(output x channel)", KERNEL,
-        "pim_acc_to_u8 (sign test, shift, clamp, store) per channel + the range load, pointer "
-        "and accumulator set-up per output pixel shared by its channels")
-    v_mac: Param = Param(
-        7, 9, 23, "instr/element", KERNEL,
-        "pim_vpass_mac per element: load acc, load pixel, 2 x 8x8 multiply + lsl_add, add, store "
-        "acc, loop; worst: mul_step chains as for h_mac")
-    v_init: Param = Param(1, 2, 3, "instr/element", KERNEL, "pim_vpass_init: a store and the loop")
-    v_finish: Param = Param(5, 7, 9, "instr/element", KERNEL,
-                            "pim_vpass_finish: load, sign test, shift, clamp, store, loop")
-    emit: Param = Param(
-        5, 8, 12, "instr/element", KERNEL,
-        "pim_emit_row per output element: load u8, table index (c*256 + v, shifted by the "
-        "element size), table load, store at the (flipped) index, loop")
-    row: Param = Param(
-        25, 40, 80, "instr/(row x segment)", KERNEL,
-        "run_rows per output row and segment: y-table reads set-up, checks, flip index, "
-        "write addresses, read_big/write_big bookkeeping beyond the per-call cost")
-    column: Param = Param(6, 10, 15, "instr/(column x band)", KERNEL,
-                          "run_rows' per-segment check of the x windows, per output column, "
-                          "once per tasklet band that touches the sample")
-    sample_load: Param = Param(
-        100, 150, 400, "instr/load", KERNEL,
-        "load_sample: 4 DMAs and ~40 field checks, several on 64-bit values (software "
-        "routines on the 32-bit DPU); every tasklet loads each sample up to its band")
-    dma_call: Param = Param(5, 10, 20, "instr/call", KERNEL,
-                            "read_big/write_big loop and the mram_read/mram_write call itself")
+    # COUNTED: crop_resize.c compiled for RV32IM/RV32EM and run on csrc/proxy/rv32sim.c from
+    # emulator traces; best / nominal / worst are the ISA brackets of costmodel.counted
+    # (docs/cost_model.md keeps the figures assumed before, from reading the C).
+    h_mac: Param = Param(7.7, 8.8, 23.0, "instr/(tap x channel)", COUNTED,
+                         "pim_hpass_row_c3's instructions, fitted with h_out (R^2 0.999); "
+                         "assumed before: 5 / 6 / 20")
+    h_out: Param = Param(11.4, 12.8, 20.9, "instr/(output x channel)", COUNTED,
+                         "pim_hpass_row_c3's per-output part (pim_acc_to_u8, ranges, set-up); "
+                         "assumed before: 6 / 9 / 14")
+    v_mac: Param = Param(10.1, 11.6, 25.1, "instr/element", COUNTED,
+                         "pim_vpass_mac over its count; assumed before: 7 / 9 / 23")
+    v_init: Param = Param(2.1, 2.6, 3.1, "instr/element", COUNTED,
+                          "pim_vpass_init over its count; assumed before: 1 / 2 / 3")
+    v_finish: Param = Param(8.1, 9.6, 11.1, "instr/element", COUNTED,
+                            "pim_vpass_finish over its count; assumed before: 5 / 7 / 9")
+    emit: Param = Param(7.3, 7.9, 8.8, "instr/element", COUNTED,
+                        "pim_emit_row over its count; assumed before: 5 / 8 / 12")
+    row: Param = Param(156, 173, 269, "instr/(row x segment)", COUNTED,
+                       "the rest of run_rows, fitted with column (R^2 ~0.3: a small share, "
+                       "~2% of the kernel, poorly explained per tasklet); assumed before: 25 / 40 / 80")
+    column: Param = Param(13.4, 16.2, 17.1, "instr/(column x band)", COUNTED,
+                          "fitted with row; assumed before: 6 / 10 / 15")
+    sample_load: Param = Param(234, 274, 476, "instr/load", COUNTED,
+                               "load_sample over its count (64-bit checks are libgcc routines); "
+                               "assumed before: 100 / 150 / 400")
+    dma_call: Param = Param(35.4, 37.4, 48.4, "instr/call", COUNTED,
+                            "read_big, write_big, read_span, source_row and the ldma/sdma "
+                            "itself, per call; assumed before: 5 / 10 / 20")
 
     def table(self) -> list[dict]:
         """Every parameter as a dict (name, best, nominal, worst, unit, source, why)."""
@@ -139,5 +134,5 @@ SYSTEMS = (
 )
 
 
-__all__ = ["ASSUMED", "Assumptions", "CASES", "KERNEL", "PRIM", "Param", "SYSTEMS", "System",
+__all__ = ["ASSUMED", "Assumptions", "CASES", "COUNTED", "PRIM", "Param", "SYSTEMS", "System",
            "UPMEM_DOCS"]
