@@ -15,9 +15,11 @@ import os
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
-# what compile_kernel reads: the kernel, its headers, the emulator's DPU runtime
+# what compile_kernel reads: the kernel, its headers, the emulator's DPU runtime; and the
+# instruction-counting proxy (pimloader.costmodel.proxy)
 NATIVE_SOURCES = ("dpu_src/*.c", "include/*.h", "csrc/emulator/dpu_include/*.h",
-                  "csrc/emulator/dpu_rt.c", "csrc/emulator/mram.ld")
+                  "csrc/emulator/dpu_rt.c", "csrc/emulator/mram.ld", "csrc/proxy/*.c", "csrc/proxy/*.h",
+                  "csrc/proxy/*.ld")
 
 
 class build_py_with_native_sources(build_py):

@@ -1,15 +1,17 @@
 """The benchmark job run by `make bench`: every benchmark with its default settings.
 
     python -m benchmarks            # full run, about 10 minutes on two cores (+ under a minute
-                                    # for dpu_projection: PROJECTED DPU figures, no hardware)
+                                    # for dpu_projection: PROJECTED DPU figures, no hardware;
+                                    # + about a minute for instruction_counts, where
+                                    # riscv64-unknown-elf-gcc is installed)
     python -m benchmarks --quick    # smoke run, under a minute
 """
 from __future__ import annotations
 
 import argparse
 
-from benchmarks import (dpu_projection, imagenet_pipeline, kernel_speed, loader_overhead,
-                        sample_cache)
+from benchmarks import (dpu_projection, imagenet_pipeline, instruction_counts, kernel_speed,
+                        loader_overhead, sample_cache)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -23,8 +25,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     flags = ["--quick"] if args.quick else []
-    for benchmark in (loader_overhead, imagenet_pipeline, kernel_speed, dpu_projection,
-                      sample_cache):
+    for benchmark in (loader_overhead, imagenet_pipeline, kernel_speed, instruction_counts,
+                      dpu_projection, sample_cache):
         print(f"\n== {benchmark.__name__} ==", flush=True)
         benchmark.main(list(flags))
 

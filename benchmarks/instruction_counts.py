@@ -16,7 +16,7 @@ the emulator's. From the counts:
 
 Needs riscv64-unknown-elf-gcc (Debian: gcc-riscv64-unknown-elf); without it, says so.
 
-    python -m benchmarks.instruction_counts [--images-per-dpu 4] [--tasklets 16]
+    python -m benchmarks.instruction_counts [--quick] [--images-per-dpu 4] [--tasklets 16]
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from benchmarks.dpu_projection import PIPELINES, RESULTS_DIR, image_files, measure
-from benchmarks.make_dataset import DEFAULT_ROOT, make_imagenet_like
+from benchmarks.make_dataset import DEFAULT_ROOT, QUICK, make_imagenet_like
 from pimloader import costmodel as cm
 from pimloader.backends import kernels as K
 from pimloader.backends.dpu.driver import DpuDriver
@@ -135,9 +135,9 @@ def run(args: argparse.Namespace) -> dict:
             entries.append({"pipeline": pipeline, "dtype": dtype,
                             **count(pipeline_batch(pipeline, dtype, files), driver, elves, simulator)})
             print(f"  counted {pipeline} {dtype} ({time.perf_counter() - started:.0f} s)", flush=True)
-        for i, shape in enumerate(FIT_BATCHES):
+        for i, shape in enumerate(FIT_BATCHES[:3] if args.quick else FIT_BATCHES):
             extra.append(count(photo_batch(*shape, seed=args.seed + i), driver, elves, simulator))
-        print(f"  counted {len(FIT_BATCHES)} more launches for the fit ({time.perf_counter() - started:.0f} s)",
+        print(f"  counted {len(extra)} more launches for the fit ({time.perf_counter() - started:.0f} s)",
               flush=True)
     sizes = {f"{isa} {opt}": proxy.static_size(proxy.build_kernel(KERNEL, nr_tasklets=args.tasklets, isa=isa,
                                                                   optimisation=opt))
@@ -179,14 +179,22 @@ def report(results: dict) -> None:
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", type=Path, default=DEFAULT_ROOT)
+    p.add_argument("--quick", action="store_true", help="the quick dataset, fewer launches; *.quick.json")
+    p.add_argument("--data", type=Path, default=None, help="dataset folder (default: the benchmarks' own)")
     p.add_argument("--count", type=int, default=500)
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--images-per-dpu", type=int, default=4)
     p.add_argument("--tasklets", type=int, default=16)
-    p.add_argument("--out", type=Path, default=RESULTS_DIR / "instruction_counts.json")
-    return p.parse_args(argv)
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.count, args.classes, args.images_per_dpu = QUICK["count"], QUICK["classes"], 2
+    if args.data is None:
+        args.data = DEFAULT_ROOT.parent / (DEFAULT_ROOT.name + "_quick") if args.quick else DEFAULT_ROOT
+    if args.out is None:
+        args.out = RESULTS_DIR / ("instruction_counts.quick.json" if args.quick else "instruction_counts.json")
+    return args
 
 
 def main(argv=None) -> dict:

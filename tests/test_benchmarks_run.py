@@ -4,11 +4,12 @@ Not a speed test: nothing here asserts a figure. It keeps `make bench` (the READ
 command) from breaking silently, since CI runs only the tests: each benchmark's `--quick`
 run must finish, write its JSON and report both loaders, with pimloader present."""
 import json
+import shutil
 
 import pytest
 
-from benchmarks import (dpu_projection, imagenet_pipeline, kernel_speed, loader_overhead,
-                        sample_cache)
+from benchmarks import (dpu_projection, imagenet_pipeline, instruction_counts, kernel_speed,
+                        loader_overhead, sample_cache)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -49,3 +50,14 @@ def test_sample_cache_quick(tmp_path):
     assert len(results["rows"]) == 3 and "dontneed_effective" in results["dontneed_probe"]
     minio = [row for name, row in results["rows"].items() if name.startswith("MinIO")]
     assert 0 < minio[0]["hit_rate"] < 1
+
+
+@pytest.mark.skipif(shutil.which("riscv64-unknown-elf-gcc") is None, reason="no riscv64-unknown-elf-gcc")
+def test_instruction_counts_quick(tmp_path):
+    out = tmp_path / "counts.json"
+    results = instruction_counts.main(["--quick", "--out", str(out), "--data", str(tmp_path / "data")])
+    saved = json.loads(out.read_text())
+    assert [(e["pipeline"], e["dtype"]) for e in saved["pipelines"]] == list(dpu_projection.PIPELINES)
+    for entry in results["pipelines"]:  # the model, with the counted units, reproduces the count
+        assert entry["per_image_model"]["nominal"] == pytest.approx(entry["per_image_counted"]["nominal"], rel=0.15)
+    assert all(size["instructions"] < saved["iram_instructions"] for size in saved["static_size"].values())
