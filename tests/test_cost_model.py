@@ -331,3 +331,13 @@ def test_dpu_work_follows_the_tasklet_bands():
     assert list(work[:, COL["sample_load"]]) == [1 + 1, 1 + 2]
     assert list(work[:, COL["column"]]) == [5, 5]
     assert list(work[:, COL["row"]]) == [8, 8]
+
+
+def test_counted_units_fit_agrees_with_scipy_nnls():
+    nnls = pytest.importorskip("scipy.optimize").nnls
+    from pimloader.costmodel.counted import nnls_fit
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        design = rng.random((30, 2)) * rng.choice([1.0, 1000.0], 2)
+        counted = design @ rng.normal(size=2) + rng.normal(size=30)
+        np.testing.assert_allclose(nnls_fit(design, counted)[0], nnls(design, counted)[0], rtol=1e-6, atol=1e-9)

@@ -49,14 +49,24 @@ def class_weights(bracket: dict) -> np.ndarray:
 
 
 def nnls_fit(design: np.ndarray, counted: np.ndarray) -> tuple[np.ndarray, float]:
-    """Non-negative least squares over the tasklets' rows; the coefficients and R^2."""
-    from scipy.optimize import nnls
-    scale = np.maximum(design.max(axis=0), 1.0)  # columns of very different magnitudes
-    coefficients, _ = nnls(design / scale, counted.astype(np.float64))
-    coefficients = coefficients / scale
-    residual = float(((counted - design @ coefficients) ** 2).sum())
+    """Non-negative least squares over the tasklets' rows (design: [rows, k], k small): the
+    best least-squares fit over every subset of the columns whose coefficients are all >= 0;
+    the coefficients and R^2."""
+    counted = counted.astype(np.float64)
+    k = design.shape[1]
+    best, best_residual = np.zeros(k), float((counted ** 2).sum())
+    for mask in range(1, 2 ** k):
+        columns = [j for j in range(k) if mask >> j & 1]
+        solution = np.linalg.lstsq(design[:, columns], counted, rcond=None)[0]
+        if (solution < 0).any():
+            continue
+        coefficients = np.zeros(k)
+        coefficients[columns] = solution
+        residual = float(((counted - design @ coefficients) ** 2).sum())
+        if residual < best_residual:
+            best, best_residual = coefficients, residual
     spread = float(((counted - counted.mean()) ** 2).sum()) or 1.0
-    return coefficients, 1.0 - residual / spread
+    return best, 1.0 - best_residual / spread
 
 
 def fits(entries: list[dict]) -> dict:
