@@ -1,7 +1,8 @@
 """The benchmark job run by `make bench`: every benchmark with its default settings.
 
     python -m benchmarks            # full run, about 10 minutes on two cores (+ under a minute
-                                    # for dpu_projection: PROJECTED DPU figures, no hardware)
+                                    # for dpu_projection: PROJECTED DPU figures, no hardware;
+                                    # + about 1 minute for naive_sweep, stall and viability)
     python -m benchmarks --quick    # smoke run, under a minute
 """
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from benchmarks import (dpu_projection, imagenet_pipeline, kernel_speed, loader_overhead,
-                        sample_cache)
+                        naive_sweep, sample_cache, stall, viability)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -23,8 +24,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     flags = ["--quick"] if args.quick else []
+    # naive_sweep reads dpu_projection's JSON, viability that of imagenet_pipeline,
+    # kernel_speed and dpu_projection: they run after them
     for benchmark in (loader_overhead, imagenet_pipeline, kernel_speed, dpu_projection,
-                      sample_cache):
+                      sample_cache, naive_sweep, stall, viability):
         print(f"\n== {benchmark.__name__} ==", flush=True)
         benchmark.main(list(flags))
 
