@@ -113,7 +113,7 @@ def format_table(table: dict) -> str:
             d, usd = dpu["dimms"], dpu["usd_per_hour"]
             line += (f" {dpu['cores']:19.1f} {d['nominal']:>3} [{d['best']}-{d['worst']}]"
                      f" {usd['nominal']:5.2f} [{usd['best']:.2f}-{usd['worst']:.2f}]"
-                     f" {dpu['break_even_usd_per_dimm']:17.0f}")
+                     f" {_break_even(dpu['break_even_usd_per_dimm']):>17}")
         lines.append(line)
     if table["dpu"]:
         dpu = table["dpu"]
@@ -135,6 +135,10 @@ def format_table(table: dict) -> str:
     return "\n".join(lines)
 
 
+def _break_even(usd: float) -> str:
+    return f"{usd:.0f}" if usd > 0 else "never (no core saved)"
+
+
 def plot(results: dict, path: Path) -> None:
     """Left: img/s against workers per loader (dashed: linear from 1 worker). Right: host
     cores per GPU rate for each loader, with the DPU configuration's host cores and DIMMs."""
@@ -143,13 +147,21 @@ def plot(results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     rows, table = results["rows"], results["cost_table"]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6), dpi=110)
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(16, 4.6), dpi=110)
     workers = [row["workers"] for row in rows]
     for name in rows[0]["loaders"]:
         rates = [row["loaders"][name]["median_img_s"] for row in rows]
         line, = left.plot(workers, rates, marker="o", label=name)
         left.plot(workers, [rates[0] * w / workers[0] for w in workers], ls="--",
                   color=line.get_color(), alpha=0.4)
+        middle.plot(workers, [row["loaders"][name]["cpu_ms_per_image"] for row in rows],
+                    marker="o", label=name)
+    middle.set_xlabel("num_workers")
+    middle.set_ylabel("CPU ms per image (this process + workers)")
+    middle.set_xticks(workers)
+    middle.set_ylim(bottom=0)
+    middle.set_title("CPU time per image: the steadier figure on a loaded machine", fontsize=9)
+    middle.grid(alpha=0.3)
     left.set_xlabel("num_workers")
     left.set_ylabel("images/s (median epoch)")
     left.set_xticks(workers)

@@ -186,7 +186,7 @@ def plot(results: dict, path: Path) -> None:
 
     entries = [(row["step_ms"], name, entry) for row in results["rows"]
                for name, entry in row["loaders"].items()]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 0.35 * len(entries) + 2), dpi=110)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 0.4 * len(entries) + 2.6), dpi=110)
     labels = [f"step {step:.1f} ms  {name}" for step, name, _ in entries]
     colours = {"wait": "#c44e52", "step": "#55a868", "other": "#bbbbbb"}
     for i, (_, _, entry) in enumerate(entries):
@@ -198,22 +198,28 @@ def plot(results: dict, path: Path) -> None:
     left.set_yticks(range(len(entries)), labels, fontsize=7)
     left.invert_yaxis()
     left.set_xlabel("share of the training loop's wall time (wait = stall)")
-    left.legend(fontsize=7, loc="lower right")
-    stage_colours = {"fetch": "#8172b2", "decode": "#dd8452", "transform": "#4c72b0",
-                     "deliver": "#937860", "wait": "#c44e52"}
+    left.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=3)
+    worker_colours = {"fetch": "#8172b2", "decode": "#dd8452", "transform": "#4c72b0"}
+    loop_colours = {"deliver": "#937860", "wait": "#c44e52", "step": "#55a868"}
+    seen = set()
     for i, (_, _, entry) in enumerate(entries):
-        ms, edge = entry["per_batch_ms"], 0.0
-        for stage, colour in stage_colours.items():
-            value = ms.get(stage, ms["wait_loop"] if stage == "wait" else None)
-            if value is None:
-                continue
-            right.barh(i, value, left=edge, color=colour, label=stage if i == 1 else None)
-            edge += value
+        ms = dict(entry["per_batch_ms"])
+        ms.setdefault("wait", ms["wait_loop"])
+        for offset, colours in ((-0.2, worker_colours), (0.2, loop_colours)):
+            edge = 0.0
+            for stage, colour in colours.items():
+                if stage not in ms:
+                    continue
+                right.barh(i + offset, ms[stage], height=0.38, left=edge, color=colour,
+                           label=None if stage in seen else stage)
+                seen.add(stage)
+                edge += ms[stage]
     right.set_yticks(range(len(entries)), [""] * len(entries))
     right.invert_yaxis()
-    right.set_xlabel("ms per batch: worker stages (fetch, decode, transform) and the loop's "
-                     "deliver + wait", fontsize=8)
-    right.legend(fontsize=7, loc="lower right")
+    right.set_xlabel("ms per batch. Upper bar: one worker's fetch + decode + transform "
+                     "(stats(); overlaps the step);\nlower bar: the loop's deliver + wait "
+                     "(inside next()) + step. torchvision: wait and step only", fontsize=8)
+    right.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=6)
     fig.suptitle(f"Stall analysis, {results['settings']['step']} step, "
                  f"{results['settings']['workers']} workers, batch "
                  f"{results['settings']['batch_size']} ({results['date']}, load "
