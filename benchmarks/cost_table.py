@@ -98,7 +98,7 @@ def dpu_row(target: float, dpu: dict, cpu_only_cores: float, prices: Prices) -> 
 def format_table(table: dict) -> str:
     names = list(table["rows"][0]["loaders"]) if table["rows"] else []
     lines = [f"Cost table: host cores = target x CPU time per image MEASURED here at "
-             f"{table['workers']} workers; DIMMs PROJECTED (cost model, {DPU_SYSTEM}, nominal "
+             f"num_workers={table['workers']}; DIMMs PROJECTED (cost model, {DPU_SYSTEM}, nominal "
              "[best-worst]); prices and GPU rates are ASSUMPTIONS (sources in the JSON)"]
     header = f"{'GPU':<9} {'img/s':>6} " + " ".join(f"{name[:18]:>18}" for name in names)
     if table["dpu"]:
