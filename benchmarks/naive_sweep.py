@@ -81,7 +81,7 @@ def summary(seconds: list[float], cpu: list[float], stats: list[dict], images: i
     img_s = images / statistics.median(seconds)
     cpu_s_per_image = statistics.median(cpu) / images
     entry = {"median_img_s": img_s, "img_s_per_worker": img_s / workers,
-             "cpu_ms_per_image": cpu_s_per_image * 1e3,
+             "cpu_ms_per_image": cpu_s_per_image * 1e3, "img_s_per_core": 1 / cpu_s_per_image,
              "cores_busy": cpu_s_per_image * img_s, "epoch_s": seconds, "epoch_cpu_s": cpu}
     if stats:
         entry["median_epoch_stats"] = stats[median_epoch(seconds)]
@@ -110,13 +110,13 @@ def run(args: argparse.Namespace) -> dict:
 
 def format_sweep(results: dict) -> str:
     header = (f"{'loader':>18} {'workers':>7} {'img/s':>7} {'img/s/worker':>12} "
-              f"{'CPU ms/img':>10} {'cores busy':>10}")
+              f"{'CPU ms/img':>10} {'img/s/core':>10} {'cores busy':>10}")
     lines = [header, "-" * len(header)]
     for row in results["rows"]:
         for name, entry in row["loaders"].items():
             lines.append(f"{name:>18} {row['workers']:>7} {entry['median_img_s']:7.0f} "
                          f"{entry['img_s_per_worker']:12.0f} {entry['cpu_ms_per_image']:10.3f} "
-                         f"{entry['cores_busy']:10.2f}")
+                         f"{1e3 / entry['cpu_ms_per_image']:10.0f} {entry['cores_busy']:10.2f}")
     return "\n".join(lines)
 
 
@@ -126,8 +126,9 @@ def report(results: dict) -> None:
           f"{settings['batch_size']}, persistent workers, median of {settings['epochs']} epochs "
           f"after {settings['warmup']} warm-up, {env['affinity_cpus']} CPUs, load "
           f"{env['loadavg_before'][0]:.1f} -> {env['loadavg_after'][0]:.1f}")
-    print("CPU ms/img: this process + its workers (utime + stime) per image; cores busy = "
-          "CPU time per second of the epoch")
+    print("CPU ms/img: this process + its workers (utime + stime) per image; img/s/core = "
+          "1 / CPU time per image (img/s of one fully busy core); cores busy = CPU time per "
+          "second of the epoch")
     print(format_sweep(results))
     if "cost_table" in results:
         print(cost_table.format_table(results["cost_table"]))

@@ -15,7 +15,8 @@ Per loader and step time: the share of the loop's wall time spent waiting in nex
 clock and PIMDataLoader.stats() (read after each batch): fetch, decode, transform (the fused
 kernel writing into the slot), deliver (the main process lending the batch), wait (the rest of
 next(): blocked on the workers), and step. With workers, fetch / decode / transform run in
-the workers while the step runs; only wait and deliver stall the loop. torch's DataLoader
+the workers while the step runs; only wait and deliver stall the loop (with num_workers=0
+everything happens inside next(), and wait is what is left of it: the loader's own work). torch's DataLoader
 keeps no such accounting: for it only wait and step are observable.
 
     python -m benchmarks.stall [--step-ms 12.8 25.9 53.3] [--step sleep|busy] [--quick]
@@ -97,15 +98,18 @@ def shares(epoch: dict) -> dict:
     return {"wait": wait / wall, "step": step / wall, "other": (wall - wait - step) / wall}
 
 
-def per_batch_ms(epoch: dict) -> dict:
-    """Mean ms per batch of each stage that this loader lets us observe."""
+def per_batch_ms(epoch: dict, produced_in_next: bool) -> dict:
+    """Mean ms per batch of each stage that this loader lets us observe. `wait` is the rest
+    of next() (stats' wait_s) once the stages spent inside it are taken out: deliver, and
+    with num_workers=0 (`produced_in_next`) fetch, decode and transform too."""
     batches = epoch["batches"]
     mean = {"wait_loop": statistics.mean(b["wait_loop"] for b in batches) * 1e3,
             "step": statistics.mean(b["step"] for b in batches) * 1e3}
     if "in_next" in batches[0]:
         for stage in ("fetch", "decode", "transform", "deliver", "in_next"):
             mean[stage] = statistics.mean(b[stage] for b in batches) * 1e3
-        mean["wait"] = mean["in_next"] - mean["deliver"]  # next() minus handing over
+        inside = ("deliver", "fetch", "decode", "transform") if produced_in_next else ("deliver",)
+        mean["wait"] = mean["in_next"] - sum(mean[stage] for stage in inside)
     return mean
 
 
@@ -128,7 +132,8 @@ def measure(root: Path, args: argparse.Namespace, step_s: float) -> dict:
         median = sorted(runs, key=lambda e: e["wall_s"])[(len(runs) - 1) // 2]
         images = sum(batch["images"] for batch in median["batches"])
         row["loaders"][name] = {"wall_s": median["wall_s"], "img_s": images / median["wall_s"],
-                                "shares": shares(median), "per_batch_ms": per_batch_ms(median),
+                                "shares": shares(median),
+                                "per_batch_ms": per_batch_ms(median, args.workers == 0),
                                 "epochs_wall_s": [e["wall_s"] for e in runs]}
     return row
 
