@@ -2,7 +2,8 @@
 
     python -m benchmarks            # full run, about 10 minutes on two cores (+ under a minute
                                     # for dpu_projection: PROJECTED DPU figures, no hardware;
-                                    # + about 1 minute for naive_sweep, stall and viability)
+                                    # + about 30 s for naive_sweep, stall and viability,
+                                    # 3.5 minutes at load 8-14)
     python -m benchmarks --quick    # smoke run, under a minute
 """
 from __future__ import annotations

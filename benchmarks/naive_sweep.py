@@ -1,9 +1,10 @@
 """The naive configuration: more workers (more CPUs) per loader, and the cost table built on it.
 
-For each worker count from 1 to this machine's CPUs (`os.sched_getaffinity`), three loaders
-read the ImageNet-like folder through the training pipeline (RandomResizedCrop(224),
-RandomHorizontalFlip(), ToDtype(float32, scale=True), Normalize), batch 64, shuffled,
-persistent workers, one epoch each in rotating order (imagenet_pipeline's contenders):
+For each worker count from 1 to this machine's CPUs (`os.sched_getaffinity`; 1, 2, 4, ...
+and all of them), three loaders read the ImageNet-like folder through the training pipeline
+(RandomResizedCrop(224), RandomHorizontalFlip(), ToDtype(float32, scale=True), Normalize),
+batch 64, shuffled, persistent workers, one epoch each in rotating order (imagenet_pipeline's
+contenders):
 
 - "torchvision": torch's DataLoader + torchvision ImageFolder (decode_image, v2 transforms);
 - "pimloader": PIMDataLoader, cpu backend, reduced_dct="auto";
@@ -45,6 +46,12 @@ QUICK = {"count": 40, "classes": 4, "epochs": 1, "warmup": 1, "batch_size": 16}
 
 def machine_cpus() -> int:
     return len(os.sched_getaffinity(0))
+
+
+def default_workers(cpus: int) -> list[int]:
+    """1, 2, 4, ... up to `cpus`, and `cpus` itself: the sweep from one core to all of them,
+    without one run per worker count on a large server."""
+    return sorted({2 ** k for k in range(cpus.bit_length()) if 2 ** k <= cpus} | {cpus})
 
 
 def measure(root: Path, workers: int, batch_size: int, epochs: int, warmup: int) -> dict:
@@ -142,7 +149,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data", type=Path, help="dataset folder (default: results/data/"
                         "imagenet_like, or imagenet_like_quick with --quick; made if missing)")
     parser.add_argument("--workers", type=int, nargs="+",
-                        help="worker counts (default: 1 to the CPUs of os.sched_getaffinity)")
+                        help="worker counts (default: 1, 2, 4, ... and the CPUs of "
+                             "os.sched_getaffinity); give --count enough files for several "
+                             "batches per worker")
     parser.add_argument("--batch-size", type=int, default=64, help="(default: %(default)s)")
     parser.add_argument("--epochs", type=int, default=3,
                         help="timed epochs per loader and worker count (default: %(default)s)")
@@ -161,7 +170,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.quick:
         vars(args).update(QUICK)
     if args.workers is None:
-        args.workers = [1] if args.quick else list(range(1, machine_cpus() + 1))
+        args.workers = [1] if args.quick else default_workers(machine_cpus())
     if min(args.workers) < 1 or args.epochs < 1:
         parser.error("--workers and --epochs must be at least 1")
     suffix = ".quick.json" if args.quick else ".json"
