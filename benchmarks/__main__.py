@@ -2,8 +2,8 @@
 
     python -m benchmarks            # full run, about 10 minutes on two cores (+ under a minute
                                     # for dpu_projection: PROJECTED DPU figures, no hardware;
-                                    # + about 30 s for naive_sweep, stall and viability,
-                                    # 3.5 minutes at load 8-14)
+                                    # + about 40 s for naive_sweep, stall, op_costs and
+                                    # viability, 4 minutes at load 8-14)
     python -m benchmarks --quick    # smoke run, under a minute
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from benchmarks import (dpu_projection, imagenet_pipeline, kernel_speed, loader_overhead,
-                        naive_sweep, sample_cache, stall, viability)
+                        naive_sweep, op_costs, sample_cache, stall, viability)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -26,9 +26,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     flags = ["--quick"] if args.quick else []
     # naive_sweep reads dpu_projection's JSON, viability that of imagenet_pipeline,
-    # kernel_speed and dpu_projection: they run after them
+    # kernel_speed, dpu_projection and op_costs: they run after them
     for benchmark in (loader_overhead, imagenet_pipeline, kernel_speed, dpu_projection,
-                      sample_cache, naive_sweep, stall, viability):
+                      sample_cache, naive_sweep, stall, op_costs, viability):
         print(f"\n== {benchmark.__name__} ==", flush=True)
         benchmark.main(list(flags))
 

@@ -1,15 +1,17 @@
 """The viability table: per preprocessing operation, does it pay to run it on DPUs?
 
-Generated, deterministically, from the JSON of three benchmarks (nothing is measured here):
-imagenet_pipeline (bytes of the files, CPU ms of each torchvision step and of pimloader's
-decode, one thread), kernel_speed (CPU ms of pimloader's fused kernel) and dpu_projection
-(bytes the emulator COUNTED, the kernel's work per image, the cost model's assumptions).
+Generated, deterministically, from the JSON of the benchmarks (nothing is measured here):
+op_costs (CPU ms of each operation, torchvision's step and pimloader's increment in its
+fused kernel, one thread; without it, imagenet_pipeline's torchvision steps), imagenet_pipeline
+(bytes of the files, torchvision's decode), kernel_speed (CPU ms of pimloader's fused
+kernel) and dpu_projection (bytes the emulator COUNTED, the kernel's work per image,
+pimloader's decode CPU time, the cost model's assumptions).
 Per operation and image: bytes in and out, CPU ms measured, DPU cycles PROJECTED (the
 cost model's instruction counts per unit of work x the work counted per image, best /
 nominal / worst), host transfer ms and a verdict:
 
-    host_s      = CPU time of the operation on the host (torchvision's step, or pimloader's
-                  fused kernel for the fused row)
+    host_s      = CPU time of the operation on the host: pimloader's where measured (its
+                  increment in the fused kernel, its fused kernel), else torchvision's step
     transfer_s  = bytes_in / 6.7 GB/s + bytes_out / 4.7 GB/s: UPMEM transfers are copies the
                   host CPU makes (PrIM's per-rank rates; ASSUMED to cost one core)
     dpu_s       = DPU cycles (nominal) / 350 MHz
@@ -58,69 +60,94 @@ def verdict(host_s: float, cycles: dict | None, bytes_in: float, bytes_out: floa
             "verdict": f"pays from {dpus} DPUs ({math.ceil(dpus / 64)} ranks) per host core freed"}
 
 
-def build(pipeline: dict, kernel: dict, projection: dict) -> dict:
-    """Rows of the table from the three benchmarks' results."""
-    steps = {b["contender"] + " " + b["pipeline"] + ("16" if b["dtype"] == "float16" else ""): b
-             for b in pipeline["breakdown"]}
-    tv, tv_colour = steps["torchvision train"], steps.get("torchvision colour")
-    pim, pim_colour = steps["pimloader train"], steps.get("pimloader colour")
+def step_costs(pipeline: dict, op_costs: dict | None) -> dict:
+    """{operation: (torchvision CPU ms, pimloader CPU ms or None)} per image: op_costs'
+    like-for-like measurement when there is one, else imagenet_pipeline's torchvision steps
+    (and pimloader's colour as the colour pipeline's extra kernel time)."""
+    if op_costs is not None:
+        tv, pim = op_costs["torchvision_cpu_ms"], op_costs["pimloader_cpu_ms"]
+        return {op: (tv[op], pim[op]) for op in tv}
+    steps = {(b["contender"], b["pipeline"]): b for b in pipeline["breakdown"]
+             if b["dtype"] == "float32"}
+    train = steps[("torchvision", "train")]["transform_steps"]
+    colour_tv = steps.get(("torchvision", "colour"))
+    colour_pim = steps.get(("pimloader", "colour"))
+    return {"crop + resize": (train["RandomResizedCrop"], None),
+            "flip": (train["RandomHorizontalFlip"], None),
+            "convert": (train["ToDtype"], None), "normalise": (train["Normalize"], None),
+            "colour": (colour_tv["transform_steps"]["ColorJitter"] if colour_tv else None,
+                       colour_pim["collate_or_write"]
+                       - steps[("pimloader", "train")]["collate_or_write"]
+                       if colour_pim else None)}
+
+
+def build(pipeline: dict, kernel: dict, projection: dict, op_costs: dict | None = None) -> dict:
+    """Rows of the table from the benchmarks' results (op_costs optional)."""
     entry, entry16 = (next(e for e in projection["pipelines"]
                            if (e["pipeline"], e["dtype"]) == ("train", dtype))
                       for dtype in ("float32", "float16"))
     assumptions = {a["name"]: a for a in projection["assumptions"]}
     rates = {name: assumptions[name]["nominal"] for name in ("host_to_dpu_rank_bw",
                                                              "dpu_to_host_rank_bw")}
+    tv_transform = {b["dtype"]: b["transform"] for b in pipeline["breakdown"]
+                    if (b["contender"], b["pipeline"]) == ("torchvision", "train")}
+    tv_decode = next(b["decode"] for b in pipeline["breakdown"]
+                     if (b["contender"], b["pipeline"], b["dtype"]) ==
+                     ("torchvision", "train", "float32"))
+    cost = step_costs(pipeline, op_costs)
     work, per_image = entry["work_per_image"], entry["per_image"]
     crop_bytes = entry["transfer"]["in_real_bytes"] / entry["images"]
-    out_float = OUT_PIXELS * 4
-    resize, emit = dpu_cycles(work, assumptions, RESIZE_UNITS), dpu_cycles(work, assumptions,
-                                                                            EMIT_UNITS)
-    fused = dpu_cycles(work, assumptions, RESIZE_UNITS + EMIT_UNITS)
-    t = tv["transform_steps"]
+    jpeg_bytes = pipeline["dataset"]["mean_bytes"]
+
+    def cycles(units, of=entry):
+        return dpu_cycles(of["work_per_image"], assumptions, units)
+
+    def both(*ops):
+        tv = sum(cost[op][0] for op in ops)
+        pim = None if any(cost[op][1] is None for op in ops) else sum(cost[op][1] for op in ops)
+        return tv, pim
+
     rows = [
-        _row("decode (JPEG -> RGB crop box)", pipeline["dataset"]["mean_bytes"], crop_bytes,
-             tv["decode"], pim["decode"], None, rates,
+        _row("decode (JPEG -> RGB crop box)", jpeg_bytes, crop_bytes, tv_decode,
+             entry["decode_cpu_s_per_image"] * 1e3, None, rates,
              "not on DPUs: decoding stays on the host (PIM-JPEG is prior work); on DPUs it "
-             f"would send {pipeline['dataset']['mean_bytes'] / 1e3:.0f} kB of JPEG instead of "
+             f"would send {jpeg_bytes / 1e3:.0f} kB of JPEG instead of "
              f"{crop_bytes / 1e3:.0f} kB of pixels"),
         _row("crop + resize (RandomResizedCrop 224)", crop_bytes, OUT_PIXELS,
-             t["RandomResizedCrop"], None, resize, rates),
-        _row("flip (RandomHorizontalFlip)", OUT_PIXELS, OUT_PIXELS, t["RandomHorizontalFlip"],
-             None, {case: 0.0 for case in CASES}, rates,
+             *both("crop + resize"), cycles(RESIZE_UNITS), rates),
+        _row("flip (RandomHorizontalFlip)", OUT_PIXELS, OUT_PIXELS, *both("flip"),
+             {case: 0.0 for case in CASES}, rates,
              "free inside the fused step: the store index of emit"),
-        _row("colour (ColorJitter b/c/s 0.4)", OUT_PIXELS, OUT_PIXELS,
-             tv_colour["transform_steps"]["ColorJitter"] if tv_colour else None,
-             (pim_colour["collate_or_write"] - pim["collate_or_write"]) if pim_colour else None,
-             None, rates, "not on DPUs: float blends per pixel, and a DPU has no FPU; samples "
-             "that need colour run on the CPU kernel"),
-        _row("convert + normalise (ToDtype float32, Normalize)", OUT_PIXELS, out_float,
-             t["ToDtype"] + t["Normalize"], None, emit, rates),
+        _row("colour (ColorJitter brightness, contrast, saturation)", OUT_PIXELS, OUT_PIXELS,
+             *both("colour"), None, rates, "not on DPUs: float blends per pixel, and a DPU "
+             "has no FPU; samples that need colour run on the CPU kernel"),
+        _row("convert + normalise (ToDtype float32, Normalize)", OUT_PIXELS, OUT_PIXELS * 4,
+             *both("convert", "normalise"), cycles(EMIT_UNITS), rates),
         _row("fused crop + resize + flip + convert + normalise", per_image["host_to_dpu_bytes"],
-             per_image["dpu_to_host_bytes"], tv["transform"],
-             kernel["cpu_ms_per_image"]["pimloader kernel float32"], fused, rates,
-             host_is_pimloader=True),
+             per_image["dpu_to_host_bytes"], tv_transform.get("float32"),
+             kernel["cpu_ms_per_image"]["pimloader kernel float32"],
+             cycles(RESIZE_UNITS + EMIT_UNITS), rates),
         _row("the same, float16 output", entry16["per_image"]["host_to_dpu_bytes"],
-             entry16["per_image"]["dpu_to_host_bytes"], steps["torchvision train16"]["transform"]
-             if "torchvision train16" in steps else None,
+             entry16["per_image"]["dpu_to_host_bytes"], tv_transform.get("float16"),
              kernel["cpu_ms_per_image"]["pimloader kernel float16"],
-             dpu_cycles(entry16["work_per_image"], assumptions, RESIZE_UNITS + EMIT_UNITS),
-             rates, host_is_pimloader=True),
+             cycles(RESIZE_UNITS + EMIT_UNITS, entry16), rates),
     ]
     return {"benchmark": "viability", "rows": rows,
             "sources": {"imagenet_pipeline": pipeline["date"], "kernel_speed": kernel.get("date"),
-                        "dpu_projection": projection["date"]},
+                        "dpu_projection": projection["date"],
+                        "op_costs": op_costs["date"] if op_costs else None},
             "clock_hz": CLOCK_HZ, "rates": rates, "later": LATER}
 
 
 def _row(op: str, bytes_in: float, bytes_out: float, torchvision_ms: float | None,
-         pimloader_ms: float | None, cycles: dict | None, rates: dict, note: str = "",
-         host_is_pimloader: bool = False) -> dict:
-    host_ms = pimloader_ms if host_is_pimloader else torchvision_ms
+         pimloader_ms: float | None, cycles: dict | None, rates: dict, note: str = "") -> dict:
+    """One operation; the host's cost is pimloader's where measured, else torchvision's."""
+    reference = "pimloader" if pimloader_ms is not None else "torchvision"
+    host_ms = pimloader_ms if pimloader_ms is not None else torchvision_ms
     row = {"op": op, "bytes_in": bytes_in, "bytes_out": bytes_out,
            "torchvision_cpu_ms": torchvision_ms, "pimloader_cpu_ms": pimloader_ms,
-           "dpu_cycles": cycles, "host_reference": "pimloader" if host_is_pimloader else
-           "torchvision"}
-    row.update(verdict(host_ms / 1e3 if host_ms else 0.0, cycles, bytes_in, bytes_out, rates))
+           "dpu_cycles": cycles, "host_reference": reference}
+    row.update(verdict((host_ms or 0.0) / 1e3, cycles, bytes_in, bytes_out, rates))
     if note:
         row["verdict"] = note
     return row
@@ -156,14 +183,18 @@ def write_doc(table: dict, path: Path) -> None:
     text = f"""# Viability: which preprocessing operations pay on DPUs
 
 Generated by `python -m benchmarks.viability` from `benchmarks/results/*.json`
-(imagenet_pipeline of {src['imagenet_pipeline']}, kernel_speed, dpu_projection of
+(op_costs of {src['op_costs'] or '- (not run: torchvision steps from imagenet_pipeline)'},
+imagenet_pipeline of {src['imagenet_pipeline']}, kernel_speed, dpu_projection of
 {src['dpu_projection']}); do not edit by hand. Per training image (500x375-ish photo,
 RandomResizedCrop to 224x224, float32 output). **DPU figures are PROJECTED** by the cost
 model ([cost_model.md](cost_model.md)): instructions per unit of work (assumed, best /
 nominal / worst) x the work counted from real batches, one instruction per cycle per DPU
-at {table['clock_hz'] / 1e6:.0f} MHz. No DPU hardware was used. CPU times are MEASURED on
-one thread of the project's shared machine (torchvision: its step alone; pimloader: its
-native decode, its fused kernel); the machine was loaded, so they are high and noisy.
+at {table['clock_hz'] / 1e6:.0f} MHz. No DPU hardware was used. CPU times are MEASURED, one
+thread's CPU time on the project's shared machine: torchvision's step alone, pimloader's
+increment in its fused kernel when the operation is added to it (`benchmarks/op_costs.py`),
+its native decode, its whole fused kernel. The machine was loaded by other jobs, which
+inflates memory-bound steps most, so they are high and noisy; an increment near zero is
+within the noise (it can come out negative).
 
 - **host transfer**: bytes in / {table['rates']['host_to_dpu_rank_bw'] / 1e9:.1f} GB/s +
   bytes out / {table['rates']['dpu_to_host_rank_bw'] / 1e9:.1f} GB/s (PrIM's per-rank rates).
@@ -171,9 +202,8 @@ native decode, its fused kernel); the machine was loaded, so they are high and n
   core at those rates).
 - **verdict**: "never" when the transfer costs the host at least as much as the operation;
   otherwise the DPUs it takes to free one host core: DPU time per image / (host time per
-  image - transfer time per image), rounded up, in ranks of 64 DPUs. The per-operation rows
-  take torchvision's step as the host's cost (the naive host); the fused row takes
-  pimloader's fused kernel, the host's best.
+  image - transfer time per image), rounded up, in ranks of 64 DPUs. The host's cost is
+  pimloader's (the host's best) where it was measured, else torchvision's step.
 - DPU cycles count the kernel's arithmetic and bookkeeping per image (the cost model's
   work units; the few instructions per DMA call are left out), not its DMA, which overlaps
   them and is about ten times smaller (cost_model.md).
@@ -208,7 +238,8 @@ def main(argv: list[str] | None = None) -> dict:
     suffix = ".quick.json" if args.quick else ".json"
     inputs = [json.loads((args.results / f"{name}{suffix}").read_text())
               for name in ("imagenet_pipeline", "kernel_speed", "dpu_projection")]
-    table = build(*inputs)
+    op_costs = args.results / f"op_costs{suffix}"
+    table = build(*inputs, json.loads(op_costs.read_text()) if op_costs.exists() else None)
     doc = args.doc or (RESULTS_DIR / "viability.quick.md" if args.quick
                        else DOCS / "viability.md")
     write_doc(table, doc)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import cost_table, naive_sweep, stall, viability
+from benchmarks import cost_table, naive_sweep, op_costs, stall, viability
 from benchmarks.cpu_time import CpuClock
 from benchmarks.make_dataset import make_imagenet_like
 from pimloader.costmodel.provisioning import GPU_RATES, Prices
@@ -139,12 +139,23 @@ def test_stall_shares_add_up_within_the_loop(tmp_path, data, workers, step):
 
 def _inputs():
     return [json.loads((RESULTS / f"{name}.json").read_text())
-            for name in ("imagenet_pipeline", "kernel_speed", "dpu_projection")]
+            for name in ("imagenet_pipeline", "kernel_speed", "dpu_projection", "op_costs")]
+
+
+def test_op_costs_quick_measures_every_operation(tmp_path):
+    out = tmp_path / "op_costs.json"
+    op_costs.main(["--quick", "--out", str(out)])
+    results = json.loads(out.read_text())
+    assert set(results["torchvision_cpu_ms"]) == set(op_costs.OPS)
+    assert all(ms > 0 for ms in results["torchvision_cpu_ms"].values())
+    cumulative = results["pimloader_cumulative_cpu_ms"]
+    assert sum(results["pimloader_cpu_ms"].values()) == pytest.approx(cumulative["colour"])
 
 
 def test_viability_table_follows_from_its_json_alone(tmp_path):
     table = viability.build(*_inputs())
     assert table == viability.build(*_inputs())
+    assert viability.build(*_inputs()[:3])["rows"]   # op_costs is optional
     rates = table["rates"]
     for row in table["rows"]:
         transfer_ms = (row["bytes_in"] / rates["host_to_dpu_rank_bw"]
