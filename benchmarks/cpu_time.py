@@ -21,27 +21,39 @@ def _rusage_s(who: int) -> float:
 
 
 def live_children() -> dict[int, float]:
-    """{pid: CPU seconds} of this process's live children (every thread's children)."""
+    """{pid: CPU seconds} of this process's live children."""
     cpu = {}
-    for listing in Path("/proc/self/task").glob("*/children"):
-        try:
-            pids = [int(pid) for pid in listing.read_text().split()]
-        except OSError:
-            continue
-        for pid in pids:
-            seconds = _proc_cpu_s(pid)
-            if seconds is not None:
-                cpu[pid] = seconds
+    for pid in _child_pids():
+        fields = _stat_fields(pid)
+        if fields is not None:
+            cpu[pid] = (int(fields[11]) + int(fields[12])) / TICKS   # utime, stime
     return cpu
 
 
-def _proc_cpu_s(pid: int) -> float | None:
+def _child_pids() -> list[int]:
+    """Every thread's children from /proc/self/task/*/children, or, on a kernel without
+    that file (CONFIG_PROC_CHILDREN off), the processes whose parent is this one."""
+    listings = list(Path("/proc/self/task").glob("*/children"))
+    if listings:
+        pids = []
+        for listing in listings:
+            try:
+                pids += [int(pid) for pid in listing.read_text().split()]
+            except OSError:
+                continue
+        return pids
+    me = os.getpid()
+    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
+            and (_stat_fields(int(p.name)) or [None, None])[1] == str(me)]
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat from its third field (state, ppid, ...), or None once it is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    fields = stat[stat.rindex(")") + 2:].split()   # the name may hold spaces
-    return (int(fields[11]) + int(fields[12])) / TICKS   # utime, stime (fields 14, 15)
+    return stat[stat.rindex(")") + 2:].split()   # the name may hold spaces
 
 
 class CpuClock:

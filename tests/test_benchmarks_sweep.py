@@ -36,7 +36,10 @@ def _spin(seconds, conn):
     conn.recv()          # stay alive until the parent has read our CPU time from /proc
 
 
-def test_cpu_clock_counts_a_child_once_alive_or_reaped():
+@pytest.mark.parametrize("children_file", [True, False])
+def test_cpu_clock_counts_a_child_once_alive_or_reaped(children_file, monkeypatch):
+    if not children_file:   # a kernel without /proc/<pid>/task/<tid>/children
+        monkeypatch.setattr(Path, "glob", lambda self, pattern: iter(()))
     receive, send = multiprocessing.Pipe()
     clock = CpuClock().start()
     child = multiprocessing.get_context("fork").Process(target=_spin, args=(0.3, send))
