@@ -7,12 +7,13 @@ the prices and GPU rates of pimloader.costmodel.provisioning. For each GPU rate:
 - CPU-only loaders: host cores = target img/s x CPU seconds per image MEASURED at the
   sweep's largest worker count ("cores by wall": target / img/s per worker, the same from
   wall time, which a loaded machine inflates);
-- DPUs: the fused step moved to UPMEM DIMMs, decoding left on the host. Host cores = target x
-  (the seekable loader's CPU per image without its kernel share, taken from stats() as
-  write_s / (fetch_s + decode_s + write_s), + the driver's packing copy MEASURED by
-  dpu_projection + the host's copies into and out of the DIMMs, ASSUMED one core at PrIM's
-  per-rank transfer rates for the bytes the emulator counted); DIMMs = target / the PROJECTED img/s per DPU of the cost model's
-  2,560-DPU system (best / nominal / worst) / 128 DPUs per DIMM, rounded up;
+- DPUs: the fused step moved to UPMEM DIMMs, decoding left on the host. Host cores =
+  target x (the seekable loader's CPU per image without its kernel share, taken from
+  stats() as write_s / (fetch_s + decode_s + write_s), + the driver's packing copy MEASURED
+  by dpu_projection + the host's copies into and out of the DIMMs, ASSUMED one core at
+  PrIM's per-rank transfer rates for the bytes the emulator counted); DIMMs = target / the
+  PROJECTED img/s per DPU of the cost model's 2,560-DPU system (best / nominal / worst) /
+  128 DPUs per DIMM, rounded up;
 - $/hour: cores at a published vCPU price, DIMMs at an ASSUMED price amortised over 3 years,
   and the DIMM price at which the DPU configuration breaks even with the CPU-only one.
 """
