@@ -136,6 +136,8 @@ def build(pipeline: dict, kernel: dict, projection: dict, op_costs: dict | None 
             "sources": {"imagenet_pipeline": pipeline["date"], "kernel_speed": kernel.get("date"),
                         "dpu_projection": projection["date"],
                         "op_costs": op_costs["date"] if op_costs else None},
+            "op_costs_load": ([op_costs["loadavg_before"][0], op_costs["loadavg_after"][0]]
+                              if op_costs and "loadavg_before" in op_costs else None),
             "clock_hz": CLOCK_HZ, "rates": rates, "later": LATER}
 
 
@@ -178,6 +180,15 @@ def format_markdown(table: dict) -> str:
     return "\n".join(rows)
 
 
+def _load_note(table: dict) -> str:
+    load = table.get("op_costs_load")
+    if load is None:
+        return ""
+    return (f"The load average was {load[0]:.1f} -> {load[1]:.1f} during op_costs (above the "
+            "machine's CPU count, other jobs shared its cores and caches, which inflates "
+            "memory-bound steps most).")
+
+
 def write_doc(table: dict, path: Path) -> None:
     src = table["sources"]
     text = f"""# Viability: which preprocessing operations pay on DPUs
@@ -192,8 +203,7 @@ nominal / worst) x the work counted from real batches, one instruction per cycle
 at {table['clock_hz'] / 1e6:.0f} MHz. No DPU hardware was used. CPU times are MEASURED, one
 thread's CPU time on the project's shared machine: torchvision's step alone, pimloader's
 increment in its fused kernel when the operation is added to it (`benchmarks/op_costs.py`),
-its native decode, its whole fused kernel. The machine was loaded by other jobs, which
-inflates memory-bound steps most, so they are high and noisy; an increment near zero is
+its native decode, its whole fused kernel. {_load_note(table)} An increment near zero is
 within the noise (it can come out negative).
 
 - **host transfer**: bytes in / {table['rates']['host_to_dpu_rank_bw'] / 1e9:.1f} GB/s +
