@@ -50,8 +50,10 @@ class Prices:
 
     vcpu_hour: Param = _fixed(
         0.0425, "$/vCPU-hour",
-        "AWS EC2 on-demand, us-east-1, Linux, c6i.large ($0.085/h for 2 vCPUs), as recalled "
-        "from the 2023-2024 price list; UNVERIFIED here (no network)",
+        "AWS EC2 Auto Scaling user guide, 'Spot price per unit hour example': c5.2xlarge "
+        "On-Demand $0.34/h for 8 vCPUs in US East (N. Virginia), which AWS labels example, "
+        "not current, pricing (read from a stored copy of the page, 2026-12-01); c6i.large's "
+        "$0.085/h for 2 vCPUs, as recalled from the 2023-2024 price list, is the same rate",
         "a vCPU is one hardware thread; the CPUs this benchmark counts are the machine's "
         "os.sched_getaffinity CPUs, which on a cloud VM are vCPUs")
     dimm: Param = Param(
