@@ -16,8 +16,8 @@ clock and PIMDataLoader.stats() (read after each batch): fetch, decode, transfor
 kernel writing into the slot), deliver (the main process lending the batch), wait (the rest of
 next(): blocked on the workers), and step. With workers, fetch / decode / transform run in
 the workers while the step runs; only wait and deliver stall the loop (with num_workers=0
-everything happens inside next(), and wait is what is left of it: the loader's own work). torch's DataLoader
-keeps no such accounting: for it only wait and step are observable.
+everything happens inside next(), and wait is what is left of it: the loader's own work).
+torch's DataLoader keeps no such accounting: for it only wait and step are observable.
 
     python -m benchmarks.stall [--step-ms 12.8 25.9 53.3] [--step sleep|busy] [--quick]
 """
@@ -40,7 +40,6 @@ from pimloader.costmodel.provisioning import GPU_RATES
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 LOADERS = ("torchvision", "pimloader", SEEKABLE)
-STAGES = ("fetch", "decode", "transform", "deliver", "wait", "step")
 STATS_FIELDS = {"fetch": "fetch_s", "decode": "decode_s", "transform": "write_s",
                 "deliver": "deliver_s", "in_next": "wait_s"}
 QUICK = {"count": 40, "classes": 4, "epochs": 1, "warmup": 1, "batch_size": 16}
