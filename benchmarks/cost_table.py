@@ -90,7 +90,8 @@ def build(sweep: dict, projection: dict | None, prices: Prices = Prices()) -> di
 def dpu_row(target: float, dpu: dict, cpu_only_cores: float, prices: Prices) -> dict:
     cores = host_cores(target, dpu["host_cpu_s_per_image"])
     dimms = {case: dimms_for(target, dpu["dpu_images_per_s_per_dpu"][case]) for case in CASES}
-    return {"cores": cores, "dimms": dimms, "dpus": {c: d * DPUS_PER_DIMM for c, d in dimms.items()},
+    return {"cores": cores, "dimms": dimms,
+            "dpus": {case: count * DPUS_PER_DIMM for case, count in dimms.items()},
             "usd_per_hour": {case: hourly_cost(cores, dimms[case], prices, case) for case in CASES},
             "break_even_usd_per_dimm": break_even_dimm_price(cpu_only_cores - cores,
                                                              dimms["nominal"], prices)}

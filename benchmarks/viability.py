@@ -95,7 +95,7 @@ def build(pipeline: dict, kernel: dict, projection: dict, op_costs: dict | None 
                      if (b["contender"], b["pipeline"], b["dtype"]) ==
                      ("torchvision", "train", "float32"))
     cost = step_costs(pipeline, op_costs)
-    work, per_image = entry["work_per_image"], entry["per_image"]
+    per_image = entry["per_image"]
     crop_bytes = entry["transfer"]["in_real_bytes"] / entry["images"]
     jpeg_bytes = pipeline["dataset"]["mean_bytes"]
 

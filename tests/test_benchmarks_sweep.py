@@ -79,7 +79,8 @@ def _sweep(cpu_ms: float) -> dict:
     stats = {"fetch_s": 0.1, "decode_s": 0.5, "write_s": 0.4}
     loaders = {name: {"cpu_ms_per_image": cpu_ms, "img_s_per_worker": 500.0,
                       "median_epoch_stats": stats} for name in naive_sweep.LOADERS}
-    return {"date": "d", "rows": [{"workers": 1, "loaders": {}}, {"workers": 2, "loaders": loaders}]}
+    return {"date": "d",
+            "rows": [{"workers": 1, "loaders": {}}, {"workers": 2, "loaders": loaders}]}
 
 
 def _projection(per_dpu_nominal: float) -> dict:
