@@ -16,7 +16,9 @@ nominal / worst), host transfer ms and a verdict:
                   host CPU makes (PrIM's per-rank rates; ASSUMED to cost one core)
     dpu_s       = DPU cycles (nominal) / 350 MHz
     verdict     = never, if transfer_s >= host_s (moving the bytes costs the host more than
-                  the operation); else DPUs per host core freed = dpu_s / (host_s - transfer_s)
+                  the operation); else DPUs per host core freed = dpu_s / (host_s - transfer_s),
+                  and the DIMM price below which those DPUs cost less than the cores they
+                  free (provisioning.Prices: vCPU price, 3 years of use)
 
     python -m benchmarks.viability        # writes docs/viability.md and results/viability.json
 """
@@ -26,6 +28,8 @@ import argparse
 import json
 import math
 from pathlib import Path
+
+from pimloader.costmodel.provisioning import DPUS_PER_DIMM, Prices, break_even_dimm_price
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -56,8 +60,12 @@ def verdict(host_s: float, cycles: dict | None, bytes_in: float, bytes_out: floa
                 "verdict": f"never: moving its bytes costs {transfer_s * 1e3:.3f} ms of host "
                            f"CPU, the operation {host_s * 1e3:.3f} ms"}
     dpus = math.ceil(dpu_s / (host_s - transfer_s))
-    return {**result, "dpus_per_core": dpus,
-            "verdict": f"pays from {dpus} DPUs ({math.ceil(dpus / 64)} ranks) per host core freed"}
+    if dpus == 0:
+        return {**result, "dpus_per_core": 0, "verdict": "no DPU work of its own"}
+    dimm_usd = break_even_dimm_price(DPUS_PER_DIMM / dpus, 1, Prices())
+    return {**result, "dpus_per_core": dpus, "break_even_usd_per_dimm": dimm_usd,
+            "verdict": f"saves host CPU: {dpus} DPUs ({math.ceil(dpus / 64)} ranks) free one "
+                       f"core; a DIMM pays below ${dimm_usd:,.0f}"}
 
 
 def step_costs(pipeline: dict, op_costs: dict | None) -> dict:
@@ -212,8 +220,14 @@ within the noise (it can come out negative).
   core at those rates).
 - **verdict**: "never" when the transfer costs the host at least as much as the operation;
   otherwise the DPUs it takes to free one host core: DPU time per image / (host time per
-  image - transfer time per image), rounded up, in ranks of 64 DPUs. The host's cost is
-  pimloader's (the host's best) where it was measured, else torchvision's step.
+  image - transfer time per image), rounded up, in ranks of 64 DPUs, and the DIMM price
+  below which a DIMM's 128 DPUs cost less than the host cores they free (at
+  ${Prices().vcpu_hour.nominal} per vCPU-hour over {Prices().amortisation_hours.nominal / 8760:.0f}
+  years, `pimloader/costmodel/provisioning.py`; UPMEM publishes no DIMM price). The host's
+  cost is pimloader's (the host's best) where it was measured, else torchvision's step.
+  The model scales DPUs weakly (each DPU's rate is the same in any system), so the answer
+  is a ratio of DPUs to host cores rather than a system size; a system that is too small
+  for the target rate only needs more of the same.
 - DPU cycles count the kernel's arithmetic and bookkeeping per image (the cost model's
   work units; the few instructions per DMA call are left out), not its DMA, which overlaps
   them and is about ten times smaller (cost_model.md).

@@ -170,6 +170,10 @@ def test_viability_table_follows_from_its_json_alone(tmp_path):
             assert transfer_ms < host_ms
             dpu_ms = row["dpu_cycles"]["nominal"] / 350e6 * 1e3
             assert row["dpus_per_core"] == math.ceil(dpu_ms / (host_ms - transfer_ms))
+            if row["dpus_per_core"]:   # a DIMM's 128 DPUs against the cores they free
+                cores_freed = 128 / row["dpus_per_core"]
+                assert row["break_even_usd_per_dimm"] == pytest.approx(
+                    cores_freed * Prices().vcpu_hour.nominal * 3 * 8760)
         elif row["verdict"].startswith("never"):
             assert transfer_ms >= host_ms
     doc = tmp_path / "viability.md"
