@@ -14,7 +14,7 @@ import pytest
 from benchmarks import cost_table, naive_sweep, op_costs, stall, viability
 from benchmarks.cpu_time import CpuClock
 from benchmarks.make_dataset import make_imagenet_like
-from pimloader.costmodel.provisioning import GPU_RATES, Prices
+from pimloader.costmodel.provisioning import GPU_RATES, Prices, dimms_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -93,6 +93,13 @@ def _projection(per_dpu_nominal: float) -> dict:
             "pipelines": [{"pipeline": "train", "dtype": "float32", "projections": projections,
                            "host_copy_s_per_image": 1e-4,
                            "per_image": {"host_to_dpu_bytes": 6.7e5, "dpu_to_host_bytes": 4.7e5}}]}
+
+
+def test_every_assumption_has_a_source_and_a_rate_per_dpu_must_be_positive():
+    assert all(gpu.images_per_s.source and gpu.at() > 0 for gpu in GPU_RATES)
+    assert all(price["source"] and price["best"] <= price["worst"] for price in Prices().table())
+    with pytest.raises(ValueError, match="rate per DPU must be positive"):
+        dimms_for(2470, 0.0)
 
 
 def test_cost_table_follows_from_its_json_alone():
