@@ -3,7 +3,9 @@
     python -m benchmarks            # full run, about 10 minutes on two cores (+ under a minute
                                     # for dpu_projection: PROJECTED DPU figures, no hardware;
                                     # + about a minute for instruction_counts, where
-                                    # riscv64-unknown-elf-gcc is installed)
+                                    # riscv64-unknown-elf-gcc is installed; + about 40 s for
+                                    # naive_sweep, stall, op_costs and viability, 4 minutes
+                                    # at load 8-14)
     python -m benchmarks --quick    # smoke run, under a minute
 """
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 from benchmarks import (dpu_projection, imagenet_pipeline, instruction_counts, kernel_speed,
-                        loader_overhead, sample_cache)
+                        loader_overhead, naive_sweep, op_costs, sample_cache, stall, viability)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -25,8 +27,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     flags = ["--quick"] if args.quick else []
+    # naive_sweep reads dpu_projection's JSON, viability that of imagenet_pipeline,
+    # kernel_speed, dpu_projection and op_costs: they run after them
     for benchmark in (loader_overhead, imagenet_pipeline, kernel_speed, instruction_counts,
-                      dpu_projection, sample_cache):
+                      dpu_projection, sample_cache, naive_sweep, stall, op_costs, viability):
         print(f"\n== {benchmark.__name__} ==", flush=True)
         benchmark.main(list(flags))
 

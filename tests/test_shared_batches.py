@@ -163,6 +163,30 @@ def test_stats_fixed_shape_shared(num_workers):
 
 
 @pytest.mark.parametrize("num_workers", NW)
+@pytest.mark.parametrize("collate_fn", [None, pad_collate])
+def test_stats_deliver_is_part_of_wait(num_workers, collate_fn):
+    """deliver_s (lending slot views, or handing collated data over) is counted once per
+    batch, inside wait_s; wait_s is inside the time the loop itself spent in next()."""
+    ds = VarDS() if collate_fn else SleepDS(12, delay=0.005)
+    extra = {"collate_fn": collate_fn} if collate_fn else {}
+    loader = PIMDataLoader(ds, batch_size=4, num_workers=num_workers, **extra)
+    in_next, iterator = 0.0, iter(loader)
+    while True:
+        start = time.perf_counter()
+        try:
+            next(iterator)
+        except StopIteration:
+            break
+        finally:
+            in_next += time.perf_counter() - start
+    st = loader.stats()[-1]
+    assert st.batches == len(loader)
+    assert 0 < st.deliver_s <= st.wait_s <= in_next, (st, in_next)
+    if num_workers == 0:  # producing happens inside next(): every stage is part of wait_s
+        assert st.fetch_s + st.decode_s + st.write_s + st.deliver_s <= st.wait_s, st
+
+
+@pytest.mark.parametrize("num_workers", NW)
 def test_stats_custom_collate_is_collated(num_workers):
     loader = PIMDataLoader(VarDS(), batch_size=4, num_workers=num_workers, collate_fn=pad_collate)
     got = list(loader)

@@ -120,11 +120,19 @@ def make_producer(context: ProducerContext, pipeline=None):
 def deliver(produced: Produced, pool, stats, pin_device: str | None):
     """What the user gets for a produced batch: views lent from its slot, or the collated
     data (pinned by copy when pinning is on); the batch is counted in `stats`."""
+    start = time.perf_counter()
     shared = isinstance(produced.data, SlotBatch)
     stats.add_batch(produced, shared)
+    try:
+        return _handed_over(produced.data, shared, pool, pin_device)
+    finally:
+        stats.deliver_s += time.perf_counter() - start
+
+
+def _handed_over(data, shared: bool, pool, pin_device: str | None):
     if shared:
-        return pool.lend(produced.data)
+        return pool.lend(data)
     if pin_device is not None:
         from ._pin import pin_collated
-        return pin_collated(produced.data, pin_device)
-    return produced.data
+        return pin_collated(data, pin_device)
+    return data

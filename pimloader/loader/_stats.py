@@ -14,6 +14,9 @@ class EpochStats:
     decode_s: time producers spent decoding images on the native path, summed over workers.
     write_s: time producers spent transforming and writing samples into slots, or running
              collate_fn, summed over workers (decoding excluded).
+    deliver_s: of wait_s, time the main process spent handing produced batches over (lending
+             views of their slots, or pinning collated batches by copy); the rest of wait_s
+             is waiting for workers (or, with num_workers=0, producing).
     shared_batches:   batches delivered as views over shared slots.
     collated_batches: batches delivered through the ordinary collate_fn path.
     skipped_samples:  samples dropped because they could not be decoded (on_error="skip").
@@ -33,6 +36,7 @@ class EpochStats:
     fetch_s: float = 0.0
     decode_s: float = 0.0
     write_s: float = 0.0
+    deliver_s: float = 0.0
     shared_batches: int = 0
     collated_batches: int = 0
     skipped_samples: int = 0

@@ -1,0 +1,279 @@
+"""The viability table: per preprocessing operation, does it pay to run it on DPUs?
+
+Generated, deterministically, from the JSON of the benchmarks (nothing is measured here):
+op_costs (CPU ms of each operation, torchvision's step and pimloader's increment in its
+fused kernel, one thread; without it, imagenet_pipeline's torchvision steps), imagenet_pipeline
+(bytes of the files, torchvision's decode), kernel_speed (CPU ms of pimloader's fused
+kernel) and dpu_projection (bytes the emulator COUNTED, the kernel's work per image,
+pimloader's decode CPU time, the cost model's assumptions).
+Per operation and image: bytes in and out, CPU ms measured, DPU cycles PROJECTED (the
+cost model's instruction counts per unit of work x the work counted per image, best /
+nominal / worst), host transfer ms and a verdict:
+
+    host_s      = CPU time of the operation on the host: pimloader's where measured (its
+                  increment in the fused kernel, its fused kernel), else torchvision's step
+    transfer_s  = bytes_in / 6.7 GB/s + bytes_out / 4.7 GB/s: UPMEM transfers are copies the
+                  host CPU makes (PrIM's per-rank rates; ASSUMED to cost one core)
+    dpu_s       = DPU cycles (nominal) / 350 MHz
+    verdict     = never, if transfer_s >= host_s (moving the bytes costs the host more than
+                  the operation); else DPUs per host core freed = dpu_s / (host_s - transfer_s),
+                  and the DIMM price below which those DPUs cost less than the cores they
+                  free (provisioning.Prices: vCPU price, 3 years of use)
+
+    python -m benchmarks.viability        # writes docs/viability.md and results/viability.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+from pimloader.costmodel.provisioning import DPUS_PER_DIMM, Prices, break_even_dimm_price
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+CLOCK_HZ = 350e6
+OUT_PIXELS = 224 * 224 * 3
+RESIZE_UNITS = ("h_mac", "h_out", "v_mac", "v_init", "v_finish", "row", "column", "sample_load")
+EMIT_UNITS = ("emit",)
+CASES = ("best", "nominal", "worst")
+LATER = [("detection", "zoom-out, box ops (crop, flip, resize of boxes)"),
+         ("audio", "framing, FFT, mel, log, masks")]
+
+
+def dpu_cycles(work: dict, assumptions: dict, units: tuple[str, ...]) -> dict:
+    """Instructions (= cycles with >= 11 busy tasklets) per image of `units`, per case."""
+    return {case: sum(work[u] * assumptions[u][case] for u in units) for case in CASES}
+
+
+def verdict(host_s: float, cycles: dict | None, bytes_in: float, bytes_out: float,
+            rates: dict) -> dict:
+    transfer_s = bytes_in / rates["host_to_dpu_rank_bw"] + bytes_out / rates["dpu_to_host_rank_bw"]
+    result = {"transfer_ms": transfer_s * 1e3}
+    if cycles is None:
+        return {**result, "dpus_per_core": None, "verdict": "not on DPUs"}
+    dpu_s = cycles["nominal"] / CLOCK_HZ
+    result["dpu_ms_per_image"] = dpu_s * 1e3
+    if transfer_s >= host_s:
+        return {**result, "dpus_per_core": None,
+                "verdict": f"never: moving its bytes costs {transfer_s * 1e3:.3f} ms of host "
+                           f"CPU, the operation {host_s * 1e3:.3f} ms"}
+    dpus = math.ceil(dpu_s / (host_s - transfer_s))
+    if dpus == 0:
+        return {**result, "dpus_per_core": 0, "verdict": "no DPU work of its own"}
+    dimm_usd = break_even_dimm_price(DPUS_PER_DIMM / dpus, 1, Prices())
+    return {**result, "dpus_per_core": dpus, "break_even_usd_per_dimm": dimm_usd,
+            "verdict": f"saves host CPU: {dpus} DPUs ({math.ceil(dpus / 64)} ranks) free one "
+                       f"core; a DIMM pays below ${dimm_usd:,.0f}"}
+
+
+def step_costs(pipeline: dict, op_costs: dict | None) -> dict:
+    """{operation: (torchvision CPU ms, pimloader CPU ms or None)} per image: op_costs'
+    like-for-like measurement when there is one, else imagenet_pipeline's torchvision steps
+    (and pimloader's colour as the colour pipeline's extra kernel time)."""
+    if op_costs is not None:
+        tv, pim = op_costs["torchvision_cpu_ms"], op_costs["pimloader_cpu_ms"]
+        return {op: (tv[op], pim[op]) for op in tv}
+    steps = {(b["contender"], b["pipeline"]): b for b in pipeline["breakdown"]
+             if b["dtype"] == "float32"}
+    train = steps[("torchvision", "train")]["transform_steps"]
+    colour_tv = steps.get(("torchvision", "colour"))
+    colour_pim = steps.get(("pimloader", "colour"))
+    return {"crop + resize": (train["RandomResizedCrop"], None),
+            "flip": (train["RandomHorizontalFlip"], None),
+            "convert": (train["ToDtype"], None), "normalise": (train["Normalize"], None),
+            "colour": (colour_tv["transform_steps"]["ColorJitter"] if colour_tv else None,
+                       colour_pim["collate_or_write"]
+                       - steps[("pimloader", "train")]["collate_or_write"]
+                       if colour_pim else None)}
+
+
+def build(pipeline: dict, kernel: dict, projection: dict, op_costs: dict | None = None) -> dict:
+    """Rows of the table from the benchmarks' results (op_costs optional)."""
+    entry, entry16 = (next(e for e in projection["pipelines"]
+                           if (e["pipeline"], e["dtype"]) == ("train", dtype))
+                      for dtype in ("float32", "float16"))
+    assumptions = {a["name"]: a for a in projection["assumptions"]}
+    rates = {name: assumptions[name]["nominal"] for name in ("host_to_dpu_rank_bw",
+                                                             "dpu_to_host_rank_bw")}
+    tv_transform = {b["dtype"]: b["transform"] for b in pipeline["breakdown"]
+                    if (b["contender"], b["pipeline"]) == ("torchvision", "train")}
+    tv_decode = next(b["decode"] for b in pipeline["breakdown"]
+                     if (b["contender"], b["pipeline"], b["dtype"]) ==
+                     ("torchvision", "train", "float32"))
+    cost = step_costs(pipeline, op_costs)
+    per_image = entry["per_image"]
+    crop_bytes = entry["transfer"]["in_real_bytes"] / entry["images"]
+    jpeg_bytes = pipeline["dataset"]["mean_bytes"]
+
+    def cycles(units, of=entry):
+        return dpu_cycles(of["work_per_image"], assumptions, units)
+
+    def both(*ops):
+        tv = sum(cost[op][0] for op in ops)
+        pim = None if any(cost[op][1] is None for op in ops) else sum(cost[op][1] for op in ops)
+        return tv, pim
+
+    rows = [
+        _row("decode (JPEG -> RGB crop box)", jpeg_bytes, crop_bytes, tv_decode,
+             entry["decode_cpu_s_per_image"] * 1e3, None, rates,
+             "not on DPUs: decoding stays on the host (PIM-JPEG is prior work); on DPUs it "
+             f"would send {jpeg_bytes / 1e3:.0f} kB of JPEG instead of "
+             f"{crop_bytes / 1e3:.0f} kB of pixels"),
+        _row("crop + resize (RandomResizedCrop 224)", crop_bytes, OUT_PIXELS,
+             *both("crop + resize"), cycles(RESIZE_UNITS), rates),
+        _row("flip (RandomHorizontalFlip)", OUT_PIXELS, OUT_PIXELS, *both("flip"),
+             {case: 0.0 for case in CASES}, rates,
+             "free inside the fused step: the store index of emit"),
+        _row("colour (ColorJitter brightness, contrast, saturation)", OUT_PIXELS, OUT_PIXELS,
+             *both("colour"), None, rates, "not on DPUs: float blends per pixel, and a DPU "
+             "has no FPU; samples that need colour run on the CPU kernel"),
+        _row("convert + normalise (ToDtype float32, Normalize)", OUT_PIXELS, OUT_PIXELS * 4,
+             *both("convert", "normalise"), cycles(EMIT_UNITS), rates),
+        _row("fused crop + resize + flip + convert + normalise", per_image["host_to_dpu_bytes"],
+             per_image["dpu_to_host_bytes"], tv_transform.get("float32"),
+             kernel["cpu_ms_per_image"]["pimloader kernel float32"],
+             cycles(RESIZE_UNITS + EMIT_UNITS), rates),
+        _row("the same, float16 output", entry16["per_image"]["host_to_dpu_bytes"],
+             entry16["per_image"]["dpu_to_host_bytes"], tv_transform.get("float16"),
+             kernel["cpu_ms_per_image"]["pimloader kernel float16"],
+             cycles(RESIZE_UNITS + EMIT_UNITS, entry16), rates),
+    ]
+    return {"benchmark": "viability", "rows": rows,
+            "sources": {"imagenet_pipeline": pipeline["date"], "kernel_speed": kernel.get("date"),
+                        "dpu_projection": projection["date"],
+                        "op_costs": op_costs["date"] if op_costs else None},
+            "op_costs_load": ([op_costs["loadavg_before"][0], op_costs["loadavg_after"][0]]
+                              if op_costs and "loadavg_before" in op_costs else None),
+            "clock_hz": CLOCK_HZ, "rates": rates, "later": LATER}
+
+
+def _row(op: str, bytes_in: float, bytes_out: float, torchvision_ms: float | None,
+         pimloader_ms: float | None, cycles: dict | None, rates: dict, note: str = "") -> dict:
+    """One operation; the host's cost is pimloader's where measured, else torchvision's."""
+    reference = "pimloader" if pimloader_ms is not None else "torchvision"
+    host_ms = pimloader_ms if pimloader_ms is not None else torchvision_ms
+    row = {"op": op, "bytes_in": bytes_in, "bytes_out": bytes_out,
+           "torchvision_cpu_ms": torchvision_ms, "pimloader_cpu_ms": pimloader_ms,
+           "dpu_cycles": cycles, "host_reference": reference}
+    row.update(verdict((host_ms or 0.0) / 1e3, cycles, bytes_in, bytes_out, rates))
+    if note:
+        row["verdict"] = note
+    return row
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _cycles(cycles: dict | None) -> str:
+    if cycles is None:
+        return "-"
+    return (f"{cycles['nominal'] / 1e6:.2f} M [{cycles['best'] / 1e6:.2f}-"
+            f"{cycles['worst'] / 1e6:.2f}]")
+
+
+def format_markdown(table: dict) -> str:
+    rows = ["| operation | bytes in | bytes out | CPU ms torchvision | CPU ms pimloader | "
+            "DPU cycles (PROJECTED) | DPU ms/img/DPU | host transfer ms | verdict |",
+            "|---|---:|---:|---:|---:|---|---:|---:|---|"]
+    for r in table["rows"]:
+        rows.append(f"| {r['op']} | {r['bytes_in'] / 1e3:.0f} kB | {r['bytes_out'] / 1e3:.0f} kB"
+                    f" | {_ms(r['torchvision_cpu_ms'])} | {_ms(r['pimloader_cpu_ms'])} | "
+                    f"{_cycles(r['dpu_cycles'])} | {_ms(r.get('dpu_ms_per_image'))} | "
+                    f"{r['transfer_ms']:.3f} | {r['verdict']} |")
+    for task, ops in table["later"]:
+        rows.append(f"| {task}: {ops} | | | | | | | | to be filled as the {task} pipeline lands |")
+    return "\n".join(rows)
+
+
+def _load_note(table: dict) -> str:
+    load = table.get("op_costs_load")
+    if load is None:
+        return ""
+    return (f"The load average was {load[0]:.1f} -> {load[1]:.1f} during op_costs (above the "
+            "machine's CPU count, other jobs shared its cores and caches, which inflates "
+            "memory-bound steps most).")
+
+
+def write_doc(table: dict, path: Path) -> None:
+    src = table["sources"]
+    text = f"""# Viability: which preprocessing operations pay on DPUs
+
+Generated by `python -m benchmarks.viability` from `benchmarks/results/*.json`
+(op_costs of {src['op_costs'] or '- (not run: torchvision steps from imagenet_pipeline)'},
+imagenet_pipeline of {src['imagenet_pipeline']}, kernel_speed, dpu_projection of
+{src['dpu_projection']}); do not edit by hand. Per training image (500x375-ish photo,
+RandomResizedCrop to 224x224, float32 output). **DPU figures are PROJECTED** by the cost
+model ([cost_model.md](cost_model.md)): instructions per unit of work (assumed, best /
+nominal / worst) x the work counted from real batches, one instruction per cycle per DPU
+at {table['clock_hz'] / 1e6:.0f} MHz. No DPU hardware was used. CPU times are MEASURED, one
+thread's CPU time on the project's shared machine: torchvision's step alone, pimloader's
+increment in its fused kernel when the operation is added to it (`benchmarks/op_costs.py`),
+its native decode, its whole fused kernel. {_load_note(table)} An increment near zero is
+within the noise (it can come out negative).
+
+- **host transfer**: bytes in / {table['rates']['host_to_dpu_rank_bw'] / 1e9:.1f} GB/s +
+  bytes out / {table['rates']['dpu_to_host_rank_bw'] / 1e9:.1f} GB/s (PrIM's per-rank rates).
+  UPMEM transfers are copies made by the host CPU, so this is host CPU time (ASSUMED: one
+  core at those rates).
+- **verdict**: "never" when the transfer costs the host at least as much as the operation;
+  otherwise the DPUs it takes to free one host core: DPU time per image / (host time per
+  image - transfer time per image), rounded up, in ranks of 64 DPUs, and the DIMM price
+  below which a DIMM's 128 DPUs cost less than the host cores they free (at
+  ${Prices().vcpu_hour.nominal} per vCPU-hour over {Prices().amortisation_hours.nominal / 8760:.0f}
+  years, `pimloader/costmodel/provisioning.py`; UPMEM publishes no DIMM price). The host's
+  cost is pimloader's (the host's best) where it was measured, else torchvision's step.
+  The model scales DPUs weakly (each DPU's rate is the same in any system), so the answer
+  is a ratio of DPUs to host cores rather than a system size; a system that is too small
+  for the target rate only needs more of the same.
+- DPU cycles count the kernel's arithmetic and bookkeeping per image (the cost model's
+  work units; the few instructions per DMA call are left out), not its DMA, which overlaps
+  them and is about ten times smaller (cost_model.md).
+- the fused rows' bytes are the padded transfer lengths the emulator counted (one common
+  length per DPU), larger than the real crop and output bytes of the other rows.
+
+{format_markdown(table)}
+
+Reading it: every operation of the training transform is cheap on a host core next to the
+bytes it produces; float32 output is four bytes per pixel that must cross back to the host,
+at a cost of host CPU that rivals the fused kernel's own. What would pay is moving the
+operations that shrink data (decode: about 44 kB of JPEG in, the decoded crop out) to the
+DPUs, and producing compact output (uint8 or float16). See [cost_model.md](cost_model.md) for
+the model and [results.md](results.md) for the measurements.
+"""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.viability",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="read the *.quick.json results; write results/viability.quick.md")
+    parser.add_argument("--results", type=Path, default=RESULTS_DIR,
+                        help="folder of the benchmarks' JSON (default: %(default)s)")
+    parser.add_argument("--doc", type=Path, help="markdown to write (default: docs/viability.md,"
+                        " or results/viability.quick.md with --quick)")
+    parser.add_argument("--out", type=Path, help="JSON of the table (default: "
+                        "results/viability.json, or viability.quick.json with --quick)")
+    args = parser.parse_args(argv)
+    suffix = ".quick.json" if args.quick else ".json"
+    inputs = [json.loads((args.results / f"{name}{suffix}").read_text())
+              for name in ("imagenet_pipeline", "kernel_speed", "dpu_projection")]
+    op_costs = args.results / f"op_costs{suffix}"
+    table = build(*inputs, json.loads(op_costs.read_text()) if op_costs.exists() else None)
+    doc = args.doc or (RESULTS_DIR / "viability.quick.md" if args.quick
+                       else DOCS / "viability.md")
+    write_doc(table, doc)
+    out = args.out or RESULTS_DIR / f"viability{suffix}"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(table, indent=1) + "\n")
+    print(format_markdown(table))
+    print(f"wrote {doc}")
+    return table
+
+
+if __name__ == "__main__":
+    main()

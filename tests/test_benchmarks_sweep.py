@@ -1,0 +1,190 @@
+"""The naive sweep, its cost table, the stall analysis and the viability table: their code
+paths run on a tiny dataset, the tables follow from their JSON alone, and the shares the
+stall analysis reports add up within the loop's own measurement.
+
+Not a speed test: nothing here asserts a figure of this machine."""
+import json
+import math
+import multiprocessing
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmarks import cost_table, naive_sweep, op_costs, stall, viability
+from benchmarks.cpu_time import CpuClock
+from benchmarks.make_dataset import make_imagenet_like
+from pimloader.costmodel.provisioning import GPU_RATES, Prices, dimms_for
+
+pytestmark = pytest.mark.timeout(300)
+
+RESULTS = Path(__file__).resolve().parent.parent / "benchmarks" / "results"
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return make_imagenet_like(tmp_path_factory.mktemp("sweep") / "data", count=40, classes=4)
+
+
+# -- CPU time of live and reaped children -------------------------------------------------
+
+def _spin(seconds, conn):
+    end = time.process_time() + seconds
+    while time.process_time() < end:
+        pass
+    conn.send(time.process_time())
+    conn.recv()          # stay alive until the parent has read our CPU time from /proc
+
+
+@pytest.mark.parametrize("children_file", [True, False])
+def test_cpu_clock_counts_a_child_once_alive_or_reaped(children_file, monkeypatch):
+    if not children_file:   # a kernel without /proc/<pid>/task/<tid>/children
+        monkeypatch.setattr(Path, "glob", lambda self, pattern: iter(()))
+    receive, send = multiprocessing.Pipe()
+    clock = CpuClock().start()
+    child = multiprocessing.get_context("fork").Process(target=_spin, args=(0.3, send))
+    child.start()
+    reported = receive.recv()          # the child's own process_time()
+    alive = clock.elapsed()
+    receive.send(None)
+    child.join()
+    reaped = clock.elapsed()
+    tick = 2 / 100                     # /proc counts in clock ticks
+    assert reported - tick <= alive <= reported + 0.15, (reported, alive)
+    assert reported - tick <= reaped <= reported + 0.15, (reported, reaped)
+
+
+# -- the naive sweep and the cost table ---------------------------------------------------
+
+def test_naive_sweep_quick_rows_and_cost_table(tmp_path, data):
+    out = tmp_path / "sweep.json"
+    naive_sweep.main(["--quick", "--workers", "1", "2", "--data", str(data), "--out", str(out),
+                      "--projection", str(RESULTS / "dpu_projection.json")])
+    results = json.loads(out.read_text())
+    assert [row["workers"] for row in results["rows"]] == [1, 2]
+    for row in results["rows"]:
+        assert set(row["loaders"]) == set(naive_sweep.LOADERS)
+        for entry in row["loaders"].values():
+            assert entry["cpu_ms_per_image"] > 0 and entry["median_img_s"] > 0
+    table = results["cost_table"]
+    assert [row["gpu"] for row in table["rows"]] == [gpu.name for gpu in GPU_RATES]
+    for row in table["rows"]:
+        dpu, per_dpu = row[cost_table.LABEL], table["dpu"]["dpu_images_per_s_per_dpu"]
+        for case, dimms in dpu["dimms"].items():   # the fewest whole DIMMs reaching the target
+            assert dimms * 128 * per_dpu[case] >= row["target_img_s"]
+            assert (dimms - 1) * 128 * per_dpu[case] < row["target_img_s"]
+
+
+def _sweep(cpu_ms: float) -> dict:
+    stats = {"fetch_s": 0.1, "decode_s": 0.5, "write_s": 0.4}
+    loaders = {name: {"cpu_ms_per_image": cpu_ms, "img_s_per_worker": 500.0,
+                      "median_epoch_stats": stats} for name in naive_sweep.LOADERS}
+    return {"date": "d",
+            "rows": [{"workers": 1, "loaders": {}}, {"workers": 2, "loaders": loaders}]}
+
+
+def _projection(per_dpu_nominal: float) -> dict:
+    projections = [{"system": "2,560 DPUs", "case": case, "images_per_s": rate * 2560}
+                   for case, rate in (("best", 2 * per_dpu_nominal), ("nominal", per_dpu_nominal),
+                                      ("worst", per_dpu_nominal / 4))]
+    return {"date": "d", "systems": [{"name": "2,560 DPUs", "nr_dpus": 2560, "clock_hz": 350e6}],
+            "assumptions": [{"name": "host_to_dpu_rank_bw", "nominal": 6.7e9},
+                            {"name": "dpu_to_host_rank_bw", "nominal": 4.7e9}],
+            "pipelines": [{"pipeline": "train", "dtype": "float32", "projections": projections,
+                           "host_copy_s_per_image": 1e-4,
+                           "per_image": {"host_to_dpu_bytes": 6.7e5, "dpu_to_host_bytes": 4.7e5}}]}
+
+
+def test_every_assumption_has_a_source_and_a_rate_per_dpu_must_be_positive():
+    assert all(gpu.images_per_s.source and gpu.at() > 0 for gpu in GPU_RATES)
+    assert all(price["source"] and price["best"] <= price["worst"] for price in Prices().table())
+    with pytest.raises(ValueError, match="rate per DPU must be positive"):
+        dimms_for(2470, 0.0)
+
+
+def test_cost_table_follows_from_its_json_alone():
+    sweep, projection = _sweep(cpu_ms=2.0), _projection(per_dpu_nominal=10.0)
+    first, again = cost_table.build(sweep, projection), cost_table.build(sweep, projection)
+    assert first == again
+    assert cost_table.format_table(first) == cost_table.format_table(again)
+    a100 = next(row for row in first["rows"] if row["gpu"] == "A100 AMP")
+    vcpu, life = Prices().vcpu_hour.nominal, Prices().amortisation_hours.nominal
+    # by hand: 2 ms of CPU per image at 2,470 img/s keeps 4.94 cores busy
+    assert a100["loaders"]["pimloader"]["cores"] == pytest.approx(4.94)
+    assert a100["loaders"]["pimloader"]["usd_per_hour"] == pytest.approx(4.94 * vcpu)
+    # host with DPUs: 2 ms x (1 - 0.4 kernel share) + 0.1 copy + 0.1 + 0.1 transfers = 1.5 ms
+    dpu = a100[cost_table.LABEL]
+    assert dpu["cores"] == pytest.approx(2470 * 1.5e-3)
+    assert dpu["dimms"] == {"best": 1, "nominal": 2, "worst": 8}   # 2470 / (rate x 128)
+    assert dpu["break_even_usd_per_dimm"] == pytest.approx((4.94 - 3.705) * vcpu * life / 2)
+    assert "no DPU rows" in cost_table.format_table(cost_table.build(sweep, None))
+
+
+# -- stall analysis -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("workers, step", [(0, "sleep"), (2, "busy")])
+def test_stall_shares_add_up_within_the_loop(tmp_path, data, workers, step):
+    out = tmp_path / "stall.json"
+    stall.main(["--quick", "--data", str(data), "--out", str(out), "--step-ms", "2",
+                "--workers", str(workers), "--step", step])
+    results = json.loads(out.read_text())
+    (row,) = results["rows"]
+    assert set(row["loaders"]) == set(stall.LOADERS)
+    for name, entry in row["loaders"].items():
+        shares = entry["shares"]
+        assert sum(shares.values()) == pytest.approx(1.0)
+        assert min(shares.values()) >= 0, shares   # waits + steps fit in the loop's wall time
+        ms = entry["per_batch_ms"]
+        assert ms["step"] >= 2.0
+        if name == "torchvision":                  # no stats(): only wait and step
+            assert set(ms) == {"wait_loop", "step"}
+            continue
+        assert 0 <= ms["deliver"] <= ms["in_next"] <= ms["wait_loop"] + 1e-9, ms
+        inside = ms["deliver"] + ms["wait"]        # the stages spent in next() add up to it
+        if workers == 0:                           # producing happens inside next() too
+            inside += ms["fetch"] + ms["decode"] + ms["transform"]
+        assert ms["wait"] >= -1e-9 and inside == pytest.approx(ms["in_next"]), ms
+
+
+# -- the viability table ------------------------------------------------------------------
+
+def _inputs():
+    return [json.loads((RESULTS / f"{name}.json").read_text())
+            for name in ("imagenet_pipeline", "kernel_speed", "dpu_projection", "op_costs")]
+
+
+def test_op_costs_quick_measures_every_operation(tmp_path):
+    out = tmp_path / "op_costs.json"
+    op_costs.main(["--quick", "--out", str(out)])
+    results = json.loads(out.read_text())
+    assert set(results["torchvision_cpu_ms"]) == set(op_costs.OPS)
+    assert all(ms > 0 for ms in results["torchvision_cpu_ms"].values())
+    cumulative = results["pimloader_cumulative_cpu_ms"]
+    assert sum(results["pimloader_cpu_ms"].values()) == pytest.approx(cumulative["colour"])
+
+
+def test_viability_table_follows_from_its_json_alone(tmp_path):
+    table = viability.build(*_inputs())
+    assert table == viability.build(*_inputs())
+    assert viability.build(*_inputs()[:3])["rows"]   # op_costs is optional
+    rates = table["rates"]
+    for row in table["rows"]:
+        transfer_ms = (row["bytes_in"] / rates["host_to_dpu_rank_bw"]
+                       + row["bytes_out"] / rates["dpu_to_host_rank_bw"]) * 1e3
+        assert row["transfer_ms"] == pytest.approx(transfer_ms)
+        host_ms = row[f"{row['host_reference']}_cpu_ms"]
+        if row["dpus_per_core"] is not None:       # net host time saved per image > 0
+            assert transfer_ms < host_ms
+            dpu_ms = row["dpu_cycles"]["nominal"] / 350e6 * 1e3
+            assert row["dpus_per_core"] == math.ceil(dpu_ms / (host_ms - transfer_ms))
+            if row["dpus_per_core"]:   # a DIMM's 128 DPUs against the cores they free
+                cores_freed = 128 / row["dpus_per_core"]
+                assert row["break_even_usd_per_dimm"] == pytest.approx(
+                    cores_freed * Prices().vcpu_hour.nominal * 3 * 8760)
+        elif row["verdict"].startswith("never"):
+            assert transfer_ms >= host_ms
+    doc = tmp_path / "viability.md"
+    viability.main(["--doc", str(doc), "--out", str(tmp_path / "viability.json")])
+    text = doc.read_text()
+    assert all(row["op"] in text for row in table["rows"])
+    assert "to be filled as the detection pipeline lands" in text
