@@ -303,6 +303,9 @@ def test_transfers_queued_behind_an_async_launch_run_after_it():
             dpus.push(HEAP, host, asynchronous=True)                   # then the host's word over them
             dpus.push(HEAP, after, to_dpu=False, asynchronous=True)
             assert dpus.queued_jobs() == 4        # the launch and the three transfers behind it
+            deadline = time.monotonic() + 30      # the rank's thread starts the launch job when
+            while dpus.nr_running() != 2 and time.monotonic() < deadline:  # it gets a core
+                time.sleep(0.01)
             assert dpus.nr_running() == 2
         finally:
             dpus.hold_launches(False)
