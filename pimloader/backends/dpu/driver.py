@@ -71,17 +71,18 @@ def emulator_live_dpus() -> int:
     return int(driver_module(True).lib.pim_dpu_emulator_live_dpus())
 
 
-def build_kernel(nr_tasklets: int, stack_bytes: int, emulated: bool) -> str:
-    """dpu_src/crop_resize.c built for the emulator (host gcc) or for DPUs (UPMEM's
+def build_kernel(nr_tasklets: int, stack_bytes: int, emulated: bool, source: str = KERNEL_SOURCE) -> str:
+    """A DPU kernel (dpu_src/crop_resize.c unless `source` names another, e.g.
+    dpu_src/jpeg_decode.c) built for the emulator (host gcc) or for DPUs (UPMEM's
     dpu-upmem-dpurte-clang), with these NR_TASKLETS and STACK_SIZE_DEFAULT; cached."""
     defines = {"STACK_SIZE_DEFAULT": int(stack_bytes)}
     if emulated:
         from . import emulator as _emulator
-        return _emulator.compile_kernel(KERNEL_SOURCE, nr_tasklets=nr_tasklets,
+        return _emulator.compile_kernel(source, nr_tasklets=nr_tasklets,
                                         include_dirs=KERNEL_INCLUDES, defines=defines)
     from .toolchain import ToolchainError, build_kernel as build_for_dpus
     try:
-        return build_for_dpus(KERNEL_SOURCE, nr_tasklets=nr_tasklets, defines=defines,
+        return build_for_dpus(source, nr_tasklets=nr_tasklets, defines=defines,
                               include_dirs=KERNEL_INCLUDES)
     except ToolchainError as error:
         raise DpuBackendError(f"DPU backend: {error}") from error
