@@ -436,8 +436,10 @@ static void decode_interval(uint32_t index, const decode_bufs_t *b)
         }
     }
     /* every byte used, but for the last one's padding bits */
-    if (r.bits - r.padding_bits >= 8 || r.pos < r.len || r.next < r.end)
-        fail_image(PIM_JPEG_ERR_LONG, index, r.end - r.next + r.len - r.pos);
+    const uint32_t unused_bits = (uint32_t)(r.bits - r.padding_bits) + 8 * (r.len - r.pos) +
+                                 (r.next < r.end ? 8 * (r.end - r.next) : 0);
+    if (unused_bits >= 8)
+        fail_image(PIM_JPEG_ERR_LONG, index, unused_bits);
 }
 
 /* ---- phase 3: planes into RGB (or grey) rows ---------------------------------------- */

@@ -35,7 +35,7 @@ MAGIC, VERSION, STATUS_OK = 0x50494A44, 1, 0x600D600D
 WRAM_BYTES, WRAM_RESERVE, GLOBALS = 65536, 2048, 8192
 MRAM_BUDGET = 66060288
 DEBUG_HALT = 1
-DEFAULT_MAX_MCUS_WITHOUT_RESTARTS = 1024
+DEFAULT_MAX_MCUS_WITHOUT_RESTARTS = 256   # 256 x 256 pixels at 4:2:0
 
 _U4 = "<u4"
 HEADER = np.dtype([(f, _U4) for f in (
@@ -61,6 +61,14 @@ KERNEL_ERRORS = {
     6: "the data ended inside an MCU", 7: "the data goes on past the interval's last MCU",
     8: "a marker inside a restart interval", 9: "one MCU or row segment does not fit WRAM",
 }
+
+
+def _describe(code: int, detail: int) -> str:
+    """An image status as words: the error, and where (its detail field)."""
+    what = KERNEL_ERRORS.get(code, f"status 0x{code:x}")
+    if code == 7:
+        return f"{what} ({detail} bits unused)"
+    return f"{what} at MCU {detail}" if code in (4, 5, 6, 8) else f"{what} (detail {detail})"
 
 
 def arena_bytes(nr_tasklets: int, stack_bytes: int) -> int:
@@ -276,6 +284,15 @@ class DpuJpegDecoder:
         return fallback_reason(data, name, max_mcus_without_restarts=self.max_mcus_without_restarts)
 
     def decode(self, files: Sequence, names: Optional[Sequence] = None, *, debug: int = 0) -> List[np.ndarray]:
+        results = self.decode_each(files, names, debug=debug)
+        for result in results:
+            if isinstance(result, DecodeError):
+                raise result
+        return results
+
+    def decode_each(self, files: Sequence, names: Optional[Sequence] = None, *, debug: int = 0) -> list:
+        """As `decode`, but a file whose data the DPU found corrupt gives its DecodeError in
+        its place of the list instead of raising (the others decode as usual)."""
         names = list(names) if names is not None else [f"image {i}" for i in range(len(files))]
         images = [_Image(bytes(f), n, self.max_mcus_without_restarts) for f, n in zip(files, names)]
         if not images:
@@ -291,11 +308,14 @@ class DpuJpegDecoder:
         self.dpus.push(self._symbol, buffers)
         self.dpus.launch()
         gathered = self.dpus.gather(self._symbol, out_bytes, offset=out_off)
-        results: List[Optional[np.ndarray]] = [None] * len(images)
+        results: list = [None] * len(images)
         for dpu, (run, chunk) in enumerate(zip(runs, chunks)):
             self._check_chunk(dpu, gathered[dpu], chunk)
             for k, i in enumerate(run):
-                results[i] = self._image(dpu, gathered[dpu], chunk, k, out_off)
+                try:
+                    results[i] = self._image(dpu, gathered[dpu], chunk, k, out_off)
+                except DecodeError as error:
+                    results[i] = error
         return results
 
     def _check_chunk(self, dpu: int, out: np.ndarray, chunk: _Chunk) -> None:
@@ -312,8 +332,8 @@ class DpuJpegDecoder:
         status = out[(k + 1) * STATUS.itemsize:][:STATUS.itemsize].view(STATUS)[0]
         if int(status["code"]) != STATUS_OK:
             code = int(status["code"])
-            raise _fail(im.name, f"{KERNEL_ERRORS.get(code, f'status 0x{code:x}')} in restart interval "
-                                 f"{int(status['interval'])} (detail {int(status['detail'])}; decoded on DPU {dpu})")
+            raise _fail(im.name, f"DPU decoder: {_describe(code, int(status['detail']))} in restart interval "
+                                 f"{int(status['interval'])} (DPU {dpu})")
         start = chunk.out_offsets[k] - out_off
         rows = out[start:start + im.out_bytes].reshape(im.layout.height, im.pitch)
         pixels = rows[:, :im.layout.width * im.channels]
