@@ -11,7 +11,8 @@
  *     Huffman-decodes its blocks, dequantises and inverse-transforms them (jidctint.c's
  *     jpeg_idct_islow) into a strip of MCUs in WRAM, written out to the image's component
  *     planes in MRAM whenever the strip is full or the MCU row ends (barrier);
- *  3. each tasklet takes the next output row: it reads the luma row and the chroma rows the
+ *  3. each tasklet takes the next output row (of the image, or of a crop box in it, whose
+ *     MCUs and their upsampling context the host sent): it reads the luma row and the chroma rows the
  *     row needs (jdsample.c's h2v1 / h1v2 / h2v2 "fancy" triangle filters read the nearest
  *     chroma row and the next nearest, and the columns either side, clamped at the image's
  *     edges as jdmainct.c's context rows are), upsamples, converts to RGB with jdcolor.c's
@@ -451,10 +452,10 @@ typedef struct {
 
 static int plan_rows(uint8_t *arena, row_bufs_t *b)
 {
-    uint32_t w = ((arena_bytes - 32) / 8) & ~7u;
+    uint32_t w = ((arena_bytes - 48) / 8) & ~7u;
     b->seg_w = w = min_u32(w, MAX_SEG_W);
     b->luma = arena;
-    b->near = b->luma + w;
+    b->near = b->luma + w + 16;
     b->far = b->near + w + 16;
     b->cb = b->far + w + 16;
     b->cr = b->cb + w;
@@ -506,24 +507,27 @@ static void upsample_segment(const pim_jpeg_component_t *c, const row_bufs_t *b,
     }
 }
 
-static void make_row(uint32_t y, const row_bufs_t *b)
+/* Row `row` of the image's box: `seg_w` pixels at a time, from the planes to MRAM. */
+static void make_row(uint32_t row, const row_bufs_t *b)
 {
-    const uint32_t out_row = chunk + image.out_offset + y * image.out_pitch;
+    const uint32_t out_row = chunk + image.out_offset + row * image.out_pitch, y = image.box_top + row;
     const pim_jpeg_component_t *luma = &image.comp[0];
-    for (uint32_t x0 = 0; x0 < image.width; x0 += b->seg_w) {
-        const uint32_t n = min_u32(b->seg_w, image.width - x0);
-        read_plane_row(luma, y, x0, x0 + n, b->luma);
+    for (uint32_t x0 = 0; x0 < image.box_w; x0 += b->seg_w) {
+        const uint32_t n = min_u32(b->seg_w, image.box_w - x0), x = image.box_left + x0;
+        const uint8_t *l = b->luma + (x - read_plane_row(luma, y, x, x + n, b->luma));
         if (image.n_comp == 1) {
-            write_big(b->luma, out_row + x0, round8(n));
+            for (uint32_t i = 0; i < n; i++)
+                b->out[i] = l[i];
+            write_big(b->out, out_row + x0, round8(n));
             continue;
         }
-        upsample_segment(&image.comp[1], b, y, x0, n, b->cb);
-        upsample_segment(&image.comp[2], b, y, x0, n, b->cr);
+        upsample_segment(&image.comp[1], b, y, x, n, b->cb);
+        upsample_segment(&image.comp[2], b, y, x, n, b->cr);
         for (uint32_t i = 0; i < n; i++) { /* jdcolext.c's ycc_rgb_convert */
-            const int32_t l = b->luma[i], cb = b->cb[i], cr = b->cr[i];
-            b->out[3 * i] = clamp_sample(l + cr_r[cr]);
-            b->out[3 * i + 1] = clamp_sample(l + ((cb_g[cb] + cr_g[cr]) >> 16));
-            b->out[3 * i + 2] = clamp_sample(l + cb_b[cb]);
+            const int32_t l_i = l[i], cb = b->cb[i], cr = b->cr[i];
+            b->out[3 * i] = clamp_sample(l_i + cr_r[cr]);
+            b->out[3 * i + 1] = clamp_sample(l_i + ((cb_g[cb] + cr_g[cr]) >> 16));
+            b->out[3 * i + 2] = clamp_sample(l_i + cb_b[cb]);
         }
         write_big(b->out, out_row + 3 * x0, min_u32(3 * b->seg_w, image.out_pitch - 3 * x0));
     }
@@ -569,13 +573,15 @@ static int component_ok(const pim_jpeg_component_t *c)
 static int image_ok(void)
 {
     const pim_jpeg_image_t *im = &image;
-    const uint64_t out_end = im->out_offset + (uint64_t)im->height * im->out_pitch;
+    const uint64_t out_end = im->out_offset + (uint64_t)im->box_h * im->out_pitch;
     const uint64_t outputs = header.out_off + (header.n_images + 1) * (uint64_t)sizeof(pim_jpeg_status_t);
     if ((im->n_comp != 1 && im->n_comp != 3) || im->width == 0 || im->height == 0 || im->mcus_x == 0 ||
         im->mcus_y == 0 || (uint64_t)im->mcus_x * im->mcus_y > 0xFFFFFFFFu || im->n_intervals == 0 ||
         im->first_interval + (uint64_t)im->n_intervals > header.n_intervals || im->tables_offset % 8 ||
         header.tables_off + im->tables_offset + (uint64_t)sizeof(tables) > header.data_off ||
-        im->out_pitch != round8(im->width * im->n_comp) || im->out_offset % 8 || im->out_offset < outputs ||
+        im->box_h == 0 || im->box_w == 0 || im->box_top + (uint64_t)im->box_h > im->height ||
+        im->box_left + (uint64_t)im->box_w > im->width || im->out_pitch != round8(im->box_w * im->n_comp) ||
+        im->out_offset % 8 || im->out_offset < outputs ||
         out_end > header.out_off + (uint64_t)header.out_bytes)
         return 0;
     for (uint32_t c = 0; c < im->n_comp; c++)
@@ -625,8 +631,8 @@ static void decode_image(uint8_t *arena)
     row_bufs_t rb;
     if (!plan_rows(arena, &rb))
         fail_image(PIM_JPEG_ERR_WRAM, 0, arena_bytes);
-    for (uint32_t y; (y = take(&next_row, image.height)) < image.height;)
-        make_row(y, &rb);
+    for (uint32_t row; (row = take(&next_row, image.box_h)) < image.box_h;)
+        make_row(row, &rb);
 }
 
 int main(void)

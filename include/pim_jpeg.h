@@ -9,13 +9,14 @@
  *   images_off      n_images x pim_jpeg_image_t: the frame of each image (size, components,
  *                   sampling, MRAM places of its planes and of its output)
  *   intervals_off   n_intervals x pim_jpeg_interval_t: each restart interval's first MCU,
- *                   MCU count and compressed bytes (the host found them between RSTn markers)
+ *                   MCU count and compressed bytes (the host found them between RSTn markers;
+ *                   for a crop, only the intervals whose MCUs the crop's pixels need)
  *   tables_off      n_images x pim_jpeg_tables_t: per image, each component's quantisation
  *                   table (natural order) and the four Huffman tables in lookup form
  *   data_off        the images' entropy-coded bytes, as in the file (stuffed 0xFF00 kept)
  *   in_bytes        end of what the host writes
- *   out_off         pim_jpeg_status_t for the chunk, one per image, then each image's pixels:
- *                   height rows of out_pitch = round8(width x channels) bytes, RGB or grey
+ *   out_off         pim_jpeg_status_t for the chunk, one per image, then each image's box:
+ *                   box_h rows of out_pitch = round8(box_w x channels) bytes, RGB or grey
  *                   (out_off is the same on every DPU of a batch: one gather reads them all)
  *   work_off        the decoded component planes (the kernel's scratch: never transferred)
  *
@@ -100,9 +101,12 @@ typedef struct pim_jpeg_image {
     uint32_t first_interval; /* into the chunk's intervals */
     uint32_t n_intervals;
     uint32_t tables_offset;  /* from tables_off */
-    uint32_t out_offset;     /* the image's pixels, from the chunk start */
-    uint32_t out_pitch;      /* round8(width x n_comp) */
-    uint32_t pad[6];
+    uint32_t out_offset;     /* the box's pixels, from the chunk start */
+    uint32_t out_pitch;      /* round8(box_w x n_comp) */
+    uint32_t box_top, box_left, box_h, box_w; /* the pixels wanted (the whole image, or a crop):
+                                                 the intervals sent must hold every MCU they
+                                                 need, with upsampling context */
+    uint32_t pad[2];
     pim_jpeg_component_t comp[PIM_JPEG_MAX_COMPONENTS];
 } pim_jpeg_image_t;
 

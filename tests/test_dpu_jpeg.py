@@ -301,3 +301,82 @@ def test_the_emulators_rules_held_and_wram_fits(decoder):
     compressed = layout.intervals[-1][1] - layout.intervals[0][0]
     assert counters.host_to_dpu_bytes < compressed + 6000     # + descriptors and tables
     assert counters.dpu_to_host_bytes < 64 * 96 * 3 + 100      # + statuses
+
+
+# --------------------------------------------------------------------------------------
+# Crops: only the restart intervals a box needs travel and are decoded
+# --------------------------------------------------------------------------------------
+def _box_cases(height, width, mcu):
+    """Boxes whose edges sit on, just before and just after MCU edges."""
+    for edge in (mcu, 2 * mcu):
+        for shift in (-2, -1, 0, 1, 2):
+            start = edge + shift
+            yield (start, start, min(mcu, height - start), min(mcu + 3, width - start))
+            yield (0, 0, start, start)
+            yield (start, 0, height - start, width)
+    yield (height - 1, width - 1, 1, 1)
+
+
+def test_mcu_edge_crops_are_bit_identical(decoder):
+    files, names, boxes = [], [], []
+    for i, (label, sampling) in enumerate(SAMPLINGS.items()):
+        pixels = photo(i, 53, 61)
+        jpeg = add_restart_markers(encode_jpeg(pixels, quality=85, sampling=sampling), 1)
+        mcu = 8 * max(max(h for h, _ in sampling), max(v for _, v in sampling))
+        for box in _box_cases(53, 61, mcu):
+            files.append(jpeg)
+            names.append(f"{label} box {box}")
+            boxes.append(box)
+    grey = add_restart_markers(encode_jpeg(photo(3, 53, 61), quality=85), 3)
+    for box in _box_cases(53, 61, 8):
+        files.append(grey)
+        names.append(f"grey box {box}")
+        boxes.append(box)
+    decoded = decoder.decode(files, names, boxes)
+    for jpeg, name, (top, left, h, w), got in zip(files, names, boxes, decoded):
+        want = libjpeg_turbo(jpeg)[top:top + h, left:left + w]
+        assert got.shape == want.shape and np.array_equal(got, want), name
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), sampling=st.sampled_from(sorted(SAMPLINGS)), interval=st.integers(1, 5))
+def test_property_boxes(decoder, data, sampling, interval):
+    height, width = data.draw(st.integers(1, 70)), data.draw(st.integers(1, 70))
+    top, left = data.draw(st.integers(0, height - 1)), data.draw(st.integers(0, width - 1))
+    h, w = data.draw(st.integers(1, height - top)), data.draw(st.integers(1, width - left))
+    jpeg = add_restart_markers(encode_jpeg(photo(2, height, width, 3 * height, 2 * width), quality=80,
+                                           sampling=SAMPLINGS[sampling]), interval)
+    [got] = decoder.decode([jpeg], [sampling], [(top, left, h, w)])
+    assert np.array_equal(got, libjpeg_turbo(jpeg)[top:top + h, left:left + w])
+
+
+def test_a_crop_sends_and_decodes_only_its_intervals():
+    pixels = photo(0, 128, 128)
+    jpeg = add_restart_markers(encode_jpeg(pixels, quality=85), 2)   # 8 x 8 MCUs, 32 intervals
+    layout = parse_baseline(jpeg)
+    box = (40, 40, 30, 20)
+    chosen = DJ.needed_intervals(layout, box)
+    assert 0 < len(chosen) < len(layout.intervals) // 4
+    with DJ.DpuJpegDecoder(nr_dpus=1, nr_tasklets=16) as dpus:
+        [whole] = dpus.decode([jpeg])
+        dpus.dpus.reset_counters()
+        [crop] = dpus.decode([jpeg], boxes=[box])
+        counters = dpus.dpus.counters()
+    assert np.array_equal(crop, whole[40:70, 40:60])
+    compressed = sum(layout.intervals[i][1] - layout.intervals[i][0] for i in chosen)
+    assert counters.host_to_dpu_bytes < compressed + 6000
+    assert compressed < (layout.intervals[-1][1] - layout.intervals[0][0]) / 3
+
+
+def test_the_upsampling_margin_is_needed(monkeypatch):
+    """The control: withholding the intervals of the box's 2-pixel margin changes pixels
+    (on fresh DPUs, whose planes hold nothing from an earlier decode)."""
+    pixels = photo(0, 64, 64)
+    jpeg = add_restart_markers(encode_jpeg(pixels, quality=85), 1)
+    box = (16, 16, 16, 16)   # exactly one 4:2:0 MCU
+    want = libjpeg_turbo(jpeg)[16:32, 16:32]
+    layout = parse_baseline(jpeg)
+    monkeypatch.setattr(DJ, "needed_intervals", lambda lay, b: [lay.mcus_x + 1])
+    with DJ.DpuJpegDecoder(nr_dpus=1, nr_tasklets=4) as dpus:
+        [got] = dpus.decode([jpeg], boxes=[box])
+    assert layout.mcus_x == 4 and not np.array_equal(got, want)

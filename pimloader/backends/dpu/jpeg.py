@@ -47,7 +47,8 @@ COMPONENT = np.dtype([(f, _U4) for f in (
     "comp_h")] + [("pad", _U4, (4,))])
 IMAGE = np.dtype([(f, _U4) for f in (
     "width", "height", "n_comp", "mcus_x", "mcus_y", "first_interval", "n_intervals",
-    "tables_offset", "out_offset", "out_pitch")] + [("pad", _U4, (6,)), ("comp", COMPONENT, (3,))])
+    "tables_offset", "out_offset", "out_pitch", "box_top", "box_left", "box_h", "box_w")]
+                 + [("pad", _U4, (2,)), ("comp", COMPONENT, (3,))])
 INTERVAL = np.dtype([(f, _U4) for f in ("first_mcu", "n_mcus", "data_offset", "data_bytes")])
 HUFF = np.dtype([("maxcode", "<i4", (18,)), ("valoffset", "<i4", (18,)), ("look", "<u2", (256,)),
                  ("huffval", "u1", (256,))])
@@ -99,25 +100,26 @@ def check_decodable(layout: BaselineJpeg, name, max_mcus_without_restarts: int) 
 
 
 class _Image:
-    """One file as the DPU takes it: its structure and descriptor pieces."""
+    """One file (or a box of it) as the DPU takes it: its structure and descriptor pieces."""
 
-    def __init__(self, data: bytes, name, max_mcus_without_restarts: int) -> None:
+    def __init__(self, data: bytes, name, max_mcus_without_restarts: int, box=None) -> None:
         self.data, self.name = data, name
-        self.layout = parse_baseline(data, name)
-        check_decodable(self.layout, name, max_mcus_without_restarts)
-        self.channels = len(self.layout.components)
-        self.pitch = _round8(self.layout.width * self.channels)
-        self.out_bytes = self.layout.height * self.pitch
-        used = sorted({key for c in self.layout.components for key in (c.dc, c.ac)})
+        self.layout = lay = parse_baseline(data, name)
+        check_decodable(lay, name, max_mcus_without_restarts)
+        self.box = _check_box(box, lay.height, lay.width, name)
+        self.channels = len(lay.components)
+        self.pitch = _round8(self.box[3] * self.channels)
+        self.out_bytes = self.box[2] * self.pitch
+        used = sorted({key for c in lay.components for key in (c.dc, c.ac)})
         if len(used) > 4:
             raise UnsupportedJpeg("huffman tables", name, f"{len(used)} tables in the scan")
         self.slots = {key: slot for slot, key in enumerate(used)}   # table -> pim_jpeg_tables_t.huff
-        self.data_start = self.layout.intervals[0][0]
-        self.data_bytes = self.layout.intervals[-1][1] - self.data_start
+        self.chosen = needed_intervals(lay, self.box)
+        self.data_bytes = sum(lay.intervals[i][1] - lay.intervals[i][0] for i in self.chosen)
 
     def work(self) -> int:
-        """An estimate of its decoding work: compressed bytes and pixels."""
-        return self.data_bytes * 8 + self.layout.width * self.layout.height
+        """An estimate of its decoding work: compressed bytes and output pixels."""
+        return self.data_bytes * 8 + self.box[2] * self.box[3]
 
     def planes(self) -> List[tuple]:
         """(plane_w, plane_h) of each component."""
@@ -137,31 +139,67 @@ class _Image:
     def descriptor(self, first_interval: int, tables_offset: int, out_offset: int, plane_offsets) -> np.ndarray:
         lay = self.layout
         d = np.zeros((), IMAGE)
+        top, left, height, width = self.box
         for key, value in (("width", lay.width), ("height", lay.height), ("n_comp", self.channels),
                            ("mcus_x", lay.mcus_x), ("mcus_y", lay.mcus_y), ("first_interval", first_interval),
-                           ("n_intervals", len(lay.intervals)), ("tables_offset", tables_offset),
-                           ("out_offset", out_offset), ("out_pitch", self.pitch)):
+                           ("n_intervals", len(self.chosen)), ("tables_offset", tables_offset),
+                           ("out_offset", out_offset), ("out_pitch", self.pitch), ("box_top", top),
+                           ("box_left", left), ("box_h", height), ("box_w", width)):
             d[key] = value
         for ci, (comp, (plane_w, plane_h), plane_off) in enumerate(zip(lay.components, self.planes(), plane_offsets)):
             hx, vx = lay.max_h // comp.h, lay.max_v // comp.v
-            comp_w = -(-lay.width * comp.h // lay.max_h)
+            comp_w = -(-lay.width * comp.h // lay.max_h)    # libjpeg's downsampled_width
             comp_h = -(-lay.height * comp.v // lay.max_v)
-            fancy = comp_w > 2 if hx == 2 else vx == 2   # jdsample.c's choice of upsampler
+            fancy = comp_w > 2 if hx == 2 else vx == 2     # jdsample.c's choice of upsampler
             c = d["comp"][ci]
             for key, value in (("h", comp.h), ("v", comp.v), ("hx", hx), ("vx", vx), ("fancy", int(fancy)),
-                               ("dc", self.slots[comp.dc]), ("ac", self.slots[comp.ac]), ("plane_off", plane_off), ("plane_w", plane_w),
-                               ("plane_h", plane_h), ("comp_w", comp_w), ("comp_h", comp_h)):
+                               ("dc", self.slots[comp.dc]), ("ac", self.slots[comp.ac]),
+                               ("plane_off", plane_off), ("plane_w", plane_w), ("plane_h", plane_h),
+                               ("comp_w", comp_w), ("comp_h", comp_h)):
                 c[key] = value
         return d
 
     def intervals(self, data_offset: int) -> np.ndarray:
+        """The chosen intervals' descriptors, their bytes packed from data_offset on."""
         lay = self.layout
-        out = np.zeros(len(lay.intervals), INTERVAL)
+        out = np.zeros(len(self.chosen), INTERVAL)
         per = lay.restart_mcus or lay.total_mcus
-        for i, (start, end) in enumerate(lay.intervals):
-            first = i * per
-            out[i] = (first, min(per, lay.total_mcus - first), data_offset + start - self.data_start, end - start)
+        for k, i in enumerate(self.chosen):
+            start, end = lay.intervals[i]
+            out[k] = (i * per, min(per, lay.total_mcus - i * per), data_offset, end - start)
+            data_offset += end - start
         return out
+
+    def interval_bytes(self) -> np.ndarray:
+        raw = np.frombuffer(self.data, np.uint8)
+        return np.concatenate([raw[self.layout.intervals[i][0]:self.layout.intervals[i][1]] for i in self.chosen])
+
+
+def _check_box(box, height: int, width: int, name):
+    """(top, left, height, width) inside the image; None: the whole image."""
+    if box is None:
+        return (0, 0, height, width)
+    top, left, h, w = (int(v) for v in box)
+    if h < 1 or w < 1 or top < 0 or left < 0 or top + h > height or left + w > width:
+        raise ValueError(f"{name}: box {tuple(box)} (top, left, height, width) is not inside the "
+                         f"{height}x{width} image")
+    return (top, left, h, w)
+
+
+def needed_intervals(layout: BaselineJpeg, box) -> List[int]:
+    """The restart intervals holding every MCU the box's pixels need: the box's own, and a
+    margin of 2 pixels (one chroma sample: the upsampling filters' reach) around it."""
+    top, left, height, width = box
+    margin = 2 if len(layout.components) > 1 else 0
+    mcu_h, mcu_w = 8 * layout.max_v, 8 * layout.max_h
+    rows = range(max(0, top - margin) // mcu_h, min(layout.height - 1, top + height - 1 + margin) // mcu_h + 1)
+    first_col = max(0, left - margin) // mcu_w
+    last_col = min(layout.width - 1, left + width - 1 + margin) // mcu_w
+    per = layout.restart_mcus or layout.total_mcus
+    chosen = set()
+    for row in rows:
+        chosen.update(range((row * layout.mcus_x + first_col) // per, (row * layout.mcus_x + last_col) // per + 1))
+    return sorted(chosen)
 
 
 def _put(buf: np.ndarray, at: int, array: np.ndarray) -> None:
@@ -224,7 +262,7 @@ class _Chunk:
             ivs = im.intervals(self.data_offsets[i])
             _put(buf, o["intervals_off"] + first * INTERVAL.itemsize, ivs)
             _put(buf, o["tables_off"] + tables_offset, im.tables())
-            _put(buf, self.data_offsets[i], np.frombuffer(im.data, np.uint8, im.data_bytes, im.data_start))
+            _put(buf, self.data_offsets[i], im.interval_bytes())
             self.out_offsets.append(out_pos)
             out_pos += im.out_bytes
             first += len(ivs)
@@ -245,8 +283,11 @@ class _Chunk:
 class DpuJpegDecoder:
     """DPUs decoding JPEGs: `with DpuJpegDecoder(nr_dpus=4) as dec: images = dec.decode(files)`.
 
-    `decode(files, names)` returns one uint8 array per file: (h, w, 3) RGB for YCbCr JPEGs,
-    (h, w) for greyscale ones, bit-identical to libjpeg-turbo's default decode. A file the DPUs
+    `decode(files, names, boxes)` returns one uint8 array per file: (h, w, 3) RGB for YCbCr
+    JPEGs, (h, w) for greyscale ones, bit-identical to libjpeg-turbo's default decode of the
+    whole image, or of its box (top, left, height, width) cropped from it: for a box, only the
+    restart intervals that hold the box's MCUs and their upsampling context travel and are
+    decoded. A file the DPUs
     cannot take raises `UnsupportedJpeg` (with its `reason`) before anything runs: ask
     `fallback_reason` first to route files; a corrupt one raises `DecodeError` naming it."""
 
@@ -283,18 +324,23 @@ class DpuJpegDecoder:
     def fallback_reason(self, data, name=None) -> Optional[str]:
         return fallback_reason(data, name, max_mcus_without_restarts=self.max_mcus_without_restarts)
 
-    def decode(self, files: Sequence, names: Optional[Sequence] = None, *, debug: int = 0) -> List[np.ndarray]:
-        results = self.decode_each(files, names, debug=debug)
+    def decode(self, files: Sequence, names: Optional[Sequence] = None, boxes: Optional[Sequence] = None, *,
+               debug: int = 0) -> List[np.ndarray]:
+        results = self.decode_each(files, names, boxes, debug=debug)
         for result in results:
             if isinstance(result, DecodeError):
                 raise result
         return results
 
-    def decode_each(self, files: Sequence, names: Optional[Sequence] = None, *, debug: int = 0) -> list:
+    def decode_each(self, files: Sequence, names: Optional[Sequence] = None, boxes: Optional[Sequence] = None,
+                    *, debug: int = 0) -> list:
         """As `decode`, but a file whose data the DPU found corrupt gives its DecodeError in
         its place of the list instead of raising (the others decode as usual)."""
         names = list(names) if names is not None else [f"image {i}" for i in range(len(files))]
-        images = [_Image(bytes(f), n, self.max_mcus_without_restarts) for f, n in zip(files, names)]
+        boxes = list(boxes) if boxes is not None else [None] * len(files)
+        if not len(files) == len(names) == len(boxes):
+            raise ValueError(f"{len(files)} files, {len(names)} names and {len(boxes)} boxes")
+        images = [_Image(bytes(f), n, self.max_mcus_without_restarts, b) for f, n, b in zip(files, names, boxes)]
         if not images:
             return []
         runs = _split([im.work() for im in images], self.nr_dpus)
@@ -335,9 +381,10 @@ class DpuJpegDecoder:
             raise _fail(im.name, f"DPU decoder: {_describe(code, int(status['detail']))} in restart interval "
                                  f"{int(status['interval'])} (DPU {dpu})")
         start = chunk.out_offsets[k] - out_off
-        rows = out[start:start + im.out_bytes].reshape(im.layout.height, im.pitch)
-        pixels = rows[:, :im.layout.width * im.channels]
-        shape = (im.layout.height, im.layout.width) + ((3,) if im.channels == 3 else ())
+        _, _, height, width = im.box
+        rows = out[start:start + im.out_bytes].reshape(height, im.pitch)
+        pixels = rows[:, :width * im.channels]
+        shape = (height, width) + ((3,) if im.channels == 3 else ())
         return np.ascontiguousarray(pixels).reshape(shape)
 
 
