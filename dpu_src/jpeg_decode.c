@@ -209,9 +209,11 @@ static uint32_t decode_symbol(reader_t *r, const pim_jpeg_huff_t *t)
     return 0;
 }
 
-/* One block's coefficients in natural order (jdhuff.c's decode_mcu for one block). */
-static void decode_block(reader_t *r, int16_t *coef, const pim_jpeg_component_t *c, int32_t *dc_pred)
+/* One block's coefficients in natural order (jdhuff.c's decode_mcu for one block); returns
+ * how many AC coefficients it decoded. */
+static uint32_t decode_block(reader_t *r, int16_t *coef, const pim_jpeg_component_t *c, int32_t *dc_pred)
 {
+    uint32_t decoded = 0;
     uint64_t *words = (uint64_t *)(void *)coef;
     for (uint32_t i = 0; i < 16; i++)
         words[i] = 0;
@@ -226,15 +228,17 @@ static void decode_block(reader_t *r, int16_t *coef, const pim_jpeg_component_t 
             k += run;
             if (k > 63) {
                 r->error = PIM_JPEG_ERR_COEFFICIENTS;
-                return;
+                return decoded;
             }
             coef[natural_order[k]] = (int16_t)extend(get_bits(r, size), size);
+            decoded++;
         } else if (run == 15) {
             k += 15;
         } else {
             break;
         }
     }
+    return decoded;
 }
 
 /* ---- the inverse DCT: jidctint.c's jpeg_idct_islow, integer for integer ---------------- */
@@ -357,13 +361,15 @@ typedef struct {
 
 #define DECODE_FIXED_BYTES (PIM_JPEG_WINDOW + 64 * 2 + 64 * 4)
 
-static uint32_t mcu_bytes(void)
+static uint32_t blocks_per_mcu(void)
 {
     uint32_t n = 0;
     for (uint32_t c = 0; c < image.n_comp; c++)
-        n += image.comp[c].h * image.comp[c].v * 64;
+        n += image.comp[c].h * image.comp[c].v;
     return n;
 }
+
+static uint32_t mcu_bytes(void) { return 64 * blocks_per_mcu(); }
 
 static int plan_decode(uint8_t *arena, decode_bufs_t *b)
 {
@@ -407,13 +413,14 @@ static void decode_interval(uint32_t index, const decode_bufs_t *b)
     reader_t r;
     reader_start(&r, b->window, chunk + iv.data_offset, iv.data_bytes);
     int32_t dc_pred[PIM_JPEG_MAX_COMPONENTS] = {0, 0, 0};
+    uint32_t ac_coefficients = 0;
     uint32_t mx = iv.first_mcu % image.mcus_x, my = iv.first_mcu / image.mcus_x, mx0 = mx, k = 0;
     for (uint32_t n = 0; n < iv.n_mcus; n++) {
         for (uint32_t ci = 0; ci < image.n_comp; ci++) {
             const pim_jpeg_component_t *c = &image.comp[ci];
             for (uint32_t by = 0; by < c->v; by++)
                 for (uint32_t bx = 0; bx < c->h; bx++) {
-                    decode_block(&r, b->coef, c, &dc_pred[ci]);
+                    ac_coefficients += decode_block(&r, b->coef, c, &dc_pred[ci]);
                     uint8_t *out = b->strip + b->strip_off[ci] + by * 8 * b->strip_w[ci] + (k * c->h + bx) * 8;
                     idct_islow(b->coef, tables.quant[ci], b->ws, out, b->strip_w[ci]);
                 }
@@ -439,8 +446,16 @@ static void decode_interval(uint32_t index, const decode_bufs_t *b)
     /* every byte used, but for the last one's padding bits */
     const uint32_t unused_bits = (uint32_t)(r.bits - r.padding_bits) + 8 * (r.len - r.pos) +
                                  (r.next < r.end ? 8 * (r.end - r.next) : 0);
-    if (unused_bits >= 8)
+    if (unused_bits >= 8) {
         fail_image(PIM_JPEG_ERR_LONG, index, unused_bits);
+        return;
+    }
+    mutex_lock(work_mutex);
+    image_status.mcus += iv.n_mcus;
+    image_status.blocks += iv.n_mcus * blocks_per_mcu();
+    image_status.ac_coefficients += ac_coefficients;
+    image_status.entropy_bytes += iv.data_bytes;
+    mutex_unlock(work_mutex);
 }
 
 /* ---- phase 3: planes into RGB (or grey) rows ---------------------------------------- */
@@ -596,6 +611,7 @@ static void load_image(uint32_t i)
     image_status.code = PIM_JPEG_STATUS_OK;
     image_status.batch_id = header.batch_id;
     image_status.interval = image_status.detail = 0;
+    image_status.mcus = image_status.blocks = image_status.ac_coefficients = image_status.entropy_bytes = 0;
     read_big(chunk + header.images_off + i * (uint32_t)sizeof(image), &image, sizeof(image));
     if (!image_ok()) {
         image_status.code = PIM_JPEG_ERR_IMAGE;
@@ -613,6 +629,7 @@ static void set_up_chunk(void)
     chunk_status.code = PIM_JPEG_STATUS_OK;
     chunk_status.batch_id = header.batch_id;
     chunk_status.interval = chunk_status.detail = 0;
+    chunk_status.mcus = chunk_status.blocks = chunk_status.ac_coefficients = chunk_status.entropy_bytes = 0;
     if (!header_ok())
         chunk_status.code = PIM_JPEG_ERR_HEADER;
     else if (header.nr_tasklets != NR_TASKLETS || header.arena_bytes != arena_bytes || arena_bytes == 0)

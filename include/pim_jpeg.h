@@ -135,9 +135,14 @@ typedef struct pim_jpeg_tables {
 
 typedef struct pim_jpeg_status {
     uint32_t code;           /* PIM_JPEG_STATUS_OK or PIM_JPEG_ERR_* */
-    uint32_t batch_id;       /* the chunk's status: the header's batch_id */
+    uint32_t batch_id;       /* the header's batch_id */
     uint32_t interval;       /* image statuses: the failing interval, from the image's first */
     uint32_t detail;
+    /* the work an image's decode did (image statuses; counted by the kernel, for the cost model) */
+    uint32_t mcus;           /* MCUs entropy-decoded */
+    uint32_t blocks;         /* 8x8 blocks dequantised and inverse-transformed */
+    uint32_t ac_coefficients; /* non-zero AC coefficients Huffman-decoded */
+    uint32_t entropy_bytes;  /* entropy-coded bytes read */
 } pim_jpeg_status_t;
 /* cffi-cdef-end */
 
@@ -147,7 +152,7 @@ _Static_assert(sizeof(pim_jpeg_image_t) == 256, "pim_jpeg_image_t is 256 bytes")
 _Static_assert(sizeof(pim_jpeg_interval_t) == 16, "pim_jpeg_interval_t is 16 bytes");
 _Static_assert(sizeof(pim_jpeg_huff_t) == 912, "pim_jpeg_huff_t is 912 bytes");
 _Static_assert(sizeof(pim_jpeg_tables_t) % 8 == 0, "pim_jpeg_tables_t keeps 8-byte alignment");
-_Static_assert(sizeof(pim_jpeg_status_t) == 16, "pim_jpeg_status_t is 16 bytes");
+_Static_assert(sizeof(pim_jpeg_status_t) == 32, "pim_jpeg_status_t is 32 bytes");
 
 /* WRAM left to each tasklet's arena (mem_alloc) once the runtime, the kernel's globals and
  * the stacks are counted. */

@@ -380,3 +380,19 @@ def test_the_upsampling_margin_is_needed(monkeypatch):
     with DJ.DpuJpegDecoder(nr_dpus=1, nr_tasklets=4) as dpus:
         [got] = dpus.decode([jpeg], boxes=[box])
     assert layout.mcus_x == 4 and not np.array_equal(got, want)
+
+
+def test_the_kernel_counts_its_work(decoder):
+    """MCUs, blocks and bytes as the file's structure says; AC coefficients grow with quality."""
+    pixels = photo(0, 48, 64)
+    files = [add_restart_markers(encode_jpeg(pixels, quality=q), 4) for q in (30, 95)]
+    decoder.decode(files + [files[0]], boxes=[None, None, (20, 20, 5, 5)])
+    for work, jpeg in zip(decoder.last_work, files):
+        layout = parse_baseline(jpeg)
+        assert work["mcus"] == layout.total_mcus == 3 * 4
+        assert work["blocks"] == 6 * layout.total_mcus
+        assert work["entropy_bytes"] == sum(end - start for start, end in layout.intervals)
+        assert work["pixels"] == 48 * 64
+    low, high, crop = decoder.last_work
+    assert 0 < low["ac_coefficients"] < high["ac_coefficients"] < 63 * high["blocks"]
+    assert crop["mcus"] == 4 * len(DJ.needed_intervals(parse_baseline(files[0]), (20, 20, 5, 5)))

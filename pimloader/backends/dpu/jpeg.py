@@ -53,7 +53,9 @@ INTERVAL = np.dtype([(f, _U4) for f in ("first_mcu", "n_mcus", "data_offset", "d
 HUFF = np.dtype([("maxcode", "<i4", (18,)), ("valoffset", "<i4", (18,)), ("look", "<u2", (256,)),
                  ("huffval", "u1", (256,))])
 TABLES = np.dtype([("quant", "<u2", (3, 64)), ("huff", HUFF, (4,))])
-STATUS = np.dtype([(f, _U4) for f in ("code", "batch_id", "interval", "detail")])
+STATUS = np.dtype([(f, _U4) for f in ("code", "batch_id", "interval", "detail", "mcus", "blocks",
+                                       "ac_coefficients", "entropy_bytes")])
+WORK_FIELDS = ("mcus", "blocks", "ac_coefficients", "entropy_bytes")
 
 KERNEL_ERRORS = {
     1: "the chunk's header is invalid", 2: "the kernel was built for other NR_TASKLETS or stack",
@@ -311,6 +313,7 @@ class DpuJpegDecoder:
             raise
         self.nr_dpus = self.dpus.nr_dpus
         self._batch = 0
+        self.last_work: list = []   # per image of the last decode: the kernel's work counts
 
     def close(self) -> None:
         self.dpus.close()
@@ -346,46 +349,53 @@ class DpuJpegDecoder:
         runs = _split([im.work() for im in images], self.nr_dpus)
         chunks = [_Chunk([images[i] for i in run], self.nr_tasklets, self.stack_bytes) for run in runs]
         out_off = _round8(max(c.in_bytes for c in chunks))
+        gathered = self._run(chunks, out_off, debug)
+        results: list = [None] * len(images)
+        self.last_work = [None] * len(images)
+        for dpu, (run, chunk) in enumerate(zip(runs, chunks)):
+            self._check_status(dpu, gathered[dpu], chunk, None)
+            for k, i in enumerate(run):
+                status = self._check_status(dpu, gathered[dpu], chunk, k)
+                self.last_work[i] = {f: int(status[f]) for f in WORK_FIELDS}
+                self.last_work[i]["pixels"] = images[i].box[2] * images[i].box[3]
+                if int(status["code"]) == STATUS_OK:
+                    results[i] = self._pixels(gathered[dpu], chunk, k, out_off)
+                else:
+                    results[i] = _fail(images[i].name, f"DPU decoder: {_describe(int(status['code']), int(status['detail']))}"
+                                                       f" in restart interval {int(status['interval'])} (DPU {dpu})")
+        return results
+
+    def _run(self, chunks: List["_Chunk"], out_off: int, debug: int) -> np.ndarray:
+        """Push the chunks, launch, gather every DPU's statuses and pixels."""
         out_bytes = _round8(max(c.out_bytes for c in chunks))
         self._batch += 1
         packed = [c.pack(out_off, out_bytes, self._batch, debug) for c in chunks]
         length = max(p.nbytes for p in packed)
-        buffers = [np.concatenate([p, np.zeros(length - p.nbytes, np.uint8)]) for p in packed]
-        self.dpus.push(self._symbol, buffers)
+        self.dpus.push(self._symbol, [np.concatenate([p, np.zeros(length - p.nbytes, np.uint8)]) for p in packed])
         self.dpus.launch()
-        gathered = self.dpus.gather(self._symbol, out_bytes, offset=out_off)
-        results: list = [None] * len(images)
-        for dpu, (run, chunk) in enumerate(zip(runs, chunks)):
-            self._check_chunk(dpu, gathered[dpu], chunk)
-            for k, i in enumerate(run):
-                try:
-                    results[i] = self._image(dpu, gathered[dpu], chunk, k, out_off)
-                except DecodeError as error:
-                    results[i] = error
-        return results
+        return self.dpus.gather(self._symbol, out_bytes, offset=out_off)
 
-    def _check_chunk(self, dpu: int, out: np.ndarray, chunk: _Chunk) -> None:
-        status = out[:STATUS.itemsize].view(STATUS)[0]
-        if int(status["code"]) != STATUS_OK or int(status["batch_id"]) != self._batch:
-            code = int(status["code"])
+    def _check_status(self, dpu: int, out: np.ndarray, chunk: "_Chunk", k: Optional[int]):
+        """The chunk's status (k None) or image k's; raises DpuKernelError unless the kernel
+        wrote it in this batch and it is OK or an error of the file's data (codes 4..8)."""
+        at = 0 if k is None else (k + 1) * STATUS.itemsize
+        status = out[at:at + STATUS.itemsize].view(STATUS)[0]
+        code = int(status["code"])
+        data_error = k is not None and code in (4, 5, 6, 7, 8)
+        if (code != STATUS_OK and not data_error) or int(status["batch_id"]) != self._batch:
             what = KERNEL_ERRORS.get(code, f"no status written (code 0x{code:x})")
-            names = ", ".join(str(im.name) for im in chunk.images)
+            names = ", ".join(str(im.name) for im in (chunk.images if k is None else [chunk.images[k]]))
             raise DpuKernelError(f"JPEG kernel on DPU {dpu} (images {names}): {what} "
                                  f"(detail {int(status['detail'])})", code, dpu)
+        return status
 
-    def _image(self, dpu: int, out: np.ndarray, chunk: _Chunk, k: int, out_off: int) -> np.ndarray:
+    def _pixels(self, out: np.ndarray, chunk: "_Chunk", k: int, out_off: int) -> np.ndarray:
         im = chunk.images[k]
-        status = out[(k + 1) * STATUS.itemsize:][:STATUS.itemsize].view(STATUS)[0]
-        if int(status["code"]) != STATUS_OK:
-            code = int(status["code"])
-            raise _fail(im.name, f"DPU decoder: {_describe(code, int(status['detail']))} in restart interval "
-                                 f"{int(status['interval'])} (DPU {dpu})")
         start = chunk.out_offsets[k] - out_off
         _, _, height, width = im.box
         rows = out[start:start + im.out_bytes].reshape(height, im.pitch)
-        pixels = rows[:, :width * im.channels]
         shape = (height, width) + ((3,) if im.channels == 3 else ())
-        return np.ascontiguousarray(pixels).reshape(shape)
+        return np.ascontiguousarray(rows[:, :width * im.channels]).reshape(shape)
 
 
 __all__ = ["DpuJpegDecoder", "fallback_reason", "check_decodable", "UnsupportedJpeg", "DecodeError"]
