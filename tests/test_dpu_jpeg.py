@@ -119,6 +119,18 @@ def test_tiny_images_take_libjpeg_turbos_edge_paths(decoder, height, width):
     assert_bit_identical(files, list(SAMPLINGS), decoder.decode(files, list(SAMPLINGS)))
 
 
+def test_less_common_sampling_factors(decoder):
+    """Sampling factors libjpeg accepts beyond the four names: every component 2x1 or 1x2
+    (no upsampling, bigger MCUs), chroma at half the luma's rows only inside 2x2 MCUs, grey
+    with 2x2 factors (a one-component scan ignores them)."""
+    colour, grey = photo(0, 45, 67), photo(3, 45, 67)
+    cases = {"all 2x1": (colour, [(2, 1)] * 3), "all 1x2": (colour, [(1, 2)] * 3),
+             "2x2 + 2x1 chroma": (colour, [(2, 2), (2, 1), (2, 1)]),
+             "2x2 + 1x2 chroma": (colour, [(2, 2), (1, 2), (1, 2)]), "grey 2x2": (grey, [(2, 2)])}
+    files = [add_restart_markers(encode_jpeg(px, quality=80, sampling=s), 2) for px, s in cases.values()]
+    assert_bit_identical(files, list(cases), decoder.decode(files, list(cases)))
+
+
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(height=st.integers(1, 60), width=st.integers(1, 60), sampling=st.sampled_from(sorted(SAMPLINGS)),
        interval=st.integers(1, 6), quality=st.integers(10, 100), photo_index=st.integers(0, 2))
@@ -159,6 +171,7 @@ def test_fallbacks_say_why(decoder):
         "components": encode_jpeg(np.dstack([pixels, grey]), colorspace="CMYK"),
         "colour space": encode_jpeg(pixels, colorspace="RGB"),
         "sampling": encode_jpeg(pixels, sampling=[(4, 1), (1, 1), (1, 1)]),
+        "sampling ": encode_jpeg(pixels, sampling=[(2, 2), (1, 1), (2, 1)]),
         "precision": _patched(encode_jpeg(pixels), 0xC0, 0, 12),
         "lossless": _sof0_as(encode_jpeg(pixels), 0xC3),
         "no restarts": encode_jpeg(big),
@@ -167,6 +180,7 @@ def test_fallbacks_say_why(decoder):
     ycck = encode_jpeg(np.dstack([pixels, grey]), colorspace="YCCK")
     assert decoder.fallback_reason(ycck) == "components"
     for reason, jpeg in cases.items():
+        reason = reason.strip()
         assert reason in REASONS
         assert decoder.fallback_reason(jpeg, "f.jpg") == reason, reason
         with pytest.raises(UnsupportedJpeg, match="f.jpg") as caught:

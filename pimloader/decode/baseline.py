@@ -28,7 +28,8 @@ REASONS = {
     "precision": "samples of more than 8 bits",
     "components": "neither 1 (grey) nor 3 (YCbCr) components, e.g. CMYK/YCCK",
     "colour space": "3 components that are not YCbCr (an RGB JPEG)",
-    "sampling": "a chroma subsampling other than 4:4:4, 4:2:2, 4:2:0 and 4:4:0",
+    "sampling": "a chroma subsampling other than by 1 or 2 across and down (e.g. 4:1:1), or luma "
+                "not the most sampled component, or Cb and Cr sampled differently",
     "quantisation": "16-bit quantisation values over 32767",
     "multi-scan": "more than one scan, or a scan without every component",
     "huffman tables": "more than 4 Huffman tables in the scan",
@@ -210,9 +211,7 @@ def _check_sampling(comps, name) -> None:
         return
     max_h, max_v = max(c[1] for c in comps), max(c[2] for c in comps)
     (_, h0, v0, _), chroma = comps[0], comps[1:]
-    ok = ((h0, v0) == (max_h, max_v) and max_h <= 2 and max_v <= 2
-          and all((c[1], c[2]) == (1, 1) or (c[1], c[2]) == (h0, v0) for c in chroma)
-          and chroma[0][1:3] == chroma[1][1:3])
+    ok = (h0, v0) == (max_h, max_v) and max_h <= 2 and max_v <= 2 and chroma[0][1:3] == chroma[1][1:3]
     if not ok:
         factors = ",".join(f"{c[1]}x{c[2]}" for c in comps)
         raise UnsupportedJpeg("sampling", name, f"sampling factors {factors}")
