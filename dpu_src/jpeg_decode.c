@@ -98,16 +98,16 @@ static void fail_image(uint32_t code, uint32_t interval, uint32_t detail)
     mutex_unlock(work_mutex);
 }
 
-static uint32_t take(uint32_t *counter, uint32_t limit)
+/* Claims the next `count` items (fewer at the end) of a shared counter; `limit` when none
+ * is left or the image failed. */
+static uint32_t take(uint32_t *counter, uint32_t limit, uint32_t count)
 {
     mutex_lock(work_mutex);
     const uint32_t i = *counter;
-    if (i < limit && image_status.code == PIM_JPEG_STATUS_OK)
-        *counter = i + 1;
-    else
-        *counter = limit;
+    const int more = i < limit && image_status.code == PIM_JPEG_STATUS_OK;
+    *counter = more ? i + min_u32(count, limit - i) : limit;
     mutex_unlock(work_mutex);
-    return i < limit && image_status.code == PIM_JPEG_STATUS_OK ? i : limit;
+    return more ? i : limit;
 }
 
 /* ---- the bit reader: an interval's entropy-coded bytes, unstuffed --------------------- */
@@ -387,19 +387,48 @@ static int plan_decode(uint8_t *arena, decode_bufs_t *b)
     return b->strip_mcus > 0;
 }
 
-/* Writes k MCUs of the strip to the planes, at MCU column mx0 of MCU row my. */
-static void flush_strip(const decode_bufs_t *b, uint32_t mx0, uint32_t my, uint32_t k)
+/* The MCUs in a tasklet's strip: k of them, from MCU column mx0 of MCU row my. The strip
+ * goes on across the consecutive intervals a tasklet takes, so that its writes are long. */
+typedef struct {
+    uint32_t mx0, my, k;
+} strip_t;
+
+/* Writes the strip's MCUs to the planes and empties it. */
+static void flush_strip(const decode_bufs_t *b, strip_t *s)
 {
-    for (uint32_t ci = 0; ci < image.n_comp; ci++) {
+    for (uint32_t ci = 0; ci < image.n_comp && s->k; ci++) {
         const pim_jpeg_component_t *c = &image.comp[ci];
-        const uint32_t rows = c->v * 8, bytes = k * c->h * 8;
-        uint32_t to = chunk + c->plane_off + my * rows * c->plane_w + mx0 * c->h * 8;
+        const uint32_t rows = c->v * 8, bytes = s->k * c->h * 8;
+        uint32_t to = chunk + c->plane_off + s->my * rows * c->plane_w + s->mx0 * c->h * 8;
         for (uint32_t r = 0; r < rows; r++, to += c->plane_w)
             write_big(b->strip + b->strip_off[ci] + r * b->strip_w[ci], to, bytes);
     }
+    s->k = 0;
 }
 
-static void decode_interval(uint32_t index, const decode_bufs_t *b)
+/* One more MCU in the strip: flushed when the strip is full or the MCU row ends. */
+static void strip_push(const decode_bufs_t *b, strip_t *s)
+{
+    const uint32_t mx = s->mx0 + ++s->k;
+    if (s->k == b->strip_mcus || mx == image.mcus_x) {
+        flush_strip(b, s);
+        s->mx0 = mx == image.mcus_x ? 0 : mx;
+        s->my += mx == image.mcus_x;
+    }
+}
+
+/* Makes the strip start at MCU `first`, unless it already continues there. */
+static void strip_start(const decode_bufs_t *b, strip_t *s, uint32_t first)
+{
+    if (s->k && first == s->my * image.mcus_x + s->mx0 + s->k)
+        return;
+    flush_strip(b, s);
+    s->mx0 = first % image.mcus_x;
+    s->my = first / image.mcus_x;
+}
+
+/* Decodes restart interval `index` of the image into the strip (and so into the planes). */
+static void decode_interval(uint32_t index, const decode_bufs_t *b, strip_t *s)
 {
     pim_jpeg_interval_t iv __dma_aligned;
     read_big(chunk + header.intervals_off + (image.first_interval + index) * (uint32_t)sizeof(iv), &iv, sizeof(iv));
@@ -410,18 +439,18 @@ static void decode_interval(uint32_t index, const decode_bufs_t *b)
         fail_image(PIM_JPEG_ERR_IMAGE, index, 1);
         return;
     }
+    strip_start(b, s, iv.first_mcu);
     reader_t r;
     reader_start(&r, b->window, chunk + iv.data_offset, iv.data_bytes);
     int32_t dc_pred[PIM_JPEG_MAX_COMPONENTS] = {0, 0, 0};
     uint32_t ac_coefficients = 0;
-    uint32_t mx = iv.first_mcu % image.mcus_x, my = iv.first_mcu / image.mcus_x, mx0 = mx, k = 0;
     for (uint32_t n = 0; n < iv.n_mcus; n++) {
         for (uint32_t ci = 0; ci < image.n_comp; ci++) {
             const pim_jpeg_component_t *c = &image.comp[ci];
             for (uint32_t by = 0; by < c->v; by++)
                 for (uint32_t bx = 0; bx < c->h; bx++) {
                     ac_coefficients += decode_block(&r, b->coef, c, &dc_pred[ci]);
-                    uint8_t *out = b->strip + b->strip_off[ci] + by * 8 * b->strip_w[ci] + (k * c->h + bx) * 8;
+                    uint8_t *out = b->strip + b->strip_off[ci] + by * 8 * b->strip_w[ci] + (s->k * c->h + bx) * 8;
                     idct_islow(b->coef, tables.quant[ci], b->ws, out, b->strip_w[ci]);
                 }
         }
@@ -429,19 +458,10 @@ static void decode_interval(uint32_t index, const decode_bufs_t *b)
             r.error = PIM_JPEG_ERR_SHORT;
         if (r.error) {
             fail_image(r.error, index, iv.first_mcu + n);
+            s->k = 0;
             return;
         }
-        k++;
-        mx++;
-        if (k == b->strip_mcus || mx == image.mcus_x || n + 1 == iv.n_mcus) {
-            flush_strip(b, mx0, my, k);
-            k = 0;
-            if (mx == image.mcus_x) {
-                mx = 0;
-                my++;
-            }
-            mx0 = mx;
-        }
+        strip_push(b, s);
     }
     /* every byte used, but for the last one's padding bits */
     const uint32_t unused_bits = (uint32_t)(r.bits - r.padding_bits) + 8 * (r.len - r.pos) +
@@ -642,13 +662,20 @@ static void decode_image(uint8_t *arena)
     decode_bufs_t db;
     if (!plan_decode(arena, &db))
         fail_image(PIM_JPEG_ERR_WRAM, 0, mcu_bytes());
-    for (uint32_t i; (i = take(&next_interval, image.n_intervals)) < image.n_intervals;)
-        decode_interval(i, &db);
+    /* runs of consecutive intervals that fill a strip, if every tasklet still gets one */
+    uint32_t run = image.restart_mcus ? db.strip_mcus / image.restart_mcus : 1;
+    run = run < 1 ? 1 : min_u32(run, image.n_intervals / NR_TASKLETS ? image.n_intervals / NR_TASKLETS : 1);
+    strip_t strip = {0, 0, 0};
+    for (uint32_t i; (i = take(&next_interval, image.n_intervals, run)) < image.n_intervals;) {
+        for (uint32_t j = i; j < min_u32(i + run, image.n_intervals) && image_status.code == PIM_JPEG_STATUS_OK; j++)
+            decode_interval(j, &db, &strip);
+        flush_strip(&db, &strip);
+    }
     barrier_wait(&step_barrier);
     row_bufs_t rb;
     if (!plan_rows(arena, &rb))
         fail_image(PIM_JPEG_ERR_WRAM, 0, arena_bytes);
-    for (uint32_t row; (row = take(&next_row, image.box_h)) < image.box_h;)
+    for (uint32_t row; (row = take(&next_row, image.box_h, 1)) < image.box_h;)
         make_row(row, &rb);
 }
 

@@ -106,7 +106,8 @@ typedef struct pim_jpeg_image {
     uint32_t box_top, box_left, box_h, box_w; /* the pixels wanted (the whole image, or a crop):
                                                  the intervals sent must hold every MCU they
                                                  need, with upsampling context */
-    uint32_t pad[2];
+    uint32_t restart_mcus;   /* MCUs per restart interval (the last may have fewer) */
+    uint32_t pad;
     pim_jpeg_component_t comp[PIM_JPEG_MAX_COMPONENTS];
 } pim_jpeg_image_t;
 

@@ -47,8 +47,8 @@ COMPONENT = np.dtype([(f, _U4) for f in (
     "comp_h")] + [("pad", _U4, (4,))])
 IMAGE = np.dtype([(f, _U4) for f in (
     "width", "height", "n_comp", "mcus_x", "mcus_y", "first_interval", "n_intervals",
-    "tables_offset", "out_offset", "out_pitch", "box_top", "box_left", "box_h", "box_w")]
-                 + [("pad", _U4, (2,)), ("comp", COMPONENT, (3,))])
+    "tables_offset", "out_offset", "out_pitch", "box_top", "box_left", "box_h", "box_w", "restart_mcus")]
+                 + [("pad", _U4), ("comp", COMPONENT, (3,))])
 INTERVAL = np.dtype([(f, _U4) for f in ("first_mcu", "n_mcus", "data_offset", "data_bytes")])
 HUFF = np.dtype([("maxcode", "<i4", (18,)), ("valoffset", "<i4", (18,)), ("look", "<u2", (256,)),
                  ("huffval", "u1", (256,))])
@@ -146,7 +146,8 @@ class _Image:
                            ("mcus_x", lay.mcus_x), ("mcus_y", lay.mcus_y), ("first_interval", first_interval),
                            ("n_intervals", len(self.chosen)), ("tables_offset", tables_offset),
                            ("out_offset", out_offset), ("out_pitch", self.pitch), ("box_top", top),
-                           ("box_left", left), ("box_h", height), ("box_w", width)):
+                           ("box_left", left), ("box_h", height), ("box_w", width),
+                           ("restart_mcus", lay.restart_mcus or lay.total_mcus)):
             d[key] = value
         for ci, (comp, (plane_w, plane_h), plane_off) in enumerate(zip(lay.components, self.planes(), plane_offsets)):
             hx, vx = lay.max_h // comp.h, lay.max_v // comp.v
