@@ -410,3 +410,28 @@ def test_the_kernel_counts_its_work(decoder):
     low, high, crop = decoder.last_work
     assert 0 < low["ac_coefficients"] < high["ac_coefficients"] < 63 * high["blocks"]
     assert crop["mcus"] == 4 * len(DJ.needed_intervals(parse_baseline(files[0]), (20, 20, 5, 5)))
+
+
+def test_contract_breaks_are_kernel_errors_naming_the_dpu(monkeypatch):
+    """A chunk built for other tasklets, or a descriptor the kernel refuses, is the host's or
+    the kernel's fault, not the file's: DpuKernelError naming the DPU and the images."""
+    from pimloader.errors import DpuKernelError
+    jpeg = add_restart_markers(encode_jpeg(photo(0, 24, 24)), 1)
+    with DJ.DpuJpegDecoder(nr_dpus=2, nr_tasklets=4) as dpus:
+        dpus.nr_tasklets = 8
+        with pytest.raises(DpuKernelError, match="DPU 0 .*k.jpg.*NR_TASKLETS") as caught:
+            dpus.decode([jpeg, jpeg], ["k.jpg", "l.jpg"])
+        assert caught.value.dpu == 0
+        dpus.nr_tasklets = 4
+        describe = DJ._Image.descriptor
+        monkeypatch.setattr(DJ._Image, "descriptor", lambda self, *a: _with(describe(self, *a), out_pitch=1))
+        with pytest.raises(DpuKernelError, match="DPU 0 .*c.jpg.*descriptor"):
+            dpus.decode([jpeg, jpeg], ["c.jpg", "d.jpg"])
+        monkeypatch.undo()
+        assert_bit_identical([jpeg], ["afterwards"], dpus.decode([jpeg]))
+
+
+def _with(descriptor, **fields):
+    for key, value in fields.items():
+        descriptor[key] = value
+    return descriptor

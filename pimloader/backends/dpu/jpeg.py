@@ -386,7 +386,7 @@ class DpuJpegDecoder:
         if (code != STATUS_OK and not data_error) or int(status["batch_id"]) != self._batch:
             what = KERNEL_ERRORS.get(code, f"no status written (code 0x{code:x})")
             names = ", ".join(str(im.name) for im in (chunk.images if k is None else [chunk.images[k]]))
-            raise DpuKernelError(f"JPEG kernel on DPU {dpu} (images {names}): {what} "
+            raise DpuKernelError(f"JPEG kernel on DPU {dpu} ({'images ' + names if names else 'no images'}): {what} "
                                  f"(detail {int(status['detail'])})", code, dpu)
         return status
 
