@@ -7,18 +7,19 @@
  * tasklet together:
  *
  *  1. tasklet 0 loads the image's descriptor and tables into WRAM (barrier);
- *  2. each tasklet takes the next restart interval (a shared counter) and, MCU by MCU,
- *     Huffman-decodes its blocks, dequantises and inverse-transforms them (jidctint.c's
- *     jpeg_idct_islow) into a strip of MCUs in WRAM, written out to the image's component
- *     planes in MRAM whenever the strip is full or the MCU row ends (barrier);
+ *  2. each tasklet takes the next restart interval, or run of consecutive ones (a shared
+ *     counter) and, MCU by MCU, Huffman-decodes its blocks, dequantises and
+ *     inverse-transforms them (jidctint.c's jpeg_idct_islow) into a strip of MCUs in WRAM,
+ *     written out to the image's component planes in MRAM whenever the strip is full, the
+ *     MCU row ends or the next interval does not follow on (barrier);
  *  3. each tasklet takes the next output row (of the image, or of a crop box in it, whose
- *     MCUs and their upsampling context the host sent): it reads the luma row and the chroma rows the
- *     row needs (jdsample.c's h2v1 / h1v2 / h2v2 "fancy" triangle filters read the nearest
+ *     MCUs and their upsampling context the host sent): it reads the luma row and the chroma
+ *     rows the row needs (jdsample.c's h2v1 / h1v2 / h2v2 "fancy" triangle filters read the nearest
  *     chroma row and the next nearest, and the columns either side, clamped at the image's
  *     edges as jdmainct.c's context rows are), upsamples, converts to RGB with jdcolor.c's
  *     fixed-point tables and writes the row to MRAM, `seg_w` pixels at a time (barrier).
  *
- * Whatever interval decoded a neighbouring row or column, phase 3 reads it from the planes,
+ * Whatever interval decoded a neighbouring row or column, step 3 reads it from the planes,
  * so the pixels are those of a whole-image decode. A corrupt interval fails its image alone
  * (its status names the interval and the cause); the other images of the chunk decode.
  * Every DMA is 8-byte aligned, a multiple of 8 bytes and at most 2048 bytes.
@@ -347,7 +348,7 @@ static void idct_islow(const int16_t *coef, const uint16_t *quant, int32_t *ws, 
     }
 }
 
-/* ---- phase 2: restart intervals into the component planes ---------------------------- */
+/* ---- step 2: restart intervals into the component planes ----------------------------- */
 
 typedef struct {
     uint8_t *window;           /* compressed bytes */
@@ -478,7 +479,7 @@ static void decode_interval(uint32_t index, const decode_bufs_t *b, strip_t *s)
     mutex_unlock(work_mutex);
 }
 
-/* ---- phase 3: planes into RGB (or grey) rows ---------------------------------------- */
+/* ---- step 3: planes into RGB (or grey) rows ----------------------------------------- */
 
 typedef struct {
     uint32_t seg_w;            /* output pixels per pass, a multiple of 8 */

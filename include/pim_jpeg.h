@@ -20,10 +20,11 @@
  *                   (out_off is the same on every DPU of a batch: one gather reads them all)
  *   work_off        the decoded component planes (the kernel's scratch: never transferred)
  *
- * Unit of work. Phase 1: a tasklet takes the next restart interval of the image (a shared
- * counter) and entropy-decodes, dequantises and inverse-transforms its MCUs into the image's
- * component planes in MRAM (at their own, subsampled, resolution). Phase 2, after a barrier:
- * a tasklet takes the next output row and makes it from the planes: libjpeg-turbo's chroma
+ * Unit of work (dpu_src/jpeg_decode.c's steps 2 and 3). Step 2: a tasklet takes the next
+ * restart intervals of the image (a shared counter) and entropy-decodes, dequantises and
+ * inverse-transforms their MCUs into the image's component planes in MRAM (at their own,
+ * subsampled, resolution). Step 3, after a barrier: a tasklet takes the next output row and
+ * makes it from the planes: libjpeg-turbo's chroma
  * upsampling reads the neighbouring chroma rows and columns, whichever interval decoded
  * them, so the output is that of a whole-image decode. Images are decoded one after the other;
  * every tasklet works on the same image.
