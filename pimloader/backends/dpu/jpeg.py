@@ -290,9 +290,10 @@ class DpuJpegDecoder:
     JPEGs, (h, w) for greyscale ones, bit-identical to libjpeg-turbo's default decode of the
     whole image, or of its box (top, left, height, width) cropped from it: for a box, only the
     restart intervals that hold the box's MCUs and their upsampling context travel and are
-    decoded. A file the DPUs
-    cannot take raises `UnsupportedJpeg` (with its `reason`) before anything runs: ask
-    `fallback_reason` first to route files; a corrupt one raises `DecodeError` naming it."""
+    decoded. A file the DPUs cannot take raises `UnsupportedJpeg` (with its `reason`) before
+    anything runs: ask `fallback_reason` first to route files; a corrupt one raises
+    `DecodeError` naming it. Close it (or use `with`): DPU sets are not left to the garbage
+    collector."""
 
     def __init__(self, nr_dpus: int = 1, nr_tasklets: int = 16, *, profile: str = "backend=emulator",
                  stack_bytes: int = DEFAULT_STACK_BYTES,
@@ -399,4 +400,4 @@ class DpuJpegDecoder:
         return np.ascontiguousarray(rows[:, :width * im.channels]).reshape(shape)
 
 
-__all__ = ["DpuJpegDecoder", "fallback_reason", "check_decodable", "UnsupportedJpeg", "DecodeError"]
+__all__ = ["DpuJpegDecoder", "fallback_reason", "check_decodable", "needed_intervals", "arena_bytes"]
