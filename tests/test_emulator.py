@@ -240,6 +240,23 @@ def test_log_perfcounter_and_mram_variables():
             assert "tasklet 0 done, clock 350000000" in dpus.log(i)
 
 
+def test_mram_keeps_its_contents_across_dpu_load_but_for_the_new_programs_variables():
+    """As libdpu's loader, which writes a program's own MRAM sections only: what the host or a
+    kernel left in MRAM is still there for the next program (one binary per stage)."""
+    pattern = np.frombuffer(b"pimloader-mram!!" * 4, np.uint8)
+    far = 40 << 20
+    with E.DpuSet(2) as dpus:
+        dpus.load(kernel("vector_add.c", nr_tasklets=1))         # no __mram variables
+        dpus.copy_to(HEAP, np.full(4096 + 64, 0xAB, np.uint8))   # where the next one's will be
+        dpus.copy_to(HEAP, pattern, offset=far)
+        dpus.load(kernel("log_and_perf.c", nr_tasklets=1))       # __mram variables first
+        dpus.launch()
+        for i in range(2):   # its initialised variable is its own, not the bytes left there
+            assert dpus.copy_from("read_back", 8, index=i).view(np.uint64)[0] == 0x1122334455667788
+            window = dpus.copy_from(HEAP, 16384, offset=far - 8192, index=i)
+            assert pattern.tobytes() in window.tobytes()
+
+
 def test_allocation_profiles_and_errors():
     with E.DpuSet(E.lib.DPU_ALLOCATE_ALL, "backend=emulator,nrDpus=5") as dpus:
         assert dpus.nr_dpus == 5

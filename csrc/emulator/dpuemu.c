@@ -1515,6 +1515,24 @@ static dpu_error_t load_one(struct dpu_t *d, const uint8_t *buf, size_t size, co
     return DPU_OK;
 }
 
+/* MRAM keeps its contents across dpu_load, as on DPUs: libdpu's loader writes the program's
+ * own MRAM sections only (src/backends/api/src/dpu_loader.c, load_dpu_mram). Here the MRAM
+ * lives in the loaded object, so the old object's MRAM past the new program's variables
+ * (from its DPU_MRAM_HEAP_POINTER on) moves to the new object: the whole pages by mremap (no
+ * copy, untouched pages stay unallocated), the partial first page by memcpy. Returns false
+ * if the kernel refused the move (errno says why). */
+static bool carry_mram(const struct emu_image *from, struct emu_image *to)
+{
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    const size_t keep = (size_t)(to->heap_ptr - to->mram);
+    const size_t whole = (keep + page - 1) & ~(page - 1);
+    if (whole > keep) memcpy(to->mram + keep, from->mram + keep, (whole < MRAM_SIZE ? whole : MRAM_SIZE) - keep);
+    if (whole >= MRAM_SIZE) return true;
+    void *moved = mremap(from->mram + whole, MRAM_SIZE - whole, MRAM_SIZE - whole, MREMAP_MAYMOVE | MREMAP_FIXED,
+        to->mram + whole);
+    return moved != MAP_FAILED;
+}
+
 static dpu_error_t run_load(struct dpu_rank_t *r, struct emu_job *j)
 {
     const struct emu_load *l = j->load;
@@ -1522,9 +1540,20 @@ static dpu_error_t run_load(struct dpu_rank_t *r, struct emu_job *j)
     for (uint32_t i = 0; i < r->nr_dpus; ++i) {
         struct dpu_t *d = &r->dpus[i];
         if (j->dpu != NULL && j->dpu != d) continue;
+        struct emu_image old = d->image; /* kept open until its MRAM moved to the new image */
+        d->image.handle = NULL;
+        d->image.fd = -1;
         unload_image(d);
         char why[640] = "";
         dpu_error_t e = load_one(d, l->buf, l->size, l->info, l->load_id, why, sizeof why);
+        if (old.handle != NULL) {
+            if (e == DPU_OK && !carry_mram(&old, &d->image)) {
+                snprintf(why, sizeof why, "could not carry the MRAM over from the previous program: %s", strerror(errno));
+                e = DPU_ERR_SYSTEM;
+            }
+            dlclose(old.handle);
+        }
+        if (old.fd >= 0) close(old.fd);
         if (e != DPU_OK) {
             if (!d->load_fault) {
                 /* not a rule of the hardware: leave no program, keep the reason readable */
