@@ -283,6 +283,7 @@ def test_numpy_layouts_match_the_c_header(tmp_path):
                  "PIM_JPEG_DEBUG_HALT")
     lines += [f'printf("{c} %lu\\n", (unsigned long){c});' for c in constants]
     lines += [f'printf("arena {t} %u\\n", pim_jpeg_arena_bytes({t}, 1024));' for t in (1, 11, 16, 24)]
+    lines += [f'printf("PIM_JPEG_ERR_{e} %d\\n", PIM_JPEG_ERR_{e});' for e in DJ.ERROR_NAMES]
     source = tmp_path / "probe.c"
     source.write_text("#include <stddef.h>\n#include <stdio.h>\n#include \"pim_jpeg.h\"\n"
                       "int main(void) {\n" + "\n".join(lines) + "\nreturn 0; }\n")
@@ -298,6 +299,7 @@ def test_numpy_layouts_match_the_c_header(tmp_path):
     assert [seen[(c,)] for c in constants] == [DJ.MAGIC, DJ.VERSION, DJ.STATUS_OK, DJ.MRAM_BUDGET, DJ.DEBUG_HALT]
     for t in (1, 11, 16, 24):
         assert seen[("arena", str(t))] == DJ.arena_bytes(t, 1024)
+    assert [seen[(f"PIM_JPEG_ERR_{e}",)] for e in DJ.ERROR_NAMES] == sorted(DJ.KERNEL_ERRORS)
 
 
 def test_the_emulators_rules_held_and_wram_fits(decoder):

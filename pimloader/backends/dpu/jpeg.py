@@ -57,13 +57,15 @@ STATUS = np.dtype([(f, _U4) for f in ("code", "batch_id", "interval", "detail", 
                                        "ac_coefficients", "entropy_bytes")])
 WORK_FIELDS = ("mcus", "blocks", "ac_coefficients", "entropy_bytes")
 
-KERNEL_ERRORS = {
+KERNEL_ERRORS = {   # pim_jpeg_status_t.code: PIM_JPEG_ERR_HEADER (1) to PIM_JPEG_ERR_WRAM (9)
     1: "the chunk's header is invalid", 2: "the kernel was built for other NR_TASKLETS or stack",
     3: "an image descriptor, interval or table is invalid",
     4: "bad Huffman code", 5: "a block's coefficients run past the 64th",
     6: "the data ended inside an MCU", 7: "the data goes on past the interval's last MCU",
     8: "a marker inside a restart interval", 9: "one MCU or row segment does not fit WRAM",
 }
+DATA_ERRORS = (4, 5, 6, 7, 8)   # errors of a file's data: a DecodeError naming the file
+ERROR_NAMES = ("HEADER", "BUILD", "IMAGE", "HUFFMAN", "COEFFICIENTS", "SHORT", "LONG", "MARKER", "WRAM")
 
 
 def _describe(code: int, detail: int) -> str:
@@ -71,7 +73,7 @@ def _describe(code: int, detail: int) -> str:
     what = KERNEL_ERRORS.get(code, f"status 0x{code:x}")
     if code == 7:
         return f"{what} ({detail} bits unused)"
-    return f"{what} at MCU {detail}" if code in (4, 5, 6, 8) else f"{what} (detail {detail})"
+    return f"{what} at MCU {detail}" if code in DATA_ERRORS else f"{what} (detail {detail})"
 
 
 def arena_bytes(nr_tasklets: int, stack_bytes: int) -> int:
@@ -96,9 +98,18 @@ def fallback_reason(data, name=None, *, max_mcus_without_restarts: int = DEFAULT
 
 
 def check_decodable(layout: BaselineJpeg, name, max_mcus_without_restarts: int) -> None:
+    """UnsupportedJpeg unless the DPU kernel takes a file of this structure."""
     if layout.restart_mcus == 0 and layout.total_mcus > max_mcus_without_restarts:
         raise UnsupportedJpeg("no restarts", name, f"{layout.total_mcus} MCUs in one interval "
                                                    f"(at most {max_mcus_without_restarts})")
+    if len(huffman_slots(layout)) > 4:
+        raise UnsupportedJpeg("huffman tables", name, f"{len(huffman_slots(layout))} tables in the scan")
+
+
+def huffman_slots(layout: BaselineJpeg) -> dict:
+    """The scan's Huffman tables, (class, id) -> their place in pim_jpeg_tables_t.huff."""
+    used = sorted({key for c in layout.components for key in (c.dc, c.ac)})
+    return {key: slot for slot, key in enumerate(used)}
 
 
 class _Image:
@@ -112,10 +123,7 @@ class _Image:
         self.channels = len(lay.components)
         self.pitch = _round8(self.box[3] * self.channels)
         self.out_bytes = self.box[2] * self.pitch
-        used = sorted({key for c in lay.components for key in (c.dc, c.ac)})
-        if len(used) > 4:
-            raise UnsupportedJpeg("huffman tables", name, f"{len(used)} tables in the scan")
-        self.slots = {key: slot for slot, key in enumerate(used)}   # table -> pim_jpeg_tables_t.huff
+        self.slots = huffman_slots(lay)
         self.chosen = needed_intervals(lay, self.box)
         self.data_bytes = sum(lay.intervals[i][1] - lay.intervals[i][0] for i in self.chosen)
 
@@ -383,7 +391,7 @@ class DpuJpegDecoder:
         at = 0 if k is None else (k + 1) * STATUS.itemsize
         status = out[at:at + STATUS.itemsize].view(STATUS)[0]
         code = int(status["code"])
-        data_error = k is not None and code in (4, 5, 6, 7, 8)
+        data_error = k is not None and code in DATA_ERRORS
         if (code != STATUS_OK and not data_error) or int(status["batch_id"]) != self._batch:
             what = KERNEL_ERRORS.get(code, f"no status written (code 0x{code:x})")
             names = ", ".join(str(im.name) for im in (chunk.images if k is None else [chunk.images[k]]))
