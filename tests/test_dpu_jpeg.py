@@ -8,6 +8,7 @@ raise a DecodeError naming the file, never hang, crash the emulator or differ si
 """
 from __future__ import annotations
 
+import functools
 import io
 import os
 import subprocess
@@ -228,6 +229,29 @@ def test_byte_flips_of_seekable_files(decoder):
         assert np.array_equal(got, want), f"{name}: decoded, but not as libjpeg-turbo does"
         outcomes["same as libjpeg-turbo"] += 1
     assert outcomes["DecodeError"] > 0 and outcomes["same as libjpeg-turbo"] > 0, outcomes
+
+
+@functools.lru_cache(maxsize=None)
+def seekable_photo() -> bytes:
+    return add_restart_markers(encode_jpeg(photo(0, 40, 40), quality=80), 2)
+
+
+@settings(max_examples=300, deadline=None)
+@given(edits=st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(0, 255)), min_size=1, max_size=4),
+       keep=st.one_of(st.none(), st.floats(0, 1)))
+def test_property_corrupt_headers_raise_only_typed_errors(edits, keep):
+    """Bytes of the markers before the scan set at random (and the file cut short): the host's
+    parse says DecodeError or UnsupportedJpeg, naming the file, or accepts the file."""
+    data = bytearray(seekable_photo())
+    scan = data.index(b"\xff\xda") + 14
+    for where, value in edits:
+        data[int(where * scan)] = value
+    if keep is not None:
+        data = data[:int(keep * len(data))]
+    try:
+        DJ.fallback_reason(bytes(data), "h.jpg")
+    except (DecodeError, UnsupportedJpeg) as error:
+        assert "h.jpg" in str(error)
 
 
 def test_a_corrupt_interval_fails_its_image_only(decoder):

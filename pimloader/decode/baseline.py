@@ -119,7 +119,7 @@ class _Reader:
                 raise self.fail("file ends before the image data (no SOS marker)")
             if data[pos] != 0xFF:
                 raise self.fail(f"expected a marker at byte {pos}, found 0x{data[pos]:02x}")
-            while pos < len(data) and data[pos] == 0xFF:
+            while pos < len(data) - 3 and data[pos] == 0xFF:
                 pos += 1
             marker = data[pos]
             if marker == 0xD9 or 0xD0 <= marker <= 0xD7 or marker in (0x01, 0xD8):
