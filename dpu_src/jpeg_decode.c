@@ -623,6 +623,8 @@ static int image_ok(void)
     for (uint32_t c = 0; c < im->n_comp; c++)
         if (!component_ok(&im->comp[c]))
             return 0;
+    if (im->comp[0].hx != 1 || im->comp[0].vx != 1) /* luma is never upsampled */
+        return 0;
     return im->n_comp == 1 || (im->comp[1].hx == im->comp[2].hx && im->comp[1].vx == im->comp[2].vx);
 }
 
