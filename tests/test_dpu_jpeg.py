@@ -142,9 +142,13 @@ def test_property_any_size_sampling_interval(decoder, height, width, sampling, i
 
 
 def test_many_images_over_dpus_in_any_order(decoder):
-    """Images of different sizes share DPUs; every one comes back in its own place."""
-    files = [add_restart_markers(encode_jpeg(photo(i, 20 + 7 * i, 30 + 5 * i), quality=80), 4) for i in range(7)]
-    names = [f"file{i}" for i in range(7)]
+    """Images of different sizes, samplings and colour types share DPUs; every one comes back
+    in its own place."""
+    samplings = list(SAMPLINGS.values())
+    files = [add_restart_markers(encode_jpeg(photo(i, 20 + 7 * i, 30 + 5 * i), quality=80,
+                                             sampling=None if i % 4 == 3 else samplings[i % 4]), 1 + i % 4)
+             for i in range(9)]
+    names = [f"file{i}" for i in range(9)]
     assert_bit_identical(files, names, decoder.decode(files, names))
 
 
