@@ -484,19 +484,26 @@ static void decode_interval(uint32_t index, const decode_bufs_t *b, strip_t *s)
 typedef struct {
     uint32_t seg_w;            /* output pixels per pass, a multiple of 8 */
     uint8_t *luma, *near, *far, *cb, *cr, *out;
+    int16_t *sums;             /* a chroma row's values before the horizontal filter */
 } row_bufs_t;
+
+/* Bytes of a segment's buffers for seg_w = w: luma, the nearer and further chroma rows (each
+ * with the columns either side, aligned), the int16 row of values the horizontal filter
+ * reads, Cb, Cr and the RGB output. */
+#define ROW_BUFS_BYTES(w) (9 * (w) + 96)
 
 static int plan_rows(uint8_t *arena, row_bufs_t *b)
 {
-    uint32_t w = ((arena_bytes - 48) / 8) & ~7u;
+    uint32_t w = ((arena_bytes - 96) / 9) & ~7u;
     b->seg_w = w = min_u32(w, MAX_SEG_W);
     b->luma = arena;
     b->near = b->luma + w + 16;
     b->far = b->near + w + 16;
-    b->cb = b->far + w + 16;
+    b->sums = (int16_t *)(void *)(b->far + w + 16);
+    b->cb = (uint8_t *)(b->sums + w / 2 + 24);
     b->cr = b->cb + w;
     b->out = b->cr + w;
-    return w > 0;
+    return w > 0 && (uint32_t)(b->out + 3 * w - arena) <= arena_bytes;
 }
 
 /* Columns [lo, hi) of plane row y into buf: buf[i] is column a + i; returns a. */
@@ -505,6 +512,31 @@ static uint32_t read_plane_row(const pim_jpeg_component_t *c, uint32_t y, uint32
     const uint32_t a = lo & ~7u, b = min_u32(round8(hi), c->plane_w);
     read_big(chunk + c->plane_off + y * c->plane_w + a, buf, b - a);
     return a;
+}
+
+/* libjpeg-turbo's horizontal triangle filter (jdsample.c's h2v1 and, on column sums, h2v2):
+ * output column x = 2j takes (3 v[j] + v[j-1] + even_bias) >> shift, x = 2j + 1 takes
+ * (3 v[j] + v[j+1] + odd_bias) >> shift, v indexed by chroma column and clamped to
+ * [0, cw - 1]; out[i] is column x0 + i. */
+static void h2_filter(const int16_t *v, int32_t cw, uint32_t x0, uint32_t n, int32_t even_bias, int32_t odd_bias,
+                      uint32_t shift, uint8_t *out)
+{
+    uint32_t i = 0, x = x0;
+    if (x & 1) { /* a box starting on an odd column: its first pixel alone */
+        const int32_t j = (int32_t)(x >> 1), right = j + 1 < cw ? j + 1 : cw - 1;
+        out[i++] = (uint8_t)((3 * v[j] + v[right] + odd_bias) >> shift);
+        x++;
+    }
+    for (; i + 1 < n; i += 2, x += 2) {
+        const int32_t j = (int32_t)(x >> 1), here = 3 * v[j];
+        const int32_t left = j > 0 ? j - 1 : 0, right = j + 1 < cw ? j + 1 : cw - 1;
+        out[i] = (uint8_t)((here + v[left] + even_bias) >> shift);
+        out[i + 1] = (uint8_t)((here + v[right] + odd_bias) >> shift);
+    }
+    if (i < n) {
+        const int32_t j = (int32_t)(x >> 1), left = j > 0 ? j - 1 : 0;
+        out[i] = (uint8_t)((3 * v[j] + v[left] + even_bias) >> shift);
+    }
 }
 
 /* Component c's samples for output row y, columns [x0, x0 + n), upsampled as libjpeg-turbo's
@@ -516,31 +548,35 @@ static void upsample_segment(const pim_jpeg_component_t *c, const row_bufs_t *b,
     const uint32_t near_y = y / c->vx;
     const int vertical = c->vx == 2 && c->fancy;
     const uint32_t far_y = (uint32_t)clamp_index((int32_t)near_y + ((y & 1) ? 1 : -1), (int32_t)c->comp_h);
-    const int32_t lo = c->hx == 2 ? clamp_index((int32_t)(x0 / 2) - 1, cw) : (int32_t)x0;
-    const uint32_t hi = c->hx == 2 ? (x0 + n - 1) / 2 + 2 : x0 + n;
-    const int32_t a = (int32_t)read_plane_row(c, near_y, (uint32_t)lo, hi, b->near);
+    const uint32_t lo = c->hx == 2 ? (uint32_t)clamp_index((int32_t)(x0 / 2) - 1, cw) : x0;
+    const uint32_t hi = c->hx == 2 ? min_u32((x0 + n - 1) / 2 + 2, c->comp_w) : x0 + n;
+    const uint32_t a = read_plane_row(c, near_y, lo, hi, b->near);
     if (vertical)
-        read_plane_row(c, far_y, (uint32_t)lo, hi, b->far);
+        read_plane_row(c, far_y, lo, hi, b->far);
     const uint8_t *nr = b->near - a, *fr = b->far - a; /* indexed by plane column */
-    for (uint32_t i = 0; i < n; i++) {
-        const int32_t x = (int32_t)(x0 + i);
-        if (c->hx == 1) {
-            out[i] = vertical ? (uint8_t)((3 * nr[x] + fr[x] + ((y & 1) ? 2 : 1)) >> 2) : nr[x];
-            continue;
+    if (c->hx == 1) {
+        if (!vertical) { /* 4:4:4 */
+            for (uint32_t i = 0; i < n; i++)
+                out[i] = nr[x0 + i];
+            return;
         }
-        const int32_t j = x >> 1;
-        if (!c->fancy) {
-            out[i] = nr[j];
-            continue;
-        }
-        const int32_t side = clamp_index((x & 1) ? j + 1 : j - 1, cw);
-        if (vertical) { /* h2v2: column sums 3 x nearer row + further row, then 3:1 across */
-            const int32_t here = 3 * nr[j] + fr[j], there = 3 * nr[side] + fr[side];
-            out[i] = (uint8_t)((3 * here + there + ((x & 1) ? 7 : 8)) >> 4);
-        } else { /* h2v1 */
-            out[i] = (uint8_t)((3 * nr[j] + nr[side] + ((x & 1) ? 2 : 1)) >> 2);
-        }
+        const int32_t bias = (y & 1) ? 2 : 1; /* h1v2: 3:1 down, the nearer row 3 */
+        for (uint32_t i = 0; i < n; i++)
+            out[i] = (uint8_t)((3 * nr[x0 + i] + fr[x0 + i] + bias) >> 2);
+        return;
     }
+    if (!c->fancy) { /* 2 chroma columns or fewer: replication */
+        for (uint32_t i = 0; i < n; i++)
+            out[i] = nr[(x0 + i) >> 1];
+        return;
+    }
+    int16_t *v = b->sums - lo; /* the filter's values, indexed by chroma column */
+    for (uint32_t j = lo; j < hi; j++)
+        v[j] = (int16_t)(vertical ? 3 * nr[j] + fr[j] : nr[j]);
+    if (vertical)
+        h2_filter(v, cw, x0, n, 8, 7, 4, out); /* h2v2, on column sums */
+    else
+        h2_filter(v, cw, x0, n, 1, 2, 2, out); /* h2v1 */
 }
 
 /* Row `row` of the image's box: `seg_w` pixels at a time, from the planes to MRAM. */
