@@ -21,6 +21,7 @@ from PIL import Image
 
 from pimloader.backends.dpu import jpeg as DJ
 from pimloader.backends.dpu.emulator import DpuFaultError
+from pimloader.costmodel import proxy
 from pimloader.decode import DecodeError, add_restart_markers, decode_jpeg, encode_jpeg
 from pimloader.decode.baseline import REASONS, UnsupportedJpeg, parse_baseline
 
@@ -465,3 +466,18 @@ def _with(descriptor, **fields):
     for key, value in fields.items():
         descriptor[key] = value
     return descriptor
+
+
+@pytest.mark.skipif(proxy.find_cross_compiler() is None, reason=f"{proxy.CROSS_COMPILER} is not installed")
+def test_the_kernel_computes_the_same_on_a_32_bit_isa(tmp_path, monkeypatch):
+    """The emulator runs the kernel as 64-bit host code; a DPU is 32-bit. Replayed on the
+    RV32IM proxy (pimloader.costmodel.proxy), the decode of a colour and a grey photo, one of
+    them a crop, leaves MRAM byte for byte as the emulator left it."""
+    monkeypatch.setenv("DPUEMU_TRACE_DIR", str(tmp_path))
+    files = [add_restart_markers(encode_jpeg(photo(0, 37, 45), quality=85), 3),
+             add_restart_markers(encode_jpeg(photo(3, 30, 41), quality=60), 2)]
+    with DJ.DpuJpegDecoder(nr_dpus=1, nr_tasklets=4) as dpus:
+        dpus.decode(files, boxes=[None, (5, 7, 20, 30)])
+    [launch] = proxy.traced_launches(str(tmp_path))
+    replay = proxy.replay(proxy.build_kernel(DJ.KERNEL_SOURCE, nr_tasklets=4), launch)  # ProxyMismatch if not
+    assert replay.total > 0
