@@ -44,13 +44,16 @@ def draw_masks(spec: FeatureSpec, length: int, generator: Optional[torch.Generat
     """The masks of one example of `length` samples, drawn as torchaudio's FrequencyMasking
     and TimeMasking draw them on a single example (two torch.rand(1) calls each, in the
     spec's order, from `generator` or torch's default one): (frequency, time) int32 arrays of
-    [start, end) rows, one per mask of that axis ([0, 0) where the mask could only be empty
-    and torchaudio draws nothing). iid_masks=True draws the same for a single example."""
+    [start, end) rows, one per mask of that axis, clipped to the axis ([0, 0) where the mask
+    could only be empty and torchaudio draws nothing). iid_masks=True draws the same for a
+    single example."""
     drawn = {"frequency": [], "time": []}
     for mask in spec.masks:
-        interval = draw_mask(mask.mask_param, mask.p, spec.mask_axis_length(mask, length),
-                             generator)
-        drawn[mask.axis].append(interval if interval is not None else (0, 0))
+        axis_length = spec.mask_axis_length(mask, length)
+        interval = draw_mask(mask.mask_param, mask.p, axis_length, generator) or (0, 0)
+        # a mask_param above the axis length can start before 0 or end past the axis
+        drawn[mask.axis].append((min(max(interval[0], 0), axis_length),
+                                 min(max(interval[1], 0), axis_length)))
     return (np.array(drawn["frequency"], np.int32).reshape(-1, 2),
             np.array(drawn["time"], np.int32).reshape(-1, 2))
 

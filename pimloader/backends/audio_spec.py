@@ -17,6 +17,7 @@ import torch
 from ._audio_read import WINDOWS, read_chain
 
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
+MAX_RADIX = 64  # the FFT's largest prime factor (PIM_AUDIO_MAX_RADIX, csrc/include/pim_audio.h)
 NORMALIZED = (False, True, "window", "frame_length")
 
 
@@ -156,6 +157,9 @@ def _check(spec: FeatureSpec) -> None:
     problems = []
     if spec.n_fft < 1 or not 1 <= spec.win_length <= spec.n_fft:
         problems.append(f"n_fft={spec.n_fft} >= win_length={spec.win_length} >= 1 is needed")
+    elif _largest_prime_factor(spec.n_fft // 2 if spec.n_fft % 2 == 0 else spec.n_fft) > MAX_RADIX:
+        problems.append(f"n_fft={spec.n_fft} has a prime factor above {MAX_RADIX}, which the "
+                        f"fused FFT does not run")
     if spec.hop_length < 1 or spec.pad < 0:
         problems.append(f"hop_length={spec.hop_length} must be >= 1 and pad={spec.pad} >= 0")
     if spec.window not in WINDOWS:
@@ -171,6 +175,15 @@ def _check(spec: FeatureSpec) -> None:
     problems += _check_mel(spec) + _check_log(spec) + _check_output(spec)
     if problems:
         raise ValueError("FeatureSpec: " + "; ".join(problems))
+
+
+def _largest_prime_factor(n: int) -> int:
+    largest, p = 1, 2
+    while p * p <= n:
+        while n % p == 0:
+            largest, n = p, n // p
+        p += 1
+    return max(largest, n)
 
 
 def _check_mel(spec: FeatureSpec) -> list:

@@ -5,6 +5,12 @@ validation and random draws); `pimloader.transforms` re-exports them so that a p
 written against either module is the same object. `lower()` turns a Compose of them into a
 `Plan` that draws each sample's parameters exactly as torchvision would and describes the
 fused crop/resize/flip/convert/normalize step the native kernels execute.
+
+The audio feature transforms (Spectrogram, MelSpectrogram, AmplitudeToDB, MFCC,
+FrequencyMasking, TimeMasking, MelScale) are torchaudio's, written in plain torch with
+torchaudio's names, arguments, defaults and random draws, so that they run without
+torchaudio; `pimloader.backends.audio_features.FeatureSpec.from_transforms` lowers a chain of
+them (or of torchaudio's own) to the fused audio kernel.
 """
 from torchvision.transforms.v2 import (
     CenterCrop,
@@ -22,12 +28,17 @@ from torchvision.transforms.v2 import (
     ToImage,
 )
 
+from ._masking import FrequencyMasking, TimeMasking
 from ._params import Geometry, SampleParams
 from ._plan import Plan
 from ._lower import lower
+from ._spectral import MFCC, AmplitudeToDB, MelScale, MelSpectrogram, Spectrogram
 
 __all__ = [
     "CenterCrop", "ColorJitter", "Compose", "Grayscale", "Normalize", "Pad", "RandomCrop",
     "RandomHorizontalFlip", "RandomResizedCrop", "RandomVerticalFlip", "Resize", "ToDtype",
     "ToImage", "Geometry", "Plan", "SampleParams", "lower",
+    # torchaudio's spectral transforms and masks, in plain torch (torchaudio's names)
+    "AmplitudeToDB", "FrequencyMasking", "MelScale", "MelSpectrogram", "MFCC", "Spectrogram",
+    "TimeMasking",
 ]
