@@ -179,19 +179,16 @@ static void pad_clip(const pim_audio_spec_t *spec, const float *wave, int64_t le
         padded[q] = padded_sample(spec, wave, length, q - spec->center_pad);
 }
 
+/* the log step over an example's rows, then the top_db floor */
 static void to_log(const pim_audio_spec_t *spec, float *x, int64_t count)
 {
-    if (spec->log_kind == PIM_AUDIO_LOG_LN) {
-        for (int64_t i = 0; i < count; i++)
-            x[i] = logf(x[i] + spec->log_offset);
-        return;
-    }
-    float top = -INFINITY;
-    for (int64_t i = 0; i < count; i++) {
-        x[i] = spec->multiplier * log10f(fmaxf(x[i], spec->amin)) - spec->db_offset;
-        top = fmaxf(top, x[i]);
-    }
-    if (!spec->has_top_db)
+#if HAVE_AVX2_LANES
+    const float top = use_avx2() ? log_values_avx2(spec, x, count)
+                                 : log_values_portable(spec, x, count);
+#else
+    const float top = log_values_portable(spec, x, count);
+#endif
+    if (spec->log_kind != PIM_AUDIO_LOG_DB || !spec->has_top_db)
         return;
     const float floor_db = top - spec->top_db;
     for (int64_t i = 0; i < count; i++)

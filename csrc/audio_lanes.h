@@ -329,6 +329,95 @@ static void LANE_FN(rfft_rows)(const fft_plan_t *plan, const float *ones, const 
     }
 }
 
+/* ---- logarithms of a whole example -------------------------------------------------------
+ * ln x = e ln 2 + ln m, x = 2^e m with m in [sqrt(1/2), sqrt(2)), and
+ * ln m = 2 atanh s = 2 (s + s^3/3 + ... + s^11/11), s = (m - 1) / (m + 1), |s| < 0.172: the
+ * series' remainder is below 2e-11, so the result is float32's rounding of ln x (a few ulp).
+ * For positive normal x only: log_values checks its inputs first. */
+static inline __attribute__((always_inline)) lanes_t LANE_FN(ln_lanes)(lanes_t x)
+{
+    const ilanes_t bits = (ilanes_t)x;
+    const ilanes_t exponent = (bits - 0x3f3504f3) >> 23; /* 0x3f3504f3: sqrt(1/2) */
+    const lanes_t m = (lanes_t)(bits - (exponent << 23));
+    const lanes_t s = (m - 1.0f) / (m + 1.0f), s2 = s * s;
+    const lanes_t series =
+        1.0f + s2 * (1.0f / 3 + s2 * (1.0f / 5 + s2 * (1.0f / 7 + s2 * (1.0f / 9 + s2 * (1.0f / 11)))));
+    const float ln2_high = 0.693145752f, ln2_low = 1.42860677e-06f; /* ln 2, split */
+    const lanes_t e = __builtin_convertvector(exponent, lanes_t);
+    return (e * ln2_high + (2.0f * s * series + e * ln2_low));
+}
+
+static inline __attribute__((always_inline)) lanes_t LANE_FN(select)(ilanes_t mask, lanes_t yes,
+                                                                    lanes_t no)
+{
+    return (lanes_t)((mask & (ilanes_t)yes) | (~mask & (ilanes_t)no));
+}
+
+static inline __attribute__((always_inline)) lanes_t LANE_FN(log_input)(const pim_audio_spec_t *spec,
+                                                                       lanes_t v)
+{
+    if (spec->log_kind == PIM_AUDIO_LOG_DB)
+        return LANE_FN(select)(v < spec->amin, v * 0.0f + spec->amin, v);
+    return v + spec->log_offset;
+}
+
+/* whether every log input is a positive normal float (else logf's special cases apply) */
+static int LANE_FN(log_inputs_normal)(const pim_audio_spec_t *spec, const float *x, int64_t count)
+{
+    ilanes_t bad = {0};
+    int64_t i = 0;
+    for (; i + LANES <= count; i += LANES) {
+        lanes_t v;
+        memcpy(&v, x + i, sizeof v);
+        v = LANE_FN(log_input)(spec, v);
+        bad |= ~((v >= 1.17549435e-38f) & (v <= 3.40282347e+38f));
+    }
+    for (; i < count; i++) {
+        lanes_t v = {x[i], x[i], x[i], x[i], x[i], x[i], x[i], x[i]};
+        v = LANE_FN(log_input)(spec, v);
+        bad[0] |= !(v[0] >= 1.17549435e-38f && v[0] <= 3.40282347e+38f);
+    }
+    int any = 0;
+    for (int l = 0; l < LANES; l++)
+        any |= bad[l] != 0;
+    return !any;
+}
+
+/* ln(x + offset), or multiplier * log10(max(x, amin)) - db_offset, of `count` values; returns
+ * the largest result */
+static float LANE_FN(log_values)(const pim_audio_spec_t *spec, float *x, int64_t count)
+{
+    const int decibels = spec->log_kind == PIM_AUDIO_LOG_DB;
+    const float scale = decibels ? spec->multiplier * 0.434294481903251827651f : 1.0f;
+    const float offset = decibels ? spec->db_offset : 0.0f;
+    float top = -INFINITY;
+    if (!LANE_FN(log_inputs_normal)(spec, x, count)) {
+        for (int64_t i = 0; i < count; i++) {
+            x[i] = decibels ? spec->multiplier * log10f(fmaxf(x[i], spec->amin)) - offset
+                            : logf(x[i] + spec->log_offset);
+            top = fmaxf(top, x[i]);
+        }
+        return top;
+    }
+    lanes_t tops = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
+                    -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    for (int64_t i = 0; i < count; i += LANES) {
+        const int n = count - i < LANES ? (int)(count - i) : LANES;
+        lanes_t v = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f}; /* the tail's padding */
+        memcpy(&v, x + i, (size_t)n * sizeof(float));
+        const lanes_t y = LANE_FN(ln_lanes)(LANE_FN(log_input)(spec, v)) * scale - offset;
+        memcpy(x + i, &y, (size_t)n * sizeof(float));
+        if (n == LANES)
+            tops = LANE_FN(select)(y > tops, y, tops);
+        else
+            for (int l = 0; l < n; l++)
+                top = fmaxf(top, y[l]);
+    }
+    for (int l = 0; l < LANES; l++)
+        top = fmaxf(top, tops[l]);
+    return top;
+}
+
 #undef ADD
 #undef SUB
 #undef SCALE

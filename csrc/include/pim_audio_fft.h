@@ -10,6 +10,7 @@
 /* frames computed together: one lanes_t holds one number of each */
 #define LANES 8
 typedef float lanes_t __attribute__((vector_size(LANES * sizeof(float)), aligned(4 * LANES)));
+typedef int32_t ilanes_t __attribute__((vector_size(LANES * sizeof(int32_t)), aligned(4 * LANES)));
 
 #define PIM_AUDIO_MAX_STAGES 32
 
