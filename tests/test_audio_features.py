@@ -12,59 +12,25 @@ speech (espeak-ng when installed, else a synthetic vowel) and silence, 16037 sam
 Measured with `python -m benchmarks.audio_kernel --accuracy`: 0.0025 dB and 3.7e-7 (torch's
 own float32 error against float64: 0.0015 dB and 3.4e-7).
 """
-import io
-import shutil
-import subprocess
-import wave
-
 import numpy as np
 import pytest
 import torch
 
+from benchmarks.audio_kernel import reference_signals
 from pimloader import transforms as pim_transforms
 from pimloader.backends.audio_features import (FeatureSpec, MaskSpec, cpu_features,
                                                draw_masks, ffi, lib, simd_level)
 
 try:
     import torchaudio.transforms as REF
-    REFERENCE = "torchaudio"
 except Exception:  # not installed, or built for another torch: the pure-torch formulation
     REF = pim_transforms
-    REFERENCE = "pimloader.transforms (torchaudio unavailable)"
 
 DB_TOL = 0.01
 REL_TOL = 2e-6
 SR = 16000
 LENGTH = 16037
-
-
-def _speech(length: int) -> np.ndarray:
-    if shutil.which("espeak-ng"):
-        raw = subprocess.run(["espeak-ng", "-v", "en", "-s", "150", "--stdout", "seven"],
-                             capture_output=True, check=True, timeout=30).stdout
-        with wave.open(io.BytesIO(raw)) as w:
-            rate = w.getframerate()
-            x = np.frombuffer(w.readframes(w.getnframes()), np.int16) / 32768.0
-        x = np.interp(np.arange(0, len(x), rate / SR), np.arange(len(x)), x)
-    else:  # a vowel: 120 Hz harmonics shaped by formants at 700, 1220, 2600 Hz
-        t = np.arange(length) / SR
-        x = sum(np.exp(-((120 * h - f) / 150) ** 2) * np.sin(2 * np.pi * 120 * h * t)
-                for h in range(1, 60) for f in (700, 1220, 2600)) * np.hanning(length) * 0.3
-    out = np.zeros(length)
-    out[:min(length, len(x))] = x[:length]
-    return out
-
-
-def _signals(length: int = LENGTH) -> dict:
-    t = np.arange(length) / SR
-    chirp = 0.5 * np.sin(2 * np.pi * (100 * t + 6900 / (2 * t[-1]) * t ** 2))
-    rng = np.random.default_rng(1)
-    return {"chirp": chirp, "noise": 0.1 * rng.standard_normal(length),
-            "clipped": np.clip(4 * chirp, -1, 1), "quiet": 1e-4 * rng.standard_normal(length),
-            "speech": _speech(length), "silence": np.zeros(length)}
-
-
-SIGNALS = _signals()
+SIGNALS = reference_signals(LENGTH)
 WAVES = np.stack(list(SIGNALS.values())).astype(np.float32)
 
 
