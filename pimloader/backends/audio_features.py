@@ -23,7 +23,6 @@ import numpy as np
 import torch
 
 from pimloader import _audio
-from pimloader.transforms._masking import draw_mask
 from pimloader.transforms._spectral import create_dct, melscale_fbanks
 
 from ._audio_read import WINDOWS
@@ -39,6 +38,24 @@ PER_SAMPLE_EPS = 1e-5   # 'per_sample' normalisation: (x - mean) / (std + PER_SA
 LOG_MELS_OFFSET = 1e-6  # MFCC(log_mels=True): log(mel + LOG_MELS_OFFSET), torchaudio's
 
 
+def draw_interval(mask_param: int, p: float, axis_length: int,
+                  generator: Optional[torch.Generator] = None) -> Optional[tuple[int, int]]:
+    """[start, end) of one mask, by torchaudio.functional.mask_along_axis's two calls:
+    value = rand(1) * mask_param', start = long(rand(1) * (axis_length - value)),
+    end = start + long(value), in float32, where mask_param' = min(mask_param,
+    int(axis_length * p)) when p < 1; None, with nothing drawn, when mask_param' < 1."""
+    limit = mask_param if p == 1.0 else min(mask_param, int(axis_length * p))
+    if limit < 1:
+        return None
+    value = torch.rand(1, generator=generator) * limit
+    min_value = torch.rand(1, generator=generator) * (axis_length - value)
+    start = int(min_value.long())
+    end = start + int(value.long())
+    if end - start >= limit:
+        raise ValueError("Number of columns to be masked should be less than mask_param")
+    return start, end
+
+
 def draw_masks(spec: FeatureSpec, length: int, generator: Optional[torch.Generator] = None
                ) -> tuple[np.ndarray, np.ndarray]:
     """The masks of one example of `length` samples, drawn as torchaudio's FrequencyMasking
@@ -50,7 +67,7 @@ def draw_masks(spec: FeatureSpec, length: int, generator: Optional[torch.Generat
     drawn = {"frequency": [], "time": []}
     for mask in spec.masks:
         axis_length = spec.mask_axis_length(mask, length)
-        interval = draw_mask(mask.mask_param, mask.p, axis_length, generator) or (0, 0)
+        interval = draw_interval(mask.mask_param, mask.p, axis_length, generator) or (0, 0)
         # a mask_param above the axis length can start before 0 or end past the axis
         drawn[mask.axis].append((min(max(interval[0], 0), axis_length),
                                  min(max(interval[1], 0), axis_length)))
