@@ -149,6 +149,33 @@ static int check_masks(const int32_t *masks, int64_t n, int32_t per_example, int
     return 0;
 }
 
+/* whether x[0..n) holds only finite numbers: x * 0 is NaN exactly for NaN and infinities */
+static int all_finite(const float *x, int64_t n)
+{
+    lanes_t probe = {0};
+    int64_t i = 0;
+    for (; i + LANES <= n; i += LANES) {
+        lanes_t v;
+        memcpy(&v, x + i, sizeof v);
+        probe += v * 0.0f;
+    }
+    float rest = 0.0f;
+    for (; i < n; i++)
+        rest += x[i] * 0.0f;
+    for (int l = 0; l < LANES; l++)
+        rest += probe[l];
+    return rest == 0.0f;
+}
+
+static int check_waveforms(const float *waveforms, int64_t n, int64_t length, char *err,
+                           int32_t err_len)
+{
+    for (int64_t i = 0; i < n; i++)
+        if (!all_finite(waveforms + i * length, length))
+            return FAIL("waveform %lld has a NaN or infinite sample", (long long)i);
+    return 0;
+}
+
 /* ---- per example steps ---------------------------------------------------------------- */
 
 /* the sample at index i of the zero-padded clip, i in [-center_pad, inner + center_pad) */
@@ -295,7 +322,8 @@ int pim_audio_features(const pim_audio_spec_t *spec, const float *waveforms, int
 {
     if (check_spec(spec, length, channels, frames, err, err_len) ||
         check_masks(freq_masks, n, n_freq_masks, channels, "frequency", err, err_len) ||
-        check_masks(time_masks, n, n_time_masks, frames, "time", err, err_len))
+        check_masks(time_masks, n, n_time_masks, frames, "time", err, err_len) ||
+        check_waveforms(waveforms, n, length, err, err_len))
         return -1;
     fft_plan_t plan;
     const int made = fft_plan_make(&plan, spec->n_fft, err, err_len);

@@ -393,7 +393,8 @@ static float LANE_FN(log_values)(const pim_audio_spec_t *spec, float *x, int64_t
     float top = -INFINITY;
     if (!LANE_FN(log_inputs_normal)(spec, x, count)) {
         for (int64_t i = 0; i < count; i++) {
-            x[i] = decibels ? spec->multiplier * log10f(fmaxf(x[i], spec->amin)) - offset
+            const float floored = x[i] < spec->amin ? spec->amin : x[i]; /* NaN stays NaN */
+            x[i] = decibels ? spec->multiplier * log10f(floored) - offset
                             : logf(x[i] + spec->log_offset);
             top = fmaxf(top, x[i]);
         }

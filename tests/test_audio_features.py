@@ -253,6 +253,13 @@ def test_out_slots_and_argument_errors():
         cpu_features(waves, spec, np.array([[[0, 41]], [[0, 1]]], np.int32))
     with pytest.raises(ValueError, match="int32"):
         cpu_features(waves, spec, None, np.zeros((2, 1, 2), np.int64))
+    for bad in (np.nan, np.inf, -np.inf):
+        broken = waves.copy()
+        broken[1, 777] = bad
+        out[:] = 5.0
+        with pytest.raises(ValueError, match="waveform 1 has a NaN or infinite sample"):
+            cpu_features(broken, spec, None, None, out[1:])
+        assert np.all(out == 5.0)   # nothing written
 
 
 def test_unsupported_chains_are_refused_with_the_step():

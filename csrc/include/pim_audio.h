@@ -71,9 +71,9 @@ typedef struct {
  * follows from the padded length. freq_masks and time_masks hold, per example, n_freq_masks
  * and n_time_masks half-open [start, end) intervals of the output's channel and frame axes,
  * filled with mask_value (either may be NULL when its count is 0).
- * Returns 0 on success; -1 for an invalid spec or mask (message in err), -2 when memory for
- * the scratch buffers is unavailable. Nothing is written to out unless the arguments are
- * valid. */
+ * Returns 0 on success; -1 for an invalid spec, mask or waveform (a NaN or infinite sample;
+ * message in err), -2 when memory for the scratch buffers is unavailable. Nothing is written
+ * to out unless the arguments are valid. */
 int pim_audio_features(const pim_audio_spec_t *spec, const float *waveforms, int64_t n,
                        int64_t length, const int32_t *freq_masks, int32_t n_freq_masks,
                        const int32_t *time_masks, int32_t n_time_masks, float *out,

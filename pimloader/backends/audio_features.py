@@ -196,7 +196,8 @@ def cpu_features(waveforms, spec: FeatureSpec, freq_masks=None, time_masks=None,
     """Features of N clips of L samples (float32 [N, L]) into out (float32 [N, channels,
     frames], allocated when None), in one native call; freq_masks and time_masks are int32
     [N, K, 2] arrays of [start, end) rows and frames set to spec.mask_value after dB (None:
-    no mask). Returns out."""
+    no mask). Returns out. A NaN or infinite sample is refused (ValueError naming the row)
+    before anything is written."""
     waves, result = _checked_io(waveforms, spec, out)
     n, length = waves.shape
     freq = _masks_array(freq_masks, n, "freq_masks")
