@@ -70,7 +70,7 @@ static int64_t padded_length(const pim_audio_spec_t *spec, int64_t length)
     return length + 2 * (int64_t)spec->pad + 2 * (int64_t)spec->center_pad;
 }
 
-static int64_t expected_channels(const pim_audio_spec_t *spec)
+static int64_t expected_rows(const pim_audio_spec_t *spec)
 {
     if (spec->n_mfcc > 0)
         return spec->n_mfcc;
@@ -115,7 +115,7 @@ static int check_padding(const pim_audio_spec_t *spec, int64_t length, char *err
     return 0;
 }
 
-static int check_spec(const pim_audio_spec_t *spec, int64_t length, int64_t channels,
+static int check_spec(const pim_audio_spec_t *spec, int64_t length, int64_t rows,
                       int64_t frames, char *err, int32_t err_len)
 {
     if (spec->n_fft < 1 || spec->hop_length < 1 || spec->pad < 0 || spec->center_pad < 0)
@@ -128,9 +128,9 @@ static int check_spec(const pim_audio_spec_t *spec, int64_t length, int64_t chan
     if (check_filters(spec, err, err_len) || check_padding(spec, length, err, err_len))
         return -1;
     const int64_t want_frames = (padded_length(spec, length) - spec->n_fft) / spec->hop_length + 1;
-    if (channels != expected_channels(spec) || frames != want_frames)
-        return FAIL("output of %lld x %lld per example, the spec makes %lld x %lld",
-                    (long long)channels, (long long)frames, (long long)expected_channels(spec),
+    if (rows != expected_rows(spec) || frames != want_frames)
+        return FAIL("output of %lld x %lld per clip, the spec makes %lld x %lld",
+                    (long long)rows, (long long)frames, (long long)expected_rows(spec),
                     (long long)want_frames);
     return 0;
 }
@@ -237,16 +237,16 @@ static void apply_dct(const pim_audio_spec_t *spec, const float *rows, int64_t f
 }
 
 static void apply_masks(float value, const int32_t *freq, int32_t n_freq, const int32_t *time,
-                        int32_t n_time, float *out, int64_t channels, int64_t frames)
+                        int32_t n_time, float *out, int64_t rows, int64_t frames)
 {
     for (int32_t i = 0; i < n_freq; i++)
-        for (int64_t c = freq[2 * i]; c < freq[2 * i + 1]; c++)
+        for (int64_t r = freq[2 * i]; r < freq[2 * i + 1]; r++)
             for (int64_t t = 0; t < frames; t++)
-                out[c * frames + t] = value;
+                out[r * frames + t] = value;
     for (int32_t i = 0; i < n_time; i++)
-        for (int64_t c = 0; c < channels; c++)
+        for (int64_t r = 0; r < rows; r++)
             for (int64_t t = time[2 * i]; t < time[2 * i + 1]; t++)
-                out[c * frames + t] = value;
+                out[r * frames + t] = value;
 }
 
 static void normalise(const pim_audio_spec_t *spec, float *x, int64_t count)
@@ -293,6 +293,7 @@ static lanes_t *work_alloc(const fft_plan_t *plan)
     return aligned_alloc(sizeof(lanes_t), lanes * sizeof(lanes_t));
 }
 
+/* frames: of all the clips of one example */
 static int scratch_alloc(scratch_t *s, const pim_audio_spec_t *spec, const fft_plan_t *plan,
                          int64_t length, int64_t frames)
 {
@@ -315,36 +316,55 @@ static void spectral_rows(const pim_audio_spec_t *spec, const fft_plan_t *plan,
     spectral_rows_portable(spec, plan, signal, frames, rows, work);
 }
 
-int pim_audio_features(const pim_audio_spec_t *spec, const float *waveforms, int64_t n,
-                       int64_t length, const int32_t *freq_masks, int32_t n_freq_masks,
-                       const int32_t *time_masks, int32_t n_time_masks, float *out,
-                       int64_t channels, int64_t frames, char *err, int32_t err_len)
+/* the features of one example's clips (clips_per_example waveforms of `length`) into out */
+static void example_features(const pim_audio_spec_t *spec, const fft_plan_t *plan,
+                             scratch_t *s, const float *waves, int64_t length, int64_t clips,
+                             const int32_t *freq, int32_t n_freq, const int32_t *time,
+                             int32_t n_time, float *out, int64_t rows, int64_t frames)
 {
-    if (check_spec(spec, length, channels, frames, err, err_len) ||
-        check_masks(freq_masks, n, n_freq_masks, channels, "frequency", err, err_len) ||
-        check_masks(time_masks, n, n_time_masks, frames, "time", err, err_len) ||
-        check_waveforms(waveforms, n, length, err, err_len))
+    const int64_t spectral_rows_per_clip = spec->n_mfcc > 0 ? spec->n_mels : rows;
+    float *spectra = spec->n_mfcc > 0 ? s->rows : out;
+    for (int64_t c = 0; c < clips; c++) {
+        pad_clip(spec, waves + c * length, length, s->padded);
+        spectral_rows(spec, plan, s->padded, frames, spectra + c * spectral_rows_per_clip * frames,
+                      s->work);
+    }
+    if (spec->log_kind != PIM_AUDIO_LOG_NONE) /* one top_db floor for all the clips */
+        to_log(spec, spectra, clips * spectral_rows_per_clip * frames);
+    for (int64_t c = 0; c < clips; c++) {
+        float *clip_out = out + c * rows * frames;
+        if (spec->n_mfcc > 0)
+            apply_dct(spec, spectra + c * spectral_rows_per_clip * frames, frames, clip_out);
+        apply_masks(spec->mask_value, freq + 2 * c * n_freq, n_freq, time + 2 * c * n_time,
+                    n_time, clip_out, rows, frames);
+    }
+    normalise(spec, out, clips * rows * frames);
+}
+
+int pim_audio_features(const pim_audio_spec_t *spec, const float *waveforms, int64_t n_clips,
+                       int64_t length, int64_t clips_per_example, const int32_t *freq_masks,
+                       int32_t n_freq_masks, const int32_t *time_masks, int32_t n_time_masks,
+                       float *out, int64_t rows, int64_t frames, char *err, int32_t err_len)
+{
+    if (clips_per_example < 1 || n_clips % clips_per_example != 0)
+        return FAIL("%lld clips do not make examples of %lld", (long long)n_clips,
+                    (long long)clips_per_example);
+    if (check_spec(spec, length, rows, frames, err, err_len) ||
+        check_masks(freq_masks, n_clips, n_freq_masks, rows, "frequency", err, err_len) ||
+        check_masks(time_masks, n_clips, n_time_masks, frames, "time", err, err_len) ||
+        check_waveforms(waveforms, n_clips, length, err, err_len))
         return -1;
     fft_plan_t plan;
     const int made = fft_plan_make(&plan, spec->n_fft, err, err_len);
     if (made != 0)
         return made;
     scratch_t s = {0};
-    int status = scratch_alloc(&s, spec, &plan, length, frames);
-    for (int64_t i = 0; status == 0 && i < n; i++) {
-        float *slot = out + i * channels * frames;
-        float *rows = spec->n_mfcc > 0 ? s.rows : slot;
-        const int64_t row_count = (spec->n_mfcc > 0 ? spec->n_mels : channels) * frames;
-        pad_clip(spec, waveforms + i * length, length, s.padded);
-        spectral_rows(spec, &plan, s.padded, frames, rows, s.work);
-        if (spec->log_kind != PIM_AUDIO_LOG_NONE)
-            to_log(spec, rows, row_count);
-        if (spec->n_mfcc > 0)
-            apply_dct(spec, rows, frames, slot);
-        apply_masks(spec->mask_value, freq_masks + 2 * i * n_freq_masks, n_freq_masks,
-                    time_masks + 2 * i * n_time_masks, n_time_masks, slot, channels, frames);
-        normalise(spec, slot, channels * frames);
-    }
+    int status = scratch_alloc(&s, spec, &plan, length, clips_per_example * frames);
+    for (int64_t c = 0; status == 0 && c < n_clips; c += clips_per_example)
+        example_features(spec, &plan, &s, waveforms + c * length, length, clips_per_example,
+                         freq_masks + 2 * c * n_freq_masks, n_freq_masks,
+                         time_masks + 2 * c * n_time_masks, n_time_masks,
+                         out + c * rows * frames, rows, frames);
     scratch_free(&s);
     fft_plan_free(&plan);
     return status;

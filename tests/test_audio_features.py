@@ -53,15 +53,19 @@ def reference(chain, waves: np.ndarray = WAVES) -> np.ndarray:
     return np.stack(outs)
 
 
+def _per_example_max(x):
+    return x.max(axis=tuple(range(1, x.ndim)), keepdims=True)
+
+
 def assert_power_close(got, ref):
-    peak = ref.max(axis=(1, 2), keepdims=True)
+    peak = _per_example_max(ref)
     err = (np.abs(got - ref) / np.where(peak > 0, peak, 1)).max()
     assert err <= REL_TOL, f"relative error {err:.3g} > {REL_TOL}"
 
 
 def assert_db_close(got, ref, spec: FeatureSpec):
     # cells whose power is within 80 dB of the example's peak: 4 * multiplier * power dB
-    floor = ref.max(axis=(1, 2), keepdims=True) - 4 * spec.multiplier * spec.power
+    floor = _per_example_max(ref) - 4 * spec.multiplier * spec.power
     err = np.where(ref >= floor, np.abs(got - ref), 0).max()
     assert err <= DB_TOL, f"dB error {err:.3g} > {DB_TOL}"
 
@@ -106,7 +110,7 @@ def test_mel_features_match_reference(simd, mel_args, db_args):
 def test_linear_spectrogram_matches_reference(simd, spec_args):
     chain = [REF.Spectrogram(**spec_args), REF.AmplitudeToDB(top_db=80)]
     spec = FeatureSpec.from_transforms(chain)
-    assert spec.n_mels is None and spec.channels == spec.n_fft // 2 + 1
+    assert spec.n_mels is None and spec.rows == spec.n_fft // 2 + 1
     assert_power_close(cpu_features(WAVES, FeatureSpec.from_transforms(chain[:1])),
                        reference(chain[:1]))
     assert_db_close(cpu_features(WAVES, spec), reference(chain), spec)
@@ -190,19 +194,49 @@ def test_masks_and_normalisation_follow_the_reference_draws(normalize):
             assert np.all(got[masked] == 0.0) and np.all(ref[masked] == 0.0)
 
 
+def test_stereo_examples_share_the_floor_and_draw_iid_masks_per_channel(simd):
+    chain = [REF.MelSpectrogram(SR, n_fft=512, hop_length=160, n_mels=40),
+             REF.AmplitudeToDB(top_db=80), REF.FrequencyMasking(10, iid_masks=True),
+             REF.TimeMasking(20), REF.TimeMasking(15, iid_masks=True, p=0.3)]
+    spec = FeatureSpec.from_transforms(chain, normalize="per_sample")
+    stereo = np.stack([WAVES[:3], WAVES[:3] * 1e-3], axis=1)    # [3 examples, 2 channels, L]
+    torch.manual_seed(11)
+    drawn = [draw_masks(spec, LENGTH, channels=2) for _ in stereo]
+    freq, time = (np.stack([d[axis] for d in drawn]) for axis in (0, 1))
+    assert freq.shape == (3, 2, 1, 2) and time.shape == (3, 2, 2, 2)
+    got = cpu_features(stereo, spec, freq, time)
+    torch.manual_seed(11)
+    ref, db = [], []
+    for example in stereo:
+        y = torch.from_numpy(example)
+        for t in chain:
+            y = t(y)
+        db.append(y.numpy())
+        ref.append(((y - y.mean()) / (y.std() + 1e-5)).numpy())
+    ref, db = np.stack(ref), np.stack(db)
+    tolerance = 2 * DB_TOL / (db.reshape(3, -1).std(axis=1) + 1e-5)[:, None, None, None]
+    assert got.shape == ref.shape == (3, 2) + spec.out_shape(LENGTH)
+    assert np.all(np.abs(got - ref) <= tolerance)
+    unmasked = FeatureSpec.from_transforms(chain[:2])
+    shared = reference(chain[:2], stereo)              # each [2, L] example: one floor
+    assert_db_close(cpu_features(stereo, unmasked), shared, unmasked)
+    per_channel = cpu_features(stereo.reshape(6, LENGTH), unmasked).reshape(shared.shape)
+    assert np.abs(per_channel - shared).max() > 1      # a floor per channel would differ
+
+
 def test_draw_masks_replay_torchaudio_on_one_example():
     spec = FeatureSpec(n_mels=40, hop_length=160, to_db=True, masks=(
         MaskSpec("frequency", 15), MaskSpec("time", 40, p=0.1), MaskSpec("time", 0),
         MaskSpec("frequency", 200), MaskSpec("time", 7, iid_masks=True)))
     steps = [REF.FrequencyMasking(15), REF.TimeMasking(40, p=0.1), REF.TimeMasking(0),
              REF.FrequencyMasking(200), REF.TimeMasking(7, iid_masks=True)]
-    channels, frames = spec.out_shape(LENGTH)
+    n_rows, n_frames = spec.out_shape(LENGTH)
     for seed in range(40):
         torch.manual_seed(seed)
         freq, time = draw_masks(spec, LENGTH)
         after_draws = torch.get_rng_state()
         torch.manual_seed(seed)
-        ones = torch.ones(1, channels, frames)
+        ones = torch.ones(1, n_rows, n_frames)
         rows, cols = [], []
         for step in steps:   # each mask alone on a fresh tensor shows its interval
             hit = (step(ones) == 0)[0]

@@ -66,18 +66,20 @@ typedef struct {
     float norm_eps;
 } pim_audio_spec_t;
 
-/* Features of n waveforms of `length` samples (row-major, float32) into out, n x channels x
- * frames (row-major, float32), where channels is n_mfcc, n_mels or n_fft / 2 + 1 and frames
- * follows from the padded length. freq_masks and time_masks hold, per example, n_freq_masks
- * and n_time_masks half-open [start, end) intervals of the output's channel and frame axes,
- * filled with mask_value (either may be NULL when its count is 0).
+/* Features of n_clips waveforms of `length` samples (row-major, float32) into out, n_clips x
+ * rows x frames (row-major, float32), where rows is n_mfcc, n_mels or n_fft / 2 + 1 and
+ * frames follows from the padded length. Each run of clips_per_example clips (the channels
+ * of one example) shares one top_db floor and one per-example normalisation, as torchaudio's
+ * AmplitudeToDB floors a (channel, freq, time) example. freq_masks and time_masks hold, per
+ * clip, n_freq_masks and n_time_masks half-open [start, end) intervals of the rows and
+ * frames, filled with mask_value (either may be NULL when its count is 0).
  * Returns 0 on success; -1 for an invalid spec, mask or waveform (a NaN or infinite sample;
  * message in err), -2 when memory for the scratch buffers is unavailable. Nothing is written
  * to out unless the arguments are valid. */
-int pim_audio_features(const pim_audio_spec_t *spec, const float *waveforms, int64_t n,
-                       int64_t length, const int32_t *freq_masks, int32_t n_freq_masks,
-                       const int32_t *time_masks, int32_t n_time_masks, float *out,
-                       int64_t channels, int64_t frames, char *err, int32_t err_len);
+int pim_audio_features(const pim_audio_spec_t *spec, const float *waveforms, int64_t n_clips,
+                       int64_t length, int64_t clips_per_example, const int32_t *freq_masks,
+                       int32_t n_freq_masks, const int32_t *time_masks, int32_t n_time_masks,
+                       float *out, int64_t rows, int64_t frames, char *err, int32_t err_len);
 
 /* The one-sided DFT of n real frames of n_fft samples (row-major) into re and im, n x
  * (n_fft / 2 + 1): the FFT the feature kernel runs, exposed for tests. Returns 0, or -1 / -2

@@ -25,6 +25,7 @@ import torch
 from pimloader import _audio
 from pimloader.transforms._spectral import create_dct, melscale_fbanks
 
+from ._audio_draw import draw_masks
 from ._audio_read import WINDOWS
 from .audio_spec import FeatureSpec, MaskSpec
 
@@ -36,43 +37,6 @@ PAD_MODES = {"constant": lib.PIM_AUDIO_PAD_CONSTANT, "reflect": lib.PIM_AUDIO_PA
              "replicate": lib.PIM_AUDIO_PAD_REPLICATE, "circular": lib.PIM_AUDIO_PAD_CIRCULAR}
 PER_SAMPLE_EPS = 1e-5   # 'per_sample' normalisation: (x - mean) / (std + PER_SAMPLE_EPS)
 LOG_MELS_OFFSET = 1e-6  # MFCC(log_mels=True): log(mel + LOG_MELS_OFFSET), torchaudio's
-
-
-def draw_interval(mask_param: int, p: float, axis_length: int,
-                  generator: Optional[torch.Generator] = None) -> Optional[tuple[int, int]]:
-    """[start, end) of one mask, by torchaudio.functional.mask_along_axis's two calls:
-    value = rand(1) * mask_param', start = long(rand(1) * (axis_length - value)),
-    end = start + long(value), in float32, where mask_param' = min(mask_param,
-    int(axis_length * p)) when p < 1; None, with nothing drawn, when mask_param' < 1."""
-    limit = mask_param if p == 1.0 else min(mask_param, int(axis_length * p))
-    if limit < 1:
-        return None
-    value = torch.rand(1, generator=generator) * limit
-    min_value = torch.rand(1, generator=generator) * (axis_length - value)
-    start = int(min_value.long())
-    end = start + int(value.long())
-    if end - start >= limit:
-        raise ValueError("Number of columns to be masked should be less than mask_param")
-    return start, end
-
-
-def draw_masks(spec: FeatureSpec, length: int, generator: Optional[torch.Generator] = None
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """The masks of one example of `length` samples, drawn as torchaudio's FrequencyMasking
-    and TimeMasking draw them on a single example (two torch.rand(1) calls each, in the
-    spec's order, from `generator` or torch's default one): (frequency, time) int32 arrays of
-    [start, end) rows, one per mask of that axis, clipped to the axis ([0, 0) where the mask
-    could only be empty and torchaudio draws nothing). iid_masks=True draws the same for a
-    single example."""
-    drawn = {"frequency": [], "time": []}
-    for mask in spec.masks:
-        axis_length = spec.mask_axis_length(mask, length)
-        interval = draw_interval(mask.mask_param, mask.p, axis_length, generator) or (0, 0)
-        # a mask_param above the axis length can start before 0 or end past the axis
-        drawn[mask.axis].append((min(max(interval[0], 0), axis_length),
-                                 min(max(interval[1], 0), axis_length)))
-    return (np.array(drawn["frequency"], np.int32).reshape(-1, 2),
-            np.array(drawn["time"], np.int32).reshape(-1, 2))
 
 
 def kernel_window(spec: FeatureSpec) -> np.ndarray:
@@ -163,53 +127,56 @@ def _native_spec(spec: FeatureSpec) -> _NativeSpec:
     return _NativeSpec(spec)
 
 
-def _masks_array(masks, n: int, name: str) -> np.ndarray:
+def _masks_array(masks, lead: tuple, name: str) -> np.ndarray:
+    """masks as an int32 array [clips, K, 2] (None: no mask)"""
     if masks is None:
-        return np.zeros((n, 0, 2), np.int32)
+        return np.zeros((int(np.prod(lead)), 0, 2), np.int32)
     array = np.asarray(masks)
-    if array.dtype != np.int32 or array.ndim != 3 or array.shape[0] != n or array.shape[2] != 2:
-        raise ValueError(f"{name} must be an int32 array [N={n}, K, 2] of [start, end) pairs, "
-                         f"got {array.dtype} {list(array.shape)}")
-    return np.ascontiguousarray(array)
+    if array.dtype != np.int32 or array.shape[:-2] != lead or array.shape[-1:] != (2,):
+        raise ValueError(f"{name} must be an int32 array {list(lead) + ['K', 2]} of [start, "
+                         f"end) pairs, got {array.dtype} {list(array.shape)}")
+    return np.ascontiguousarray(array.reshape((-1,) + array.shape[-2:]))
 
 
 def _checked_io(waveforms, spec: FeatureSpec, out) -> tuple[np.ndarray, np.ndarray]:
     waves = np.asarray(waveforms)
-    if waves.dtype != np.float32 or waves.ndim != 2:
-        raise ValueError(f"waveforms must be a float32 array [N, L], got {waves.dtype} "
-                         f"{list(waves.shape)}")
-    waves = np.ascontiguousarray(waves)
-    spec.check_length(waves.shape[1])
-    shape = (waves.shape[0],) + spec.out_shape(waves.shape[1])
+    if waves.dtype != np.float32 or waves.ndim not in (2, 3):
+        raise ValueError(f"waveforms must be a float32 array [N, L] or [N, channels, L], got "
+                         f"{waves.dtype} {list(waves.shape)}")
+    spec.check_length(waves.shape[-1])
+    shape = waves.shape[:-1] + spec.out_shape(waves.shape[-1])
     if out is None:
-        return waves, np.empty(shape, np.float32)
+        return np.ascontiguousarray(waves), np.empty(shape, np.float32)
     result = np.asarray(out)
     if (result.dtype != np.float32 or result.shape != shape or not result.flags.c_contiguous
             or not result.flags.writeable):
         raise ValueError(f"out must be a writable C-contiguous float32 array {list(shape)}, got "
                          f"{result.dtype} {list(result.shape)}")
-    return waves, result
+    return np.ascontiguousarray(waves), result
 
 
 def cpu_features(waveforms, spec: FeatureSpec, freq_masks=None, time_masks=None, out=None
                  ) -> np.ndarray:
-    """Features of N clips of L samples (float32 [N, L]) into out (float32 [N, channels,
-    frames], allocated when None), in one native call; freq_masks and time_masks are int32
-    [N, K, 2] arrays of [start, end) rows and frames set to spec.mask_value after dB (None:
-    no mask). Returns out. A NaN or infinite sample is refused (ValueError naming the row)
-    before anything is written."""
+    """Features of N examples of L samples (float32 [N, L], or [N, channels, L]) into out
+    (float32 [N, rows, frames] or [N, channels, rows, frames], allocated when None), in one
+    native call; the channels of an example share its top_db floor and normalisation, as in
+    torchaudio. freq_masks and time_masks: int32 [N, K, 2] (or [N, channels, K, 2]) arrays of
+    [start, end) rows and frames set to spec.mask_value after dB (None: no mask), as
+    draw_masks gives them. Returns out. A NaN or infinite sample is refused (ValueError
+    naming the clip, counted over N x channels) before anything is written."""
     waves, result = _checked_io(waveforms, spec, out)
-    n, length = waves.shape
-    freq = _masks_array(freq_masks, n, "freq_masks")
-    time = _masks_array(time_masks, n, "time_masks")
+    lead = waves.shape[:-1]
+    freq = _masks_array(freq_masks, lead, "freq_masks")
+    time = _masks_array(time_masks, lead, "time_masks")
     native = _native_spec(spec)
     err = ffi.new("char[]", 256)
     status = lib.pim_audio_features(
-        native.struct, ffi.cast("float *", ffi.from_buffer(waves)), n, length,
+        native.struct, ffi.cast("float *", ffi.from_buffer(waves)), int(np.prod(lead)),
+        waves.shape[-1], lead[1] if len(lead) == 2 else 1,
         ffi.cast("int32_t *", ffi.from_buffer(freq)), freq.shape[1],
         ffi.cast("int32_t *", ffi.from_buffer(time)), time.shape[1],
         ffi.cast("float *", ffi.from_buffer(result, require_writable=True)),
-        result.shape[1], result.shape[2], err, len(err))
+        spec.rows, spec.frames(waves.shape[-1]), err, len(err))
     if status == -2:
         raise MemoryError("audio features: no memory for the kernel's scratch buffers")
     if status != 0:

@@ -48,7 +48,9 @@ class FeatureSpec:
     multiplier * db_multiplier, floored at top_db below the example's maximum (log_mels:
     log(x + 1e-6) instead); n_mfcc: DCT-II (dct_norm) over the mels; `masks` filled with
     mask_value; normalize: None, 'per_sample' ((x - mean) / (std + 1e-5) over the example's
-    features, std with n - 1) or (mean, std) constants."""
+    features, all its channels, std with n - 1) or (mean, std) constants. An example of
+    several channels has one top_db floor, as torchaudio's AmplitudeToDB on (channel, freq,
+    time)."""
     sample_rate: int = 16000
     n_fft: int = 400
     win_length: Optional[int] = None        # None: n_fft
@@ -98,8 +100,8 @@ class FeatureSpec:
         return self.n_fft // 2 + 1
 
     @property
-    def channels(self) -> int:
-        """Rows of the features: n_mfcc, n_mels or the FFT's bins."""
+    def rows(self) -> int:
+        """Feature rows of one clip (one channel): n_mfcc, n_mels or the FFT's bins."""
         if self.n_mfcc is not None:
             return self.n_mfcc
         return self.n_mels if self.n_mels is not None else self.n_freqs
@@ -110,10 +112,10 @@ class FeatureSpec:
         return (padded - self.n_fft) // self.hop_length + 1
 
     def out_shape(self, length: int) -> tuple[int, int]:
-        return self.channels, self.frames(length)
+        return self.rows, self.frames(length)
 
     def mask_axis_length(self, mask: MaskSpec, length: int) -> int:
-        return self.channels if mask.axis == "frequency" else self.frames(length)
+        return self.rows if mask.axis == "frequency" else self.frames(length)
 
     def check_length(self, length: int) -> None:
         """Raise ValueError where torch.stft (or its padding) refuses a clip of `length`."""
