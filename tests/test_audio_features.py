@@ -103,8 +103,9 @@ def test_mel_features_match_reference(simd, mel_args, db_args):
 
 @pytest.mark.parametrize("spec_args", [
     dict(n_fft=400, hop_length=160),
-    dict(n_fft=441, hop_length=128, normalized="frame_length", pad_mode="replicate"),
+    dict(n_fft=441, hop_length=128, normalized="frame_length", pad_mode="replicate", pad=30),
     dict(n_fft=294, hop_length=100, window_fn=torch.blackman_window, pad_mode="circular"),
+    dict(n_fft=320, hop_length=160, win_length=250, pad=20, window_fn=torch.bartlett_window),
     dict(n_fft=256, hop_length=64, center=False, power=0.7, window_fn=torch.ones),
 ])
 def test_linear_spectrogram_matches_reference(simd, spec_args):
@@ -294,6 +295,23 @@ def test_out_slots_and_argument_errors():
         with pytest.raises(ValueError, match="waveform 1 has a NaN or infinite sample"):
             cpu_features(broken, spec, None, None, out[1:])
         assert np.all(out == 5.0)   # nothing written
+
+
+def test_feature_spec_checks_its_arguments():
+    assert FeatureSpec().out_shape(16000) == (128, 81)     # MelSpectrogram's defaults
+    assert FeatureSpec(n_fft=512, win_length=400).hop_length == 200
+    assert FeatureSpec(stype="magnitude", to_db=True).multiplier == 20.0
+    for bad, message in [(dict(window="kaiser"), "window"), (dict(win_length=500), "win_length"),
+                         (dict(pad_mode="symmetric"), "pad_mode"), (dict(power=0), "power"),
+                         (dict(normalized="yes"), "normalized"), (dict(mel_scale="bark"), "mel"),
+                         (dict(f_min=9000.0), "f_min"), (dict(top_db=-3.0), "top_db"),
+                         (dict(n_mfcc=200), "MFCC"), (dict(normalize="global"), "normalize"),
+                         (dict(normalize=(0.0, 0.0)), "normalize"),
+                         (dict(masks=(MaskSpec("time", 3), "x")), "MaskSpec")]:
+        with pytest.raises(ValueError, match=message):
+            FeatureSpec(**bad)
+    with pytest.raises(ValueError, match="axis"):
+        MaskSpec("channel", 3)
 
 
 def test_unsupported_chains_are_refused_with_the_step():
