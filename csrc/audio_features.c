@@ -17,17 +17,21 @@
 #include "pim_audio.h"
 #include "pim_audio_fft.h"
 
+#define LANES 4
 #define LANE_FN(name) name##_portable
 #include "audio_lanes.h"
 #undef LANE_FN
+#undef LANES
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !defined(__clang__)
 #define HAVE_AVX2_LANES 1
 #pragma GCC push_options
 #pragma GCC target("avx2,fma")
+#define LANES 8
 #define LANE_FN(name) name##_avx2
 #include "audio_lanes.h"
 #undef LANE_FN
+#undef LANES
 #pragma GCC pop_options
 #else
 #define HAVE_AVX2_LANES 0
@@ -149,21 +153,21 @@ static int check_masks(const int32_t *masks, int64_t n, int32_t per_example, int
     return 0;
 }
 
+typedef float float4_t __attribute__((vector_size(4 * sizeof(float))));
+
 /* whether x[0..n) holds only finite numbers: x * 0 is NaN exactly for NaN and infinities */
 static int all_finite(const float *x, int64_t n)
 {
-    lanes_t probe = {0};
+    float4_t probe = {0};
     int64_t i = 0;
-    for (; i + LANES <= n; i += LANES) {
-        lanes_t v;
+    for (; i + 4 <= n; i += 4) {
+        float4_t v;
         memcpy(&v, x + i, sizeof v);
         probe += v * 0.0f;
     }
-    float rest = 0.0f;
+    float rest = probe[0] + probe[1] + probe[2] + probe[3];
     for (; i < n; i++)
         rest += x[i] * 0.0f;
-    for (int l = 0; l < LANES; l++)
-        rest += probe[l];
     return rest == 0.0f;
 }
 
@@ -277,7 +281,7 @@ static void normalise(const pim_audio_spec_t *spec, float *x, int64_t count)
 typedef struct {
     float *padded;
     float *rows; /* the filter bank's rows before the DCT, or NULL */
-    lanes_t *work;
+    float *work; /* work_alloc's vectors */
 } scratch_t;
 
 static void scratch_free(scratch_t *s)
@@ -287,10 +291,12 @@ static void scratch_free(scratch_t *s)
     free(s->work);
 }
 
-static lanes_t *work_alloc(const fft_plan_t *plan)
+/* the FFT's two complex buffers and one spectrum, of vectors of up to MAX_LANES floats */
+static float *work_alloc(const fft_plan_t *plan)
 {
-    const size_t lanes = 4 * (size_t)plan->size + 2 * (size_t)(plan->n_fft / 2 + 1);
-    return aligned_alloc(sizeof(lanes_t), lanes * sizeof(lanes_t));
+    const size_t vectors = 4 * (size_t)plan->size + 2 * (size_t)(plan->n_fft / 2 + 1);
+    const size_t vector_bytes = MAX_LANES * sizeof(float);
+    return aligned_alloc(vector_bytes, vectors * vector_bytes);
 }
 
 /* frames: of all the clips of one example */
@@ -305,7 +311,7 @@ static int scratch_alloc(scratch_t *s, const pim_audio_spec_t *spec, const fft_p
 }
 
 static void spectral_rows(const pim_audio_spec_t *spec, const fft_plan_t *plan,
-                          const float *signal, int64_t frames, float *rows, lanes_t *work)
+                          const float *signal, int64_t frames, float *rows, float *work)
 {
 #if HAVE_AVX2_LANES
     if (use_avx2()) {
@@ -380,7 +386,7 @@ int pim_audio_rfft(const float *frames, int64_t n, int32_t n_fft, float *re, flo
     if (made != 0)
         return made;
     float *ones = malloc((size_t)n_fft * sizeof(float));
-    lanes_t *work = work_alloc(&plan);
+    float *work = work_alloc(&plan);
     const int status = ones && work ? 0 : -2;
     if (status == 0) {
         for (int i = 0; i < n_fft; i++)

@@ -1,11 +1,17 @@
 /* audio_lanes.h: the per-example loops of the audio feature kernel, written once over
- * LANES frames at a time and compiled twice by audio_features.c (portable, and AVX2 + FMA).
+ * LANES frames at a time and compiled twice by audio_features.c (portable with 4 lanes, the
+ * width of SSE and NEON registers; AVX2 + FMA with 8).
  *
  * A lanes_t holds one number of LANES consecutive frames, so every step below is the scalar
  * maths of one frame, applied to LANES frames in one vector operation: the FFT of any radix
- * vectorises without shuffles. Before including this file, define LANE_FN(name) (the
- * suffixed name) and include audio_plan.h. Not a header of its own: no include guard.
+ * vectorises without shuffles. Before including this file, define LANES (<= MAX_LANES) and
+ * LANE_FN(name) (the suffixed name), and include pim_audio_fft.h. Not a header of its own:
+ * no include guard.
  */
+typedef float LANE_FN(lanes_t) __attribute__((vector_size(LANES * sizeof(float))));
+typedef int32_t LANE_FN(ilanes_t) __attribute__((vector_size(LANES * sizeof(int32_t))));
+#define lanes_t LANE_FN(lanes_t)
+#define ilanes_t LANE_FN(ilanes_t)
 
 /* ---- complex numbers of LANES frames ---------------------------------------------------- */
 typedef struct {
@@ -296,8 +302,9 @@ static void LANE_FN(store_features)(const pim_audio_spec_t *spec, const lanes_t 
 /* the filter bank's (or spectrogram's) rows of one padded example into rows[channels][frames] */
 static void LANE_FN(spectral_rows)(const pim_audio_spec_t *spec, const fft_plan_t *plan,
                                    const float *signal, int64_t frames, float *rows,
-                                   lanes_t *work)
-{ /* work: 4 * plan->size + 2 * (n_fft / 2 + 1) lanes */
+                                   float *work_memory)
+{
+    lanes_t *work = (lanes_t *)(void *)work_memory; /* work: 4 * plan->size + 2 * (n_fft / 2 + 1) lanes */
     const int n_bins = plan->n_fft / 2 + 1;
     lanes_t *xr = work + 4 * plan->size, *xi = xr + n_bins;
     for (int64_t t0 = 0; t0 < frames; t0 += LANES) {
@@ -312,8 +319,9 @@ static void LANE_FN(spectral_rows)(const pim_audio_spec_t *spec, const fft_plan_
 
 /* the one-sided DFT of n frames of n_fft samples, window 1, into re, im (n x n_bins) */
 static void LANE_FN(rfft_rows)(const fft_plan_t *plan, const float *ones, const float *frames,
-                               int64_t n, float *re, float *im, lanes_t *work)
+                               int64_t n, float *re, float *im, float *work_memory)
 {
+    lanes_t *work = (lanes_t *)(void *)work_memory;
     const int n_bins = plan->n_fft / 2 + 1;
     lanes_t *xr = work + 4 * plan->size, *xi = xr + n_bins;
     for (int64_t t0 = 0; t0 < n; t0 += LANES) {
@@ -373,7 +381,7 @@ static int LANE_FN(log_inputs_normal)(const pim_audio_spec_t *spec, const float 
         bad |= ~((v >= 1.17549435e-38f) & (v <= 3.40282347e+38f));
     }
     for (; i < count; i++) {
-        lanes_t v = {x[i], x[i], x[i], x[i], x[i], x[i], x[i], x[i]};
+        lanes_t v = (lanes_t){0} + x[i];
         v = LANE_FN(log_input)(spec, v);
         bad[0] |= !(v[0] >= 1.17549435e-38f && v[0] <= 3.40282347e+38f);
     }
@@ -400,11 +408,10 @@ static float LANE_FN(log_values)(const pim_audio_spec_t *spec, float *x, int64_t
         }
         return top;
     }
-    lanes_t tops = {-INFINITY, -INFINITY, -INFINITY, -INFINITY,
-                    -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    lanes_t tops = (lanes_t){0} - INFINITY;
     for (int64_t i = 0; i < count; i += LANES) {
         const int n = count - i < LANES ? (int)(count - i) : LANES;
-        lanes_t v = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f}; /* the tail's padding */
+        lanes_t v = (lanes_t){0} + 1.0f; /* the tail's padding */
         memcpy(&v, x + i, (size_t)n * sizeof(float));
         const lanes_t y = LANE_FN(ln_lanes)(LANE_FN(log_input)(spec, v)) * scale - offset;
         memcpy(x + i, &y, (size_t)n * sizeof(float));
@@ -428,3 +435,5 @@ static float LANE_FN(log_values)(const pim_audio_spec_t *spec, float *x, int64_t
 #undef STORE
 #undef STAGE_LOOP
 #undef cl_t
+#undef lanes_t
+#undef ilanes_t

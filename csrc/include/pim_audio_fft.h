@@ -1,5 +1,5 @@
-/* pim_audio_fft.h: the FFT plan of the audio feature kernel (csrc/audio_fft_plan.c) and the
- * vector type its loops (csrc/audio_lanes.h) work on. Host only. */
+/* pim_audio_fft.h: the FFT plan of the audio feature kernel (csrc/audio_fft_plan.c), which
+ * its loops (csrc/audio_lanes.h) run. Host only. */
 #ifndef PIM_AUDIO_FFT_H
 #define PIM_AUDIO_FFT_H
 
@@ -7,10 +7,8 @@
 
 #include "pim_audio.h"
 
-/* frames computed together: one lanes_t holds one number of each */
-#define LANES 8
-typedef float lanes_t __attribute__((vector_size(LANES * sizeof(float)), aligned(4 * LANES)));
-typedef int32_t ilanes_t __attribute__((vector_size(LANES * sizeof(int32_t)), aligned(4 * LANES)));
+/* the most frames a build of csrc/audio_lanes.h computes together (its LANES) */
+#define MAX_LANES 8
 
 #define PIM_AUDIO_MAX_STAGES 32
 
