@@ -278,7 +278,8 @@ def test_out_slots_and_argument_errors():
     assert cpu_features(waves, spec, None, None, out[1:]) is not None
     assert np.isnan(out[0]).all() and not np.isnan(out[1:]).any()
     torch_out = torch.empty((2,) + spec.out_shape(LENGTH))
-    cpu_features(waves, spec, None, None, torch_out)
+    no_masks = np.zeros((2, 0, 2), np.int32)                # K = 0, as draw_masks gives it
+    cpu_features(waves, spec, no_masks, no_masks, torch_out)
     np.testing.assert_array_equal(torch_out.numpy(), out[1:])
     with pytest.raises(ValueError, match="float32"):
         cpu_features(waves.astype(np.float64), spec)

@@ -135,7 +135,7 @@ def _masks_array(masks, lead: tuple, name: str) -> np.ndarray:
     if array.dtype != np.int32 or array.shape[:-2] != lead or array.shape[-1:] != (2,):
         raise ValueError(f"{name} must be an int32 array {list(lead) + ['K', 2]} of [start, "
                          f"end) pairs, got {array.dtype} {list(array.shape)}")
-    return np.ascontiguousarray(array.reshape((-1,) + array.shape[-2:]))
+    return np.ascontiguousarray(array.reshape((int(np.prod(lead)),) + array.shape[-2:]))
 
 
 def _checked_io(waveforms, spec: FeatureSpec, out) -> tuple[np.ndarray, np.ndarray]:
