@@ -129,9 +129,8 @@ static inline __attribute__((always_inline)) void brightness(uint8_t *image, siz
     apply_table(image, done, values, table);
 }
 
-/* torch.mean of the (floored) grayscale image: an exact sum of integers, then sum / count
- * in float32 (torch's float32 sum is exact too while it stays below 2^24) */
-static inline __attribute__((always_inline)) float mean_gray(const uint8_t *image, size_t pixels, uint32_t channels, int fused,
+/* The sum of the (floored) grayscale values of `pixels` pixels, exact */
+static inline __attribute__((always_inline)) uint64_t gray_sum(const uint8_t *image, size_t pixels, uint32_t channels, int fused,
                      int simd)
 {
     uint64_t sum = 0;
@@ -140,13 +139,20 @@ static inline __attribute__((always_inline)) float mean_gray(const uint8_t *imag
         i = pim_gray_sum_avx2(image, pixels, fused, &sum);
     for (; i < pixels; i++)
         sum += channels == 3 ? (uint64_t)gray(image + 3 * i, fused) : image[i];
-    return (float)sum / (float)pixels;
+    return sum;
+}
+
+/* torch.mean of the (floored) grayscale image: an exact sum of integers, then sum / count
+ * in float32 (torch's float32 sum is exact too while it stays below 2^24) */
+static inline __attribute__((always_inline)) float mean_gray(const uint8_t *image, size_t pixels, uint32_t channels, int fused,
+                     int simd)
+{
+    return (float)gray_sum(image, pixels, channels, fused, simd) / (float)pixels;
 }
 
 static inline __attribute__((always_inline)) void contrast(uint8_t *image, size_t pixels, uint32_t channels, double factor,
-                     int fused, int simd)
+                     float mean, int fused, int simd)
 {
-    const float mean = mean_gray(image, pixels, channels, fused, simd);
     const blend_t b = blend_of(factor, fused);
     const size_t done =
         simd ? pim_blend_values_avx2(image, pixels * channels, mean, b.ratio, b.rest, fused) : 0;
@@ -194,20 +200,99 @@ static inline __attribute__((always_inline)) uint32_t grayscale(uint8_t *image, 
     return out;
 }
 
-/* The ops in order; always inlined into the two entry points below, so that fmaf becomes
- * one instruction where the CPU has FMA (the arithmetic is the same either way). */
-static inline __attribute__((always_inline)) uint32_t
-colour_ops(const pim_extra_t *e, uint8_t *image, size_t pixels, uint32_t channels, int simd)
+/* ---- hue ---------------------------------------------------------------------------- */
+
+static inline float clamp01(float x)
 {
-    const int fused = e->fused_mul_add != 0;
-    for (uint32_t k = 0; k < e->n_ops; k++) {
-        const pim_colour_op_t *op = &e->ops[k];
+    return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x);
+}
+
+/* torch.remainder(x, 1.0): fmod, then + 1 where the remainder is negative */
+static inline float remainder1(float x)
+{
+    const float m = fmodf(x, 1.0f);
+    return m != 0.0f && m < 0.0f ? m + 1.0f : m;
+}
+
+/* torchvision's adjust_hue on one pixel, every step a float32 operation of its tensor code:
+ * _rgb_to_hsv (Pillow's formulas), h + shift modulo 1, _hsv_to_rgb, x * 255.999 truncated.
+ * v1 (torchvision.transforms' _rgb2hsv/_hsv2rgb) differs in three roundings, marked. */
+static inline void hue_pixel(uint8_t *px, float shift, int v1)
+{
+    const float to_unit = (float)(1.0 / 255.0), sixth = (float)(1.0 / 6.0);
+    float x[3];
+    for (int c = 0; c < 3; c++)
+        x[c] = v1 ? (float)px[c] / 255.0f : (float)px[c] * to_unit;  /* v1: division */
+    const float r = x[0], g = x[1], b = x[2];
+    const float maxc = fmaxf(r, fmaxf(g, b)), minc = fminf(r, fminf(g, b));
+    const int grey = maxc == minc;
+    const float range = maxc - minc;
+    const float s = range / (grey ? 1.0f : maxc);
+    const float divisor = grey ? 1.0f : range;
+    const float rc = (maxc - r) / divisor, gc = (maxc - g) / divisor, bc = (maxc - b) / divisor;
+    const float hr = maxc == r ? bc - gc : 0.0f;
+    const float hg = maxc == g && maxc != r ? (rc + 2.0f) - bc : 0.0f;
+    const float hb = maxc != g && maxc != r ? (gc + 4.0f) - rc : 0.0f;
+    const float h6th = v1 ? ((hr + hg) + hb) / 6.0f : ((hr + hg) + hb) * sixth; /* v1: division */
+    const float h = remainder1(fmodf(h6th + 1.0f, 1.0f) + shift);
+    const float v = maxc;
+    const float sector = floorf(h * 6.0f);
+    const float f = h * 6.0f - sector;
+    const float p = clamp01((1.0f - s) * v);
+    const float q = clamp01((1.0f - s * f) * v);
+    const float t = v1 ? clamp01(v * (1.0f - s * (1.0f - f)))   /* v1: its own t */
+                       : clamp01((s * f + (1.0f - s)) * v);
+    const float rgb[6][3] = {{v, t, p}, {q, v, p}, {p, v, t}, {p, q, v}, {t, p, v}, {v, p, q}};
+    const float *out = rgb[(int)sector % 6];
+    const float to_byte = (float)255.999;
+    for (int c = 0; c < 3; c++)
+        px[c] = (uint8_t)(out[c] * to_byte);
+}
+
+static inline __attribute__((always_inline)) void hue(uint8_t *image, size_t pixels, uint32_t channels, double factor,
+                int v1, int simd)
+{
+    if (channels == 1)
+        return; /* torchvision leaves one-channel images as they are */
+    const size_t done = simd ? pim_hue_avx2(image, pixels, (float)factor, v1) : 0;
+    for (size_t i = done; i < pixels; i++)
+        hue_pixel(image + 3 * i, (float)factor, v1);
+}
+
+/* permute_channels: output channel c is input channel order[c] (1 channel: unchanged) */
+static void permute(uint8_t *image, size_t pixels, uint32_t channels, const uint8_t order[3])
+{
+    if (channels == 1)
+        return;
+    for (size_t i = 0; i < pixels; i++) {
+        uint8_t *px = image + 3 * i;
+        const uint8_t in[3] = {px[0], px[1], px[2]};
+        px[0] = in[order[0]];
+        px[1] = in[order[1]];
+        px[2] = in[order[2]];
+    }
+}
+
+/* ---- programs ------------------------------------------------------------------------ */
+
+/* ops[0..n-1] in order on `pixels` contiguous pixels; contrast op k blends with means[k],
+ * or, when means is NULL, with the mean of `image` itself (a whole image). Returns the
+ * channel count of the result. Always inlined into the entry points below, so that fmaf
+ * becomes one instruction where the CPU has FMA (the arithmetic is the same either way). */
+static inline __attribute__((always_inline)) uint32_t
+run_ops(const pim_colour_op_t *ops, uint32_t n, const float *means, int fused, int hue_v1,
+        uint8_t *image, size_t pixels, uint32_t channels, int simd)
+{
+    for (uint32_t k = 0; k < n; k++) {
+        const pim_colour_op_t *op = &ops[k];
         switch (op->kind) {
         case PIM_COLOUR_BRIGHTNESS:
             brightness(image, pixels * channels, op->factor, simd);
             break;
         case PIM_COLOUR_CONTRAST:
-            contrast(image, pixels, channels, op->factor, fused, simd);
+            contrast(image, pixels, channels, op->factor,
+                     means != NULL ? means[k] : mean_gray(image, pixels, channels, fused, simd),
+                     fused, simd);
             break;
         case PIM_COLOUR_SATURATION:
             saturation(image, pixels, channels, op->factor, fused, simd);
@@ -215,39 +300,129 @@ colour_ops(const pim_extra_t *e, uint8_t *image, size_t pixels, uint32_t channel
         case PIM_COLOUR_GRAYSCALE:
             channels = grayscale(image, pixels, channels, op->channels, fused, simd);
             break;
+        case PIM_COLOUR_HUE:
+            hue(image, pixels, channels, op->factor, hue_v1, simd);
+            break;
+        case PIM_COLOUR_PERMUTE:
+            permute(image, pixels, channels, op->order);
+            break;
         }
     }
     return channels;
 }
 
-#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
-__attribute__((target("fma"))) static uint32_t colour_ops_fma(const pim_extra_t *e,
-                                                             uint8_t *image, size_t pixels,
-                                                             uint32_t channels, int simd)
+/* The mean each contrast op of the source program blends with: the mean gray of the whole
+ * decoded image after the ops before it, one row at a time through `row` (room for w
+ * pixels of 3 channels). */
+static inline __attribute__((always_inline)) void
+source_means(const pim_extra_t *e, const pim_source_t *src, uint8_t *row, float *means,
+             int simd)
 {
-    return colour_ops(e, image, pixels, channels, simd);
+    const int fused = e->fused_mul_add != 0;
+    for (uint32_t k = 0; k < e->n_source_ops; k++) {
+        if (e->ops[k].kind != PIM_COLOUR_CONTRAST)
+            continue;
+        uint64_t sum = 0;
+        for (uint32_t y = 0; y < src->h; y++) {
+            const uint8_t *pixels = src->image + (size_t)y * src->stride;
+            uint32_t channels = src->channels;
+            if (k > 0) {
+                memcpy(row, pixels, (size_t)src->w * channels);
+                channels = run_ops(e->ops, k, means, fused, e->hue_v1, row, src->w, channels,
+                                   simd);
+                pixels = row;
+            }
+            sum += gray_sum(pixels, src->w, channels, fused, simd);
+        }
+        means[k] = (float)sum / (float)((uint64_t)src->h * src->w);
+    }
 }
 
+#if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
+#define FMA_TARGET __attribute__((target("fma")))
 static int cpu_has_fma(void)
 {
     __builtin_cpu_init();
     return __builtin_cpu_supports("fma");
 }
 #else
-#define colour_ops_fma colour_ops
+#define FMA_TARGET
 static int cpu_has_fma(void)
 {
     return 0;
 }
 #endif
 
+/* Each entry point in two builds: one where fmaf is an instruction (and the AVX2 lanes may
+ * run: SIMD level 2 means the CPU has AVX2), one portable. */
+static uint32_t resampled_ops(const pim_extra_t *e, uint8_t *image, size_t pixels,
+                              uint32_t channels, int simd)
+{
+    return run_ops(e->ops + e->n_source_ops, e->n_ops - e->n_source_ops, NULL,
+                   e->fused_mul_add != 0, e->hue_v1, image, pixels, channels, simd);
+}
+
+FMA_TARGET static uint32_t resampled_ops_fma(const pim_extra_t *e, uint8_t *image,
+                                             size_t pixels, uint32_t channels, int simd)
+{
+    return resampled_ops(e, image, pixels, channels, simd);
+}
+
+static uint32_t source_ops(const pim_extra_t *e, const float *means, uint8_t *pixels,
+                           size_t count, uint32_t channels, int simd)
+{
+    return run_ops(e->ops, e->n_source_ops, means, e->fused_mul_add != 0, e->hue_v1, pixels,
+                   count, channels, simd);
+}
+
+FMA_TARGET static uint32_t source_ops_fma(const pim_extra_t *e, const float *means,
+                                          uint8_t *pixels, size_t count, uint32_t channels,
+                                          int simd)
+{
+    return source_ops(e, means, pixels, count, channels, simd);
+}
+
+static void source_means_plain(const pim_extra_t *e, const pim_source_t *src, uint8_t *row,
+                               float *means, int simd)
+{
+    source_means(e, src, row, means, simd);
+}
+
+FMA_TARGET static void source_means_fma(const pim_extra_t *e, const pim_source_t *src,
+                                        uint8_t *row, float *means, int simd)
+{
+    source_means(e, src, row, means, simd);
+}
+
+static int has_fma(void)
+{
+    static int known = -1;
+    if (known < 0)
+        known = cpu_has_fma();
+    return known;
+}
+
 uint32_t pim_colour_apply(const pim_extra_t *e, uint8_t *image, size_t pixels,
                           uint32_t channels, int simd)
 {
-    static int has_fma = -1;
-    if (has_fma < 0)
-        has_fma = cpu_has_fma();
-    if (has_fma) /* SIMD level 2: the CPU has AVX2, and the kernel may use it */
-        return colour_ops_fma(e, image, pixels, channels, simd >= 2);
-    return colour_ops(e, image, pixels, channels, 0);
+    if (has_fma())
+        return resampled_ops_fma(e, image, pixels, channels, simd >= 2);
+    return resampled_ops(e, image, pixels, channels, 0);
+}
+
+void pim_colour_source_means(const pim_extra_t *e, const pim_source_t *src, uint8_t *row,
+                             float *means, int simd)
+{
+    if (has_fma())
+        source_means_fma(e, src, row, means, simd >= 2);
+    else
+        source_means_plain(e, src, row, means, 0);
+}
+
+uint32_t pim_colour_source(const pim_extra_t *e, const float *means, uint8_t *pixels,
+                           size_t count, uint32_t channels, int simd)
+{
+    if (has_fma())
+        return source_ops_fma(e, means, pixels, count, channels, simd >= 2);
+    return source_ops(e, means, pixels, count, channels, 0);
 }

@@ -158,7 +158,19 @@ AVX2 size_t pim_grayscale_avx2(uint8_t *image, size_t pixels, uint32_t out_chann
     return done;
 }
 
+size_t pim_hue_avx2(uint8_t *image, size_t pixels, float shift, int v1)
+{
+    (void)image, (void)pixels, (void)shift, (void)v1;
+    return 0;
+}
+
 #else /* no x86 SIMD: the scalar code does every pixel */
+
+size_t pim_hue_avx2(uint8_t *image, size_t pixels, float shift, int v1)
+{
+    (void)image, (void)pixels, (void)shift, (void)v1;
+    return 0;
+}
 
 size_t pim_gray_sum_avx2(const uint8_t *image, size_t pixels, int fused, uint64_t *sum)
 {

@@ -58,29 +58,64 @@ static int check_padding(const pim_sample_t *s, const pim_extra_t *e, char *err,
     return 1;
 }
 
+static int check_colour_op(const pim_colour_op_t *op, uint32_t k, char *err, uint32_t err_len)
+{
+    switch (op->kind) {
+    case PIM_COLOUR_BRIGHTNESS:
+    case PIM_COLOUR_CONTRAST:
+    case PIM_COLOUR_SATURATION:
+        if (!(op->factor >= 0.0 && op->factor <= 1e30)) {
+            set_err(err, err_len, "colour op %u: factor %g (a finite non-negative number "
+                    "expected)", k, op->factor);
+            return 0;
+        }
+        return 1;
+    case PIM_COLOUR_HUE:
+        if (!(op->factor >= -0.5 && op->factor <= 0.5)) {
+            set_err(err, err_len, "colour op %u: hue factor %g (-0.5 to 0.5)", k, op->factor);
+            return 0;
+        }
+        return 1;
+    case PIM_COLOUR_GRAYSCALE:
+        if (op->channels != 1 && op->channels != 3) {
+            set_err(err, err_len, "colour op %u: grayscale to %u channels (1 or 3)", k,
+                    op->channels);
+            return 0;
+        }
+        return 1;
+    case PIM_COLOUR_PERMUTE: {
+        const uint8_t *o = op->order;
+        if (o[0] > 2 || o[1] > 2 || o[2] > 2 || o[0] == o[1] || o[0] == o[2] || o[1] == o[2]) {
+            set_err(err, err_len, "colour op %u: channel order %u %u %u is not a permutation",
+                    k, o[0], o[1], o[2]);
+            return 0;
+        }
+        return 1;
+    }
+    default:
+        set_err(err, err_len, "colour op %u: unknown kind %u", k, op->kind);
+        return 0;
+    }
+}
+
 static int check_colour(const pim_sample_t *s, const pim_extra_t *e, char *err,
                         uint32_t err_len)
 {
-    if (e->n_ops > PIM_MAX_COLOUR_OPS) {
-        set_err(err, err_len, "%u colour ops (at most %u)", e->n_ops, PIM_MAX_COLOUR_OPS);
+    if (e->n_ops > PIM_MAX_COLOUR_OPS || e->n_source_ops > e->n_ops) {
+        set_err(err, err_len, "%u colour ops, %u of them on the source (at most %u)", e->n_ops,
+                e->n_source_ops, PIM_MAX_COLOUR_OPS);
         return 0;
     }
     uint32_t channels = s->channels;
     for (uint32_t k = 0; k < e->n_ops; k++) {
-        const pim_colour_op_t *op = &e->ops[k];
-        if (op->kind == PIM_COLOUR_GRAYSCALE) {
-            if (op->channels != 1 && op->channels != 3) {
-                set_err(err, err_len, "colour op %u: grayscale to %u channels (1 or 3)", k,
-                        op->channels);
-                return 0;
-            }
-            channels = op->channels;
-        } else if (op->kind < PIM_COLOUR_BRIGHTNESS || op->kind > PIM_COLOUR_SATURATION) {
-            set_err(err, err_len, "colour op %u: unknown kind %u", k, op->kind);
+        if (!check_colour_op(&e->ops[k], k, err, err_len))
             return 0;
-        } else if (!(op->factor >= 0.0 && op->factor <= 1e30)) {
-            set_err(err, err_len, "colour op %u: factor %g (a finite non-negative number "
-                    "expected)", k, op->factor);
+        if (e->ops[k].kind == PIM_COLOUR_GRAYSCALE)
+            channels = e->ops[k].channels;
+        if (k + 1 == e->n_source_ops && channels != s->channels &&
+            e->pad_mode == PIM_PAD_CONSTANT) {
+            set_err(err, err_len, "the source colour ops turn %u channels into %u, and the "
+                    "constant padding has %u", s->channels, channels, s->channels);
             return 0;
         }
     }
@@ -544,9 +579,11 @@ typedef struct scratch {
     int32_t *acc;        /* vertical accumulator */
     const uint8_t **rows;/* the source rows of one output row */
     size_t pitch;
-    uint8_t *box;        /* a padded sample's crop box, gathered (pim_gather_padded) */
+    uint8_t *box;        /* a padded or source-coloured sample's crop box, gathered
+                            (pim_gather_padded), 3 channels of room */
     int32_t *columns;    /* its source column per box column */
     uint8_t *image;      /* a coloured sample's resampled image, 3 channels of room */
+    uint8_t *source_row; /* one row of a source-coloured image, 3 channels of room */
 } scratch_t;
 
 /* Resamples sample s; each finished row is flipped/converted into dst, or, when `staging` is
@@ -649,45 +686,104 @@ static void emit_image(const pim_sample_t *s, const uint8_t *image, uint32_t cha
     }
 }
 
-/* One sample: pad (gather its box), resample, colour, convert. */
+/* The decoded image of sample s (inside its padded extension when it pads). */
+static pim_source_t decoded_image(const pim_sample_t *s, const pim_extra_t *e,
+                                  const uint8_t *src)
+{
+    const int padded = e->pad_mode != PIM_PAD_NONE;
+    const pim_source_t image = {src + s->src_offset, padded ? e->image_h : s->src_h,
+                                padded ? e->image_w : s->src_w, s->channels, s->src_stride};
+    return image;
+}
+
+/* The crop box of s into sc->box: through the padding, or a plain copy. */
+static void gather_box(const pim_sample_t *s, const pim_extra_t *e, const uint8_t *src,
+                       const scratch_t *sc)
+{
+    pim_extra_t whole;
+    if (e->pad_mode == PIM_PAD_NONE) { /* the box lies inside the image: no fill is read */
+        whole = *e;
+        whole.image_top = whole.image_left = 0;
+        whole.image_h = s->src_h;
+        whole.image_w = s->src_w;
+        whole.pad_mode = PIM_PAD_CONSTANT;
+        e = &whole;
+    }
+    pim_gather_padded(s, e, src + s->src_offset, sc->columns, sc->box);
+}
+
+/* The source colour ops on the gathered box of s: on the pixels that come from the image,
+ * not on the constant fill. Returns the box's channel count after them. */
+static uint32_t colour_box(const pim_sample_t *s, const pim_extra_t *e, const uint8_t *src,
+                           const scratch_t *sc)
+{
+    const pim_source_t image = decoded_image(s, e, src);
+    const int simd = pim_cpu_simd_level();
+    float means[PIM_MAX_COLOUR_OPS];
+    pim_colour_source_means(e, &image, sc->source_row, means, simd);
+    const uint32_t C = s->channels, w = s->crop_w;
+    if (e->pad_mode != PIM_PAD_CONSTANT) /* every pixel of the box is the image's */
+        return pim_colour_source(e, means, sc->box, (size_t)s->crop_h * w, C, simd);
+    /* the image's rectangle within the box: rows [y0, y1), columns [x0, x1) */
+    const int64_t top = (int64_t)e->image_top - s->crop_top;
+    const int64_t left = (int64_t)e->image_left - s->crop_left;
+    const int64_t y0 = top > 0 ? top : 0, x0 = left > 0 ? left : 0;
+    const int64_t y_end = top + e->image_h, x_end = left + e->image_w;
+    const int64_t y1 = y_end < s->crop_h ? y_end : s->crop_h, x1 = x_end < w ? x_end : w;
+    for (int64_t y = y0; y < y1 && x0 < x1; y++)
+        pim_colour_source(e, means, sc->box + ((size_t)y * w + (size_t)x0) * C,
+                          (size_t)(x1 - x0), C, simd);
+    return C; /* check_colour: no channel change beside constant padding */
+}
+
+/* One sample: colour its source and pad (gather its box), resample, colour, convert. */
 static void run_one(const pim_sample_t *s, const pim_extra_t *e, const uint8_t *src,
                     const uint8_t *tables, const void *lut, uint8_t *dst, const scratch_t *sc)
 {
     pim_sample_t view = *s;
-    if (e != NULL && e->pad_mode != PIM_PAD_NONE) {
-        pim_gather_padded(s, e, src + s->src_offset, sc->columns, sc->box);
+    const int source_colour = e != NULL && e->n_source_ops > 0;
+    if (source_colour || (e != NULL && e->pad_mode != PIM_PAD_NONE)) {
+        gather_box(s, e, src, sc);
+        if (source_colour)
+            view.channels = (uint8_t)colour_box(s, e, src, sc);
         /* from here on the gathered box is the whole image */
         view.src_offset = 0;
         view.src_h = s->crop_h;
         view.src_w = s->crop_w;
-        view.src_stride = s->crop_w * s->channels;
+        view.src_stride = s->crop_w * view.channels;
         view.crop_top = view.crop_left = 0;
         src = sc->box;
     }
-    if (e == NULL || e->n_ops == 0) {
+    if (e == NULL || e->n_ops == e->n_source_ops) {
         run_sample(&view, src, tables, lut, dst, NULL, sc);
         return;
     }
     run_sample(&view, src, tables, lut, NULL, sc->image, sc);
     const uint32_t channels =
-        pim_colour_apply(e, sc->image, (size_t)s->out_h * s->out_w, s->channels,
+        pim_colour_apply(e, sc->image, (size_t)s->out_h * s->out_w, view.channels,
                          pim_cpu_simd_level());
     emit_image(s, sc->image, channels, lut, dst, sc->converted);
 }
 
 /* Bytes of the padding and colour scratch buffers the samples need. */
 static void extra_scratch(const pim_sample_t *samples, const pim_extra_t *extras, uint32_t n,
-                          size_t *box_bytes, size_t *columns, size_t *image_bytes)
+                          size_t *box_bytes, size_t *columns, size_t *image_bytes,
+                          size_t *row_bytes)
 {
-    *box_bytes = *columns = *image_bytes = 0;
+    *box_bytes = *columns = *image_bytes = *row_bytes = 0;
     for (uint32_t i = 0; extras != NULL && i < n; i++) {
         const pim_sample_t *s = &samples[i];
-        if (extras[i].pad_mode != PIM_PAD_NONE) {
-            const size_t box = (size_t)s->crop_h * s->crop_w * s->channels;
+        const pim_extra_t *e = &extras[i];
+        if (e->pad_mode != PIM_PAD_NONE || e->n_source_ops > 0) {
+            const size_t box = (size_t)s->crop_h * s->crop_w * 3;
             *box_bytes = box > *box_bytes ? box : *box_bytes;
             *columns = s->crop_w > *columns ? s->crop_w : *columns;
         }
-        if (extras[i].n_ops > 0) {
+        if (e->n_source_ops > 0) {
+            const size_t row = (size_t)(e->pad_mode != PIM_PAD_NONE ? e->image_w : s->src_w) * 3;
+            *row_bytes = row > *row_bytes ? row : *row_bytes;
+        }
+        if (e->n_ops > e->n_source_ops) {
             const size_t image = (size_t)s->out_h * s->out_w * 3;
             *image_bytes = image > *image_bytes ? image : *image_bytes;
         }
@@ -718,7 +814,9 @@ int pim_cpu_crop_resize(const pim_sample_t *samples, const pim_extra_t *extras,
             set_err(err, err_len, "sample %u: %s", i, msg);
             return (int)i + 1;
         }
-        const size_t row = (size_t)s->out_w * s->channels;
+        /* the channels resampled: 3 where source colour ops may turn grey into RGB */
+        const uint32_t C = extras != NULL && extras[i].n_source_ops > 0 ? 3u : s->channels;
+        const size_t row = (size_t)s->out_w * C;
         if (row > max_row)
             max_row = row;
         const size_t converted = (size_t)s->out_w * 3u * s->out_esize; /* 3: the most channels */
@@ -726,7 +824,7 @@ int pim_cpu_crop_resize(const pim_sample_t *samples, const pim_extra_t *extras,
             max_converted = converted;
         if (s->crop_w != s->out_w) {
             const pim_axis_t *ax = (const pim_axis_t *)(const void *)(tables + s->xtab_offset);
-            const size_t need = (size_t)s->channels * (s->crop_w + ax->taps) + 32;
+            const size_t need = (size_t)C * (s->crop_w + ax->taps) + 32;
             if (need > max_src)
                 max_src = need;
         }
@@ -740,12 +838,14 @@ int pim_cpu_crop_resize(const pim_sample_t *samples, const pim_extra_t *extras,
     sc.pitch = (max_row + ROW_SLACK + 63) & ~(size_t)63;
     const size_t acc_bytes = sc.pitch * sizeof(int32_t);
     const size_t rows_bytes = (max_ring_rows + 1) * sizeof(const uint8_t *);
-    size_t box_bytes, columns, image_bytes;
-    extra_scratch(samples, extras, n_samples, &box_bytes, &columns, &image_bytes);
+    size_t box_bytes, columns, image_bytes, source_row_bytes;
+    extra_scratch(samples, extras, n_samples, &box_bytes, &columns, &image_bytes,
+                  &source_row_bytes);
     const size_t rows_total =
         acc_bytes + rows_bytes + (3 + max_ring_rows) * sc.pitch + max_src + max_converted;
     const size_t extra_at = (rows_total + 64 + 63) & ~(size_t)63;
-    const size_t total = extra_at + columns * sizeof(int32_t) + box_bytes + image_bytes + 64;
+    const size_t total =
+        extra_at + columns * sizeof(int32_t) + box_bytes + image_bytes + source_row_bytes + 64;
     uint8_t *mem = calloc(1, total); /* zeroed: SIMD loops may read (and zero-weight) padding */
     if (mem == NULL) {
         set_err(err, err_len, "out of memory for %zu bytes of scratch rows", total);
@@ -761,6 +861,7 @@ int pim_cpu_crop_resize(const pim_sample_t *samples, const pim_extra_t *extras,
     sc.columns = (int32_t *)(void *)(mem + extra_at);
     sc.box = mem + extra_at + columns * sizeof(int32_t);
     sc.image = sc.box + box_bytes;
+    sc.source_row = sc.image + image_bytes;
     for (uint32_t i = 0; i < n_samples; i++)
         run_one(&samples[i], extras != NULL ? &extras[i] : NULL, srcs[i], tables, lut,
                 dst + samples[i].dst_offset, &sc);

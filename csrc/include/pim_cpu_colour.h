@@ -21,11 +21,30 @@ int64_t pim_padded_index(int64_t x, int64_t n, uint32_t mode);
 void pim_gather_padded(const pim_sample_t *s, const pim_extra_t *e, const uint8_t *image,
                        int32_t *columns, uint8_t *out);
 
-/* e's colour ops on an image of `pixels` pixels of `channels` (HWC, room for 3 channels);
- * returns the channel count of the result. `simd`: the kernel's SIMD level (pim_cpu_simd,
- * pim_cpu.h); at 2 (AVX2) the lanes of cpu_colour_avx2.c run where the CPU also has FMA. */
+/* e's colour ops on the resampled image (ops[n_source_ops..n_ops-1]), an image of `pixels`
+ * pixels of `channels` (HWC, room for 3 channels); returns the channel count of the result.
+ * `simd`: the kernel's SIMD level (pim_cpu_simd, pim_cpu.h); at 2 (AVX2) the lanes of
+ * cpu_colour_avx2.c run where the CPU also has FMA. */
 uint32_t pim_colour_apply(const pim_extra_t *e, uint8_t *image, size_t pixels,
                           uint32_t channels, int simd);
+
+/* A decoded image as the kernel reads it: h rows of w pixels, `stride` bytes apart. */
+typedef struct pim_source {
+    const uint8_t *image;
+    uint32_t h, w, channels;
+    size_t stride;
+} pim_source_t;
+
+/* For e's source ops (ops[0..n_source_ops-1]): means[k], for each contrast op k among them,
+ * the mean gray of the whole source image after ops[0..k-1]. `row`: scratch for w pixels of
+ * 3 channels. */
+void pim_colour_source_means(const pim_extra_t *e, const pim_source_t *src, uint8_t *row,
+                             float *means, int simd);
+
+/* e's source ops on `count` contiguous pixels of the source image (room for 3 channels),
+ * contrast op k blending with means[k]; returns the channel count of the result. */
+uint32_t pim_colour_source(const pim_extra_t *e, const float *means, uint8_t *pixels,
+                           size_t count, uint32_t channels, int simd);
 
 /* The per-pixel colour steps, 8 pixels at a time, for CPUs with AVX2 and FMA (callers check
  * both; cpu_colour_avx2.c), with the scalar code's float32 operations, lane by lane. Each
@@ -40,5 +59,7 @@ size_t pim_grayscale_avx2(uint8_t *image, size_t pixels, uint32_t out_channels, 
 size_t pim_scale_values_avx2(uint8_t *values, size_t n, float factor);
 size_t pim_blend_values_avx2(uint8_t *values, size_t n, float y, float ratio, float rest,
                              int fused);
+/* adjust_hue (cpu_colour.c's hue_pixel) on the first pixels - pixels % 8 pixels. */
+size_t pim_hue_avx2(uint8_t *image, size_t pixels, float shift, int v1);
 
 #endif /* PIM_CPU_COLOUR_H */

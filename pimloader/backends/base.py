@@ -40,12 +40,12 @@ class KernelRun:
         arguments = dict(hflip=[g.hflip for g in geometries], vflip=[g.vflip for g in geometries],
                          interpolation=geometries[0].interpolation.value, layout=self.layout,
                          lut=self.lut, windows=[(*g.resized, *g.window[:2]) for g in geometries])
-        if any(g.padding is not None or g.colour for g in geometries):
-            coloured = [g for g in geometries if g.colour]
+        if any(g.padding is not None or g.adjusts_colour for g in geometries):
             arguments.update(
                 paddings=[g.padding and g.padding.as_kernel() for g in geometries],
                 colours=[g.colour for g in geometries],
-                fused_mul_add=False if coloured and coloured[0].colour_v1 else None)
+                source_colours=[g.source_colour for g in geometries],
+                colour_v1=any(g.adjusts_colour and g.colour_v1 for g in geometries))
         return arguments
 
 

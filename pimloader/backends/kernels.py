@@ -63,37 +63,56 @@ def torch_fuses_multiply_add() -> bool:
 
 
 def pack_extras(n: int, channels: int, paddings=None, colours=None,
-                image_sizes=None, fused_mul_add: Optional[bool] = None):
+                image_sizes=None, fused_mul_add: Optional[bool] = None,
+                source_colours=None, colour_v1: bool = False):
     """The pim_extra_t records of n samples (None when none pads or adjusts colours), and
     the channel count of their outputs.
 
     paddings[i]: None or (top, left, bottom, right, mode, fill): the sample's source padded
         by those amounts in `mode` (PAD_MODES; `fill`, per channel, for "constant"), its box
         being in the padded image's coordinates. image_sizes[i] is the unpadded (h, w).
-    colours[i]: None or a sequence of ("brightness" | "contrast" | "saturation", factor) and
-        ("grayscale", output channels) ops, applied in order after resampling.
+    colours[i]: None or a sequence of colour ops, applied in order after resampling:
+        ("brightness" | "contrast" | "saturation", factor >= 0), ("hue", -0.5..0.5),
+        ("grayscale", output channels) and ("permute", (c0, c1, c2)) (output channel k is
+        input channel ck).
+    source_colours[i]: None or colour ops applied before padding and resampling, to the
+        decoded image (contrast takes the mean of the whole image; padding is not coloured).
     fused_mul_add: None follows torch (`torch_fuses_multiply_add`); False gives torchvision
-        v1's arithmetic (products and sums rounded separately)."""
+        v1's arithmetic (products and sums rounded separately).
+    colour_v1: torchvision v1's colour arithmetic (no fused multiply-adds, v1's hue)."""
     paddings = [None] * n if paddings is None else list(paddings)
-    colours = [None] * n if colours is None else [list(ops) if ops else None for ops in colours]
-    if len(paddings) != n or len(colours) != n:
-        raise ValueError(f"paddings and colours need one entry per sample ({n})")
-    if not any(paddings) and not any(colours):
+    colours = _per_sample(colours, n, "colours")
+    source_colours = _per_sample(source_colours, n, "source_colours")
+    if len(paddings) != n:
+        raise ValueError(f"paddings need one entry per sample ({n})")
+    if not any(paddings) and not any(colours) and not any(source_colours):
         return None, channels
+    if colour_v1:
+        fused_mul_add = False
     fused = torch_fuses_multiply_add() if fused_mul_add is None else bool(fused_mul_add)
     extras = np.zeros(n, EXTRA_DTYPE)
     out_channels = set()
-    for i, (padding, ops) in enumerate(zip(paddings, colours)):
+    for i, (padding, source, ops) in enumerate(zip(paddings, source_colours, colours)):
         extra = extras[i]
         if padding is not None:
             _pack_padding(extra, padding, image_sizes[i], channels, i)
-        extra["out_channels"] = _pack_colour(extra, ops or [], channels, i)
+        out = _pack_colour(extra, source + ops, channels, i)
+        extra["n_source_ops"] = len(source)
+        extra["out_channels"] = out
         extra["fused_mul_add"] = fused
-        out_channels.add(int(extra["out_channels"]))
+        extra["hue_v1"] = bool(colour_v1)
+        out_channels.add(int(out))
     if len(out_channels) != 1:
         raise ValueError(f"the samples' colour ops leave {sorted(out_channels)} channels; "
                          f"one batch needs one channel count")
     return extras, out_channels.pop()
+
+
+def _per_sample(ops, n: int, name: str) -> list:
+    ops = [[]] * n if ops is None else [list(sample) if sample else [] for sample in ops]
+    if len(ops) != n:
+        raise ValueError(f"{name} need one entry per sample ({n})")
+    return ops
 
 
 def _pack_padding(extra, padding, image_size, channels: int, i: int) -> None:
@@ -126,6 +145,15 @@ def _pack_colour(extra, ops, channels: int, i: int) -> int:
             if value not in (1, 3):
                 raise ValueError(f"sample {i}: grayscale to {value} channels (1 or 3)")
             op["channels"] = channels = value
+        elif kind == "permute":
+            if sorted(int(c) for c in value) != [0, 1, 2]:
+                raise ValueError(f"sample {i}: channel order {tuple(value)} is not a "
+                                 f"permutation of (0, 1, 2)")
+            op["order"] = [int(c) for c in value]
+        elif kind == "hue":
+            if not -0.5 <= value <= 0.5:
+                raise ValueError(f"sample {i}: hue factor {value} is not in [-0.5, 0.5]")
+            op["factor"] = value
         else:
             if not value >= 0:
                 raise ValueError(f"sample {i}: {kind} factor {value} is not non-negative")
@@ -150,7 +178,8 @@ def pack_batch(images: Sequence, boxes, size: Sequence[int], *, hflip=None, vfli
                interpolation: str = "bilinear", layout: str = "NCHW",
                out_dtype: torch.dtype = torch.float32,
                windows=None, paddings=None, colours=None,
-               fused_mul_add: Optional[bool] = None) -> tuple[PackedBatch, list]:
+               fused_mul_add: Optional[bool] = None, source_colours=None,
+               colour_v1: bool = False) -> tuple[PackedBatch, list]:
     """Descriptors for cropping box i = (top, left, height, width) of images[i] (HWC uint8),
     resizing it to size = (out_h, out_w), flipping it and writing it to slot i of an output
     batch of `layout` and `out_dtype`. Returns the packed batch and the HWC arrays.
@@ -159,8 +188,8 @@ def pack_batch(images: Sequence, boxes, size: Sequence[int], *, hflip=None, vfli
     resized_h x resized_w and keep only the `size` window at (top, left) of it (then flip),
     as torchvision's Resize followed by a crop computes it.
 
-    paddings, colours, fused_mul_add: see `pack_extras` (CPU kernel only). With padding, a
-    box is in the coordinates of the padded image."""
+    paddings, colours, fused_mul_add, source_colours, colour_v1: see `pack_extras` (CPU
+    kernel only). With padding, a box is in the coordinates of the padded image."""
     if interpolation not in INTERPOLATIONS:
         raise ValueError(f"interpolation must be one of {sorted(INTERPOLATIONS)}, "
                          f"got {interpolation!r}")
@@ -179,7 +208,8 @@ def pack_batch(images: Sequence, boxes, size: Sequence[int], *, hflip=None, vfli
     esize = OUT_DTYPES[out_dtype][0]
     channels = arrays[0].shape[2] if n else 0
     extras, out_channels = pack_extras(n, channels, paddings, colours,
-                                       [a.shape[:2] for a in arrays], fused_mul_add)
+                                       [a.shape[:2] for a in arrays], fused_mul_add,
+                                       source_colours, colour_v1)
     slot_bytes = out_h * out_w * out_channels * esize
     nhwc = lib.PIM_FLAG_NHWC if layout == "NHWC" else 0
 
@@ -321,7 +351,8 @@ def run_packed(packed: PackedBatch, arrays: Sequence[np.ndarray], out,
 def resized_crop_batch(images: Sequence, boxes, size: Sequence[int], out, *, hflip=None,
                        vflip=None, interpolation: str = "bilinear", layout: str = "NCHW",
                        lut: Optional[np.ndarray] = None, windows=None, paddings=None,
-                       colours=None, fused_mul_add: Optional[bool] = None):
+                       colours=None, fused_mul_add: Optional[bool] = None,
+                       source_colours=None, colour_v1: bool = False):
     """Fused torchvision-v2 `resized_crop` (antialias=True) + flips + conversion, for a batch.
 
     images  sequence of uint8 HWC (or HW) arrays/tensors, 1 or 3 channels, all alike
@@ -330,13 +361,13 @@ def resized_crop_batch(images: Sequence, boxes, size: Sequence[int], out, *, hfl
     out     contiguous batch to fill: [n, C, out_h, out_w] (NCHW) or [n, out_h, out_w, C]
             (NHWC), torch tensor or numpy array, dtype uint8, float16, bfloat16 or float32
     lut     for float outputs: `normalize_lut(...)` / `lut_from_fn(...)` of that dtype
-    paddings, colours, fused_mul_add: padding of the sources and colour ops (`pack_extras`);
-            C is then the channel count after the colour ops
+    paddings, colours, fused_mul_add, source_colours, colour_v1: padding of the sources
+            and colour ops (`pack_extras`); C is then the channel count after them
     Returns out."""
     packed, arrays, lut = checked_batch(
         images, boxes, size, out, hflip=hflip, vflip=vflip, interpolation=interpolation,
         layout=layout, lut=lut, windows=windows, paddings=paddings, colours=colours,
-        fused_mul_add=fused_mul_add)
+        fused_mul_add=fused_mul_add, source_colours=source_colours, colour_v1=colour_v1)
     run_packed(packed, arrays, out, lut)
     return out
 
@@ -344,7 +375,8 @@ def resized_crop_batch(images: Sequence, boxes, size: Sequence[int], out, *, hfl
 def checked_batch(images: Sequence, boxes, size: Sequence[int], out, *, hflip=None,
                   vflip=None, interpolation: str = "bilinear", layout: str = "NCHW",
                   lut: Optional[np.ndarray] = None, windows=None, paddings=None, colours=None,
-                  fused_mul_add: Optional[bool] = None):
+                  fused_mul_add: Optional[bool] = None, source_colours=None,
+                  colour_v1: bool = False):
     """(packed batch, HWC sources, lookup table) for `resized_crop_batch`'s arguments,
     every argument checked against `out` (its dtype, shape and the table it needs): what
     every backend runs."""
@@ -358,7 +390,8 @@ def checked_batch(images: Sequence, boxes, size: Sequence[int], out, *, hflip=No
     packed, arrays = pack_batch(images, boxes, size, hflip=hflip, vflip=vflip,
                                 interpolation=interpolation, layout=layout, out_dtype=dtype,
                                 windows=windows, paddings=paddings, colours=colours,
-                                fused_mul_add=fused_mul_add)
+                                fused_mul_add=fused_mul_add, source_colours=source_colours,
+                                colour_v1=colour_v1)
     n = len(arrays)
     c = arrays[0].shape[2] if n else 0
     if packed.extras is not None:

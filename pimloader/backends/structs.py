@@ -40,17 +40,19 @@ SAMPLE_DTYPE = np.dtype([
 ])
 AXIS_DTYPE = np.dtype([("n_in", "<u4"), ("n_out", "<u4"), ("taps", "<u4"), ("precision", "<u4")])
 # numpy mirror of pim_extra_t (csrc/include/pim_extra.h)
-COLOUR_OP_DTYPE = np.dtype([("factor", "<f8"), ("kind", "<u4"), ("channels", "<u4")])
+COLOUR_OP_DTYPE = np.dtype([("factor", "<f8"), ("kind", "<u4"), ("channels", "u1"),
+                            ("order", "u1", (3,))])
 EXTRA_DTYPE = np.dtype([
     ("image_top", "<u4"), ("image_left", "<u4"), ("image_h", "<u4"), ("image_w", "<u4"),
     ("pad_mode", "u1"), ("fill", "u1", (3,)), ("n_ops", "u1"), ("fused_mul_add", "u1"),
-    ("out_channels", "u1"), ("reserved", "u1"),
+    ("out_channels", "u1"), ("n_source_ops", "u1"), ("hue_v1", "u1"), ("reserved", "u1", (7,)),
     ("ops", COLOUR_OP_DTYPE, (lib.PIM_MAX_COLOUR_OPS,)),
 ])
 PAD_MODES = {"constant": lib.PIM_PAD_CONSTANT, "edge": lib.PIM_PAD_EDGE,
              "reflect": lib.PIM_PAD_REFLECT, "symmetric": lib.PIM_PAD_SYMMETRIC}
 COLOUR_OPS = {"brightness": lib.PIM_COLOUR_BRIGHTNESS, "contrast": lib.PIM_COLOUR_CONTRAST,
-              "saturation": lib.PIM_COLOUR_SATURATION, "grayscale": lib.PIM_COLOUR_GRAYSCALE}
+              "saturation": lib.PIM_COLOUR_SATURATION, "grayscale": lib.PIM_COLOUR_GRAYSCALE,
+              "hue": lib.PIM_COLOUR_HUE, "permute": lib.PIM_COLOUR_PERMUTE}
 
 
 def _check_layouts() -> None:

@@ -70,7 +70,7 @@ class ImagePipeline:
         # refuses a decompression bomb before anything is drawn; its decode warns (once)
         # for an image over the limit
         height, width = decode.image_size(sample.data, name=sample.name, warn=False)
-        return sample, self.plan.draw(height, width)
+        return sample, self.plan.draw(height, width, self.channels)
 
     def render(self, sample, params: SampleParams, out: torch.Tensor, router,
                layout: str | None = None) -> float:
@@ -110,10 +110,11 @@ class ImagePipeline:
         """The decoded pixels the geometry needs, and its box within them (within their
         padded extension, when the geometry pads). With `buffers`, a JPEG crop is decoded
         into one of them (see DecodeBuffers)."""
-        if geometry.padding is not None:
+        if geometry.padding is not None or geometry.reads_whole_source:
             pixels = decode.decode_image(sample.data, channels=self.channels, name=sample.name)
             return pixels, geometry.box
-        if self.reduced_dct and geometry.resamples and decode.is_jpeg(sample.data):
+        if (self.reduced_dct and geometry.resamples and not geometry.source_colour
+                and decode.is_jpeg(sample.data)):
             scale = decode.pick_scale(*geometry.box[2:], *geometry.resized)
             if scale < 8:
                 scaled = decode.decode_jpeg_scaled(sample.data, geometry.box, scale=scale,

@@ -41,7 +41,6 @@ from .runs import RunBatcher
 
 _TENSOR_REFUSING = ("torchvision.transforms.transforms.ToTensor",
                     "torchvision.transforms.transforms.PILToTensor")
-_GRAYSCALE_STEPS = (v2.Grayscale, v2.RandomGrayscale)
 
 
 @dataclass
@@ -185,7 +184,7 @@ class _BatchOfSamples:
         if pipeline is None:
             self.results[position] = with_image(sample, images.transform(image))
             return sample
-        params = images.plan.draw(image.shape[1], image.shape[2])
+        params = images.plan.draw(image.shape[1], image.shape[2], image.shape[0])
         if images.plan.tail or params.geometry is None:
             # alone: the tail's own draws come before the next sample's
             output = images.one(image, pipeline, params, self.router)
@@ -301,10 +300,13 @@ def hwc_region(image: torch.Tensor, geometry: Geometry) -> tuple[np.ndarray, Geo
 
     Without padding that is the crop box; with constant or edge padding, the box clipped to
     the image (at least one pixel), with the padding recomputed around it; reflect and
-    symmetric padding read pixels beyond the box, and get the whole image."""
+    symmetric padding read pixels beyond the box, and a contrast before the geometric steps
+    reads the whole image's mean: these get the whole image."""
     padding = geometry.padding
     _, height, width = image.shape
-    if padding is None:
+    if geometry.reads_whole_source:
+        rows, cols, moved = (0, height), (0, width), geometry
+    elif padding is None:
         top, left, box_h, box_w = geometry.box
         rows, cols = (top, top + box_h), (left, left + box_w)
         moved = dataclasses.replace(geometry, box=(0, 0, box_h, box_w))
@@ -370,12 +372,9 @@ def _qualified_name(step) -> str:
 
 
 def _tables_by_channels(plan: Plan) -> dict[int, np.ndarray | None]:
-    """The elementwise table for each input channel count the plan handles (1 and 3; one
-    channel only without grayscale steps, whose one-channel semantics the kernel lacks)."""
+    """The elementwise table for each input channel count the plan handles (1 and 3)."""
     tables = {}
     for channels in (3, 1):
-        if channels == 1 and any(isinstance(step, _GRAYSCALE_STEPS) for step in plan.colour):
-            continue
         try:
             table = lookup_table(plan, channels)
         except (RuntimeError, ValueError, TypeError):

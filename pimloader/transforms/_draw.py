@@ -22,21 +22,26 @@ from ._params import Geometry, NotFusable, SampleParams
 from ._v1 import _V1_COLOUR, _V1Grayscale
 
 
-def draw_sample(plan, height: int, width: int) -> SampleParams:
-    """One sample's draw for an image of `height` x `width`: geometry, then colour."""
-    params = draw_geometric(plan.geometric, height, width)
-    channels = 3
-    size = params.geometry.size if params.geometry is not None else None
-    for step in plan.colour:
-        step_params, ops, channels = _draw_colour(step, channels, size)
-        params.steps.append((step, step_params))
-        if params.geometry is not None and ops:
+def draw_sample(plan, height: int, width: int, channels: int = 3) -> SampleParams:
+    """One sample's draw for an image of `height` x `width` x `channels`: its geometric and
+    colour steps in pipeline order, fused into one Geometry where the kernel can run it."""
+    geometry: Geometry | None = Geometry.identity(height, width)
+    size = (height, width)
+    steps = []
+    for step in plan.native_steps:
+        if isinstance(step, COLOUR_STEPS):
+            params, ops, channels = _draw_colour(step, channels, size)
+            fuse = (lambda g, ops=ops, v1=isinstance(step, _V1_COLOUR):
+                    g.adjust_colour(ops, v1)) if ops else None
+        else:
+            params, size, fuse = _draw_step(step, size, channels)
+        steps.append((step, params))
+        if geometry is not None and params is not None and fuse is not None:
             try:
-                params.geometry = params.geometry.adjust_colour(
-                    ops, isinstance(step, _V1_COLOUR))
+                geometry = fuse(geometry)
             except NotFusable:
-                params.geometry = None
-    return params
+                geometry = None
+    return SampleParams(steps, geometry)
 
 
 def colour_output_channels(colour: list, channels: int) -> int:
@@ -53,6 +58,10 @@ def _grayscale_channels(step, channels: int) -> int:
     return step.num_output_channels
 
 
+COLOUR_STEPS = (v2.ColorJitter, v2.Grayscale, v2.RandomGrayscale, v2.RandomPhotometricDistort)
+_JITTER_OPS = {0: "brightness", 1: "contrast", 2: "saturation", 3: "hue"}
+
+
 def _draw_colour(step, channels: int, size):
     """(params for replay (None: not applied), kernel colour ops, channels after)."""
     stand_in = _stand_in(size or (1, 1), channels)
@@ -65,28 +74,27 @@ def _draw_colour(step, channels: int, size):
     if isinstance(step, v2.Grayscale):
         out = _grayscale_channels(step, channels)
         return params, [("grayscale", out)], out
-    factors = {0: params["brightness_factor"], 1: params["contrast_factor"],
-               2: params["saturation_factor"]}
-    names = {0: "brightness", 1: "contrast", 2: "saturation"}
-    ops = [(names[fn_id], factors[fn_id]) for fn_id in params["fn_idx"].tolist()
-           if fn_id in factors and factors[fn_id] is not None]
+    if isinstance(step, v2.RandomPhotometricDistort):
+        return params, _distortion_ops(params, channels), channels
+    ops = [(_JITTER_OPS[fn_id], params[f"{_JITTER_OPS[fn_id]}_factor"])
+           for fn_id in params["fn_idx"].tolist()
+           if params[f"{_JITTER_OPS[fn_id]}_factor"] is not None]
     return params, ops, channels
 
 
-def draw_geometric(geometric: list, height: int, width: int) -> SampleParams:
-    """Draw one sample's parameters for an image of `height` x `width`, as torchvision."""
-    geometry: Geometry | None = Geometry.identity(height, width)
-    size = (height, width)
-    steps = []
-    for step in geometric:
-        params, size, fuse = _draw_step(step, size)
-        steps.append((step, params))
-        if geometry is not None and params is not None:
-            try:
-                geometry = fuse(geometry)
-            except NotFusable:
-                geometry = None
-    return SampleParams(steps, geometry)
+def _distortion_ops(params: dict, channels: int) -> list:
+    """RandomPhotometricDistort's transform for its draw, in its order, as kernel ops."""
+    brightness, contrast, saturation, hue = (params[f"{name}_factor"] for name in
+                                             ("brightness", "contrast", "saturation", "hue"))
+    before = params["contrast_before"]
+    ops = [(name, factor) for name, factor in (
+        ("brightness", brightness), ("contrast", contrast if before else None),
+        ("saturation", saturation), ("hue", hue), ("contrast", None if before else contrast))
+        if factor is not None]
+    permutation = params["channel_permutation"]
+    if permutation is not None and channels == 3:  # one channel: permuting it changes nothing
+        ops.append(("permute", tuple(permutation.tolist())))
+    return ops
 
 
 def _stand_in(size: tuple[int, int], channels: int = 3) -> list:
@@ -94,17 +102,17 @@ def _stand_in(size: tuple[int, int], channels: int = 3) -> list:
     return [torch.empty((), dtype=torch.uint8).expand(channels, *size)]
 
 
-def _draw_step(step, size):
+def _draw_step(step, size, channels: int = 3):
     if isinstance(step, (v2.RandomHorizontalFlip, v2.RandomVerticalFlip)):
         if torch.rand(1) >= step.p:
             return None, size, None
         horizontal = isinstance(step, v2.RandomHorizontalFlip)
-        params = {} if type(step) in _PLAIN_FLIPS else step.make_params(_stand_in(size))
+        params = {} if type(step) in _PLAIN_FLIPS else step.make_params(_stand_in(size, channels))
         return params, size, lambda g: g.flip(horizontal)
     if type(step) is v2.RandomResizedCrop:
         params = resized_crop_params(step, *size)
     else:
-        params = step.make_params(_stand_in(size))
+        params = step.make_params(_stand_in(size, channels))
     if isinstance(step, v2.RandomResizedCrop):
         box = (params["top"], params["left"], params["height"], params["width"])
         out = tuple(step.size)

@@ -1,9 +1,10 @@
 """Lowering a torchvision pipeline into a Plan (its per-sample draws are in _draw.py).
 
-A pipeline is read left to right in four stages: geometric transforms (pads, crops,
-resizes, flips), then colour transforms (ColorJitter without hue, Grayscale,
-RandomGrayscale) on uint8 values, then elementwise transforms (dtype conversion,
-normalisation), then a tail of whatever cannot be lowered, which runs as Python. Random
+A pipeline is read left to right in three stages: geometric transforms (pads, crops,
+resizes, flips) and colour transforms (ColorJitter, RandomPhotometricDistort, Grayscale,
+RandomGrayscale) on uint8 values, in any order; then elementwise transforms (dtype
+conversion, normalisation); then a tail of whatever cannot be lowered, which runs as
+Python. Random
 parameters are drawn by the transforms' own `make_params` (and the same `torch.rand(1)`
 test that `_RandomApplyTransform` uses for flips and RandomGrayscale), in pipeline order,
 so that under the same seed a sample gets exactly the numbers torchvision would draw for it.
@@ -31,22 +32,24 @@ _RESAMPLING_MODES = (v2.InterpolationMode.BILINEAR, v2.InterpolationMode.BICUBIC
 
 def lower(transform, *, warn: bool = True) -> Plan:
     """Lower `transform` (a Compose or a single transform, v2 or v1) into a Plan."""
-    geometric, colour, elementwise, tail = [], [], [], []
+    geometric, colour, steps, elementwise, tail = [], [], [], [], []
     for step in _flatten(transform):
         as_v2 = _v1_to_v2(step)
         native = not elementwise and not tail
-        if native and not colour and isinstance(as_v2, _CONVERSIONS_TO_IMAGE):
+        if native and isinstance(as_v2, _CONVERSIONS_TO_IMAGE):
             continue
-        if native and not colour and _is_lowerable_geometric(as_v2):
+        if native and _is_lowerable_geometric(as_v2):
             geometric.append(as_v2)
+            steps.append(as_v2)
         elif native and _is_lowerable_colour(as_v2):
             colour.append(as_v2)
+            steps.append(as_v2)
         elif not tail and _is_elementwise(step):
             elementwise.append(_ToTensorOnTensors() if isinstance(step, v1.ToTensor) else step)
         else:
             tail.append(step)
     plan = Plan(geometric, elementwise, tail, torch.uint8, _fixed_output_size(geometric),
-                colour)
+                colour, steps)
     if elementwise:
         try:
             plan.output_dtype = plan.lookup_table(plan.output_channels()).dtype
@@ -102,11 +105,9 @@ def _is_lowerable_geometric(step) -> bool:
 
 
 def _is_lowerable_colour(step) -> bool:
-    if isinstance(step, v2.ColorJitter):
-        return step.hue is None   # hue goes through HSV: not in the kernel
     if isinstance(step, v2.Grayscale):
         return step.num_output_channels in (1, 3)
-    return isinstance(step, v2.RandomGrayscale)
+    return isinstance(step, (v2.ColorJitter, v2.RandomGrayscale, v2.RandomPhotometricDistort))
 
 
 

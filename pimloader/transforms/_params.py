@@ -1,8 +1,9 @@
 """What a lowered pipeline does to one sample, as data.
 
-`Geometry` describes every pad, crop, resize and flip of a pipeline, and the colour ops that
-follow them, as one fused step: pad the decoded image, take `box` of it, resample it to
-`resized`, keep `window` of that, flip, then adjust colours.
+`Geometry` describes every pad, crop, resize and flip of a pipeline, and its colour ops, as
+one fused step: adjust the decoded image's colours (`source_colour`: colour transforms
+before the geometric ones), pad it, take `box` of it, resample it to `resized`, keep
+`window` of that, flip, then adjust colours (`colour`: colour transforms after them).
 `SampleParams` is one sample's draw: the torchvision (transform, params) pairs, which
 replay the pipeline exactly, and their fused Geometry when one exists.
 """
@@ -33,8 +34,8 @@ class NotFusable(Exception):
 
 
 Box = tuple[int, int, int, int]  # top, left, height, width
-ColourOp = tuple[str, float]     # ("brightness" | "contrast" | "saturation", factor) or
-                                 # ("grayscale", output channels)
+ColourOp = tuple[str, Any]       # ("brightness" | "contrast" | "saturation" | "hue", factor),
+                                 # ("grayscale", output channels) or ("permute", channel order)
 MAX_COLOUR_OPS = _kernels_lib.PIM_MAX_COLOUR_OPS  # the C kernel's (csrc/include/pim_extra.h)
 
 
@@ -85,6 +86,7 @@ class Geometry:
     padding: Padding | None = None          # of the decoded image; `box` is then in it
     colour: tuple[ColourOp, ...] = ()       # after the flips, in order
     colour_v1: bool = False                 # colour in torchvision v1's arithmetic
+    source_colour: tuple[ColourOp, ...] = ()  # on the decoded image, before the padding
 
     @classmethod
     def identity(cls, height: int, width: int) -> "Geometry":
@@ -106,8 +108,31 @@ class Geometry:
     def resamples(self) -> bool:
         return self.resized != self.box[2:]
 
+    @property
+    def adjusts_colour(self) -> bool:
+        return bool(self.colour or self.source_colour)
+
+    @property
+    def reads_whole_source(self) -> bool:
+        """Whether the kernel reads the whole decoded image, not only the box: a contrast
+        before the geometric steps takes the mean of the whole image."""
+        return any(kind == "contrast" for kind, _ in self.source_colour)
+
+    @property
+    def _at_source(self) -> bool:
+        """Whether the view is still the whole decoded image (flips aside): colour ops here
+        act on the source, before any padding, crop or resampling."""
+        whole = (0, 0, *self.source) if self.source is not None else None
+        return (self.padding is None and not self.colour and self.box == whole
+                and self.window == whole and self.resized == self.source)
+
+    def _no_colour_before(self, what: str) -> None:
+        if self.colour:
+            raise NotFusable(f"{what} after a colour op on a cropped or resampled image")
+
     def crop(self, top: int, left: int, height: int, width: int) -> "Geometry":
         """Crop the current view (flips included); only boxes inside the view fuse."""
+        self._no_colour_before("a crop")
         view_height, view_width = self.size
         if (top < 0 or left < 0 or height <= 0 or width <= 0
                 or top + height > view_height or left + width > view_width):
@@ -123,6 +148,7 @@ class Geometry:
         return _replace(self, window=window)
 
     def resize(self, height: int, width: int, interpolation, antialias: bool) -> "Geometry":
+        self._no_colour_before("a resize")
         if self.resamples or self.window[2:] != self.resized:
             raise NotFusable("a second resampling does not fuse with the first")
         return _replace(self, resized=(height, width), window=(0, 0, height, width),
@@ -136,8 +162,11 @@ class Geometry:
     def pad(self, left: int, top: int, right: int, bottom: int, mode: str,
             fill: tuple[int, ...]) -> "Geometry":
         """Pad the current view; fuses while that view is the whole (padded) source."""
+        self._no_colour_before("padding")
         if min(left, top, right, bottom) < 0:
             raise NotFusable("negative padding")
+        if mode == "constant" and any(kind == "grayscale" for kind, _ in self.source_colour):
+            raise NotFusable("a constant fill after a grayscale op (its channels may differ)")
         whole = (0, 0, *self.padded_source) if self.source is not None else None
         if self.resamples or self.box != whole or self.window != whole:
             raise NotFusable("padding after a crop or a resize")
@@ -155,17 +184,20 @@ class Geometry:
                        window=(0, 0, height, width))
 
     def adjust_colour(self, ops: list[ColourOp], v1: bool) -> "Geometry":
+        """Colour ops on the current view: on the decoded image while the view is still
+        all of it (padding then stays uncoloured), else on the resampled image."""
         if not ops:
             return self
-        if self.colour and self.colour_v1 != v1:
+        if (self.colour or self.source_colour) and self.colour_v1 != v1:
             raise NotFusable("torchvision v1 and v2 colour ops in one pipeline")
-        colour = self.colour + tuple(ops)
-        if len(colour) > MAX_COLOUR_OPS:
+        if len(self.source_colour) + len(self.colour) + len(ops) > MAX_COLOUR_OPS:
             raise NotFusable(f"more than {MAX_COLOUR_OPS} colour ops")
-        return _replace(self, colour=colour, colour_v1=v1)
+        if self._at_source:
+            return _replace(self, source_colour=self.source_colour + tuple(ops), colour_v1=v1)
+        return _replace(self, colour=self.colour + tuple(ops), colour_v1=v1)
 
     def output_channels(self, channels: int = 3) -> int:
-        for kind, value in self.colour:
+        for kind, value in self.source_colour + self.colour:
             if kind == "grayscale":
                 channels = int(value)
         return channels
@@ -189,6 +221,7 @@ class SampleParams:
 def apply_geometry(image: torch.Tensor, geometry: Geometry) -> torch.Tensor:
     """The fused Geometry executed with torchvision's functional ops (a test reference)."""
     from torchvision.transforms.v2 import functional as F
+    image = apply_colour(image, geometry.source_colour, geometry.colour_v1)
     if geometry.padding is not None:
         p = geometry.padding
         fill = list(p.fill[:image.shape[0]]) if p.mode == "constant" else None
@@ -214,8 +247,11 @@ def apply_colour(image: torch.Tensor, ops, v1: bool = False) -> torch.Tensor:
         from torchvision.transforms import functional as F
     else:
         from torchvision.transforms.v2 import functional as F
+    from torchvision.transforms.v2.functional import permute_channels
     adjust = {"brightness": F.adjust_brightness, "contrast": F.adjust_contrast,
-              "saturation": F.adjust_saturation, "grayscale": F.rgb_to_grayscale}
+              "saturation": F.adjust_saturation, "hue": F.adjust_hue,
+              "grayscale": F.rgb_to_grayscale,
+              "permute": lambda image, order: permute_channels(image, list(order))}
     for kind, value in ops:
         image = adjust[kind](image, value)
     return image

@@ -13,10 +13,13 @@ from ._params import SampleParams
 class Plan:
     """A pipeline lowered for the native path.
 
-    geometric: the leading pad/crop/resize/flip transforms (as v2 objects), drawn per sample;
-    colour: the following colour transforms (ColorJitter, Grayscale), drawn per sample;
+    geometric: the pad/crop/resize/flip transforms (as v2 objects), drawn per sample;
+    colour: the colour transforms (ColorJitter, RandomPhotometricDistort, Grayscale,
+        RandomGrayscale), drawn per sample;
     elementwise: the following per-pixel transforms, folded into a lookup table per channel;
-    tail: what could not be lowered, run as Python on the kernel's output.
+    tail: what could not be lowered, run as Python on the kernel's output;
+    steps: the geometric and colour transforms in pipeline order (None: the geometric ones,
+        then the colour ones).
     """
 
     geometric: list
@@ -25,9 +28,16 @@ class Plan:
     output_dtype: torch.dtype
     output_size: tuple[int, int] | None   # fixed (h, w) when every draw gives the same size
     colour: list = field(default_factory=list)
+    steps: list | None = None
 
-    def draw(self, height: int, width: int) -> SampleParams:
-        return draw_sample(self, height, width)
+    @property
+    def native_steps(self) -> list:
+        """The geometric and colour transforms, in the order they are drawn and applied."""
+        return self.steps if self.steps is not None else self.geometric + self.colour
+
+    def draw(self, height: int, width: int, channels: int = 3) -> SampleParams:
+        """One sample's draw for an image of `height` x `width` with `channels` channels."""
+        return draw_sample(self, height, width, channels)
 
     def output_channels(self, channels: int = 3) -> int:
         """Channels of the output for an input of `channels` (Grayscale changes them)."""

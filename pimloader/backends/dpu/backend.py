@@ -33,7 +33,7 @@ class DpuBackend(Backend):
 
     def unsupported(self, geometry) -> str:
         needs = (["pad"] if geometry.padding is not None else []) + \
-            (["adjust colours"] if geometry.colour else [])
+            (["adjust colours"] if geometry.adjusts_colour else [])
         return " or ".join(needs)
 
     def submit(self, run: KernelRun) -> DpuBatch:
