@@ -13,7 +13,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 INCLUDE = os.path.join(HERE, "include")                           # host-only headers
 SHARED_INCLUDE = os.path.join(os.path.dirname(HERE), "include")   # shared with dpu_src/
 HEADERS = (os.path.join(SHARED_INCLUDE, "pim_params.h"), os.path.join(INCLUDE, "pim_extra.h"),
-           os.path.join(INCLUDE, "pim_cpu.h"))  # order matters: pim_cpu.h uses the others' types
+           os.path.join(INCLUDE, "pim_cpu.h"),  # order matters: pim_cpu.h uses the others' types
+           os.path.join(INCLUDE, "pim_torch_sum.h"))
 
 _BLOCK = re.compile(r"/\* cffi-cdef-begin.*?\*/(.*?)/\* cffi-cdef-end \*/", re.S)
 
@@ -43,14 +44,15 @@ ffibuilder = FFI()
 ffibuilder.cdef(cdef_text())
 ffibuilder.set_source(
     "pimloader._kernels",
-    '#include "pim_params.h"\n#include "pim_extra.h"\n#include "pim_cpu.h"\n',
+    '#include "pim_params.h"\n#include "pim_extra.h"\n#include "pim_cpu.h"\n'
+    '#include "pim_torch_sum.h"\n',
     sources=[_rel(os.path.join(HERE, name)) for name in ("cpu_kernels.c", "cpu_colour.c",
-                                                             "cpu_colour_avx2.c", "axis_tables.c",
-                                                             "axis_check.c")],
+                                                             "cpu_colour_avx2.c", "torch_sum.c",
+                                                             "axis_tables.c", "axis_check.c")],
     include_dirs=[INCLUDE, SHARED_INCLUDE],
     depends=[os.path.join(SHARED_INCLUDE, h) for h in ("pim_params.h", "pim_resample.h")]
     + [os.path.join(INCLUDE, h) for h in ("pim_cpu.h", "pim_extra.h", "pim_cpu_colour.h",
-                                            "pim_axis_check.h")],
+                                            "pim_axis_check.h", "pim_torch_sum.h")],
     # -ffp-contract=off: the colour code's float32 and the axis tables' double products and
     # sums are rounded where they are written (torch's arithmetic); the colour code's fused
     # multiply-adds are explicit fmaf calls

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "pim_cpu_colour.h"
+#include "pim_torch_sum.h"
 
 /* ---- padding ------------------------------------------------------------------------ */
 
@@ -129,25 +130,30 @@ static inline __attribute__((always_inline)) void brightness(uint8_t *image, siz
     apply_table(image, done, values, table);
 }
 
-/* The sum of the (floored) grayscale values of `pixels` pixels, exact */
-static inline __attribute__((always_inline)) uint64_t gray_sum(const uint8_t *image, size_t pixels, uint32_t channels, int fused,
-                     int simd)
+/* The (floored) grayscale values of `pixels` pixels into `out` (one channel: the values) */
+static inline __attribute__((always_inline)) void gray_values(const uint8_t *image, size_t pixels, uint32_t channels, int fused,
+                        int simd, uint8_t *out)
 {
-    uint64_t sum = 0;
-    size_t i = 0;
-    if (simd && channels == 3)
-        i = pim_gray_sum_avx2(image, pixels, fused, &sum);
+    if (channels == 1) {
+        memcpy(out, image, pixels);
+        return;
+    }
+    size_t i = simd ? pim_gray_values_avx2(image, pixels, fused, out) : 0;
     for (; i < pixels; i++)
-        sum += channels == 3 ? (uint64_t)gray(image + 3 * i, fused) : image[i];
-    return sum;
+        out[i] = (uint8_t)gray(image + 3 * i, fused);
 }
 
-/* torch.mean of the (floored) grayscale image: an exact sum of integers, then sum / count
- * in float32 (torch's float32 sum is exact too while it stays below 2^24) */
-static inline __attribute__((always_inline)) float mean_gray(const uint8_t *image, size_t pixels, uint32_t channels, int fused,
-                     int simd)
+/* torch.mean of `pixels` grayscale values: torch's float32 sum (pim_torch_sum.h), or the
+ * exact one where the host did not say how torch sums, then / pixels in float32 */
+static float mean_of(const pim_extra_t *e, const uint8_t *gray_image, size_t pixels)
 {
-    return (float)gray_sum(image, pixels, channels, fused, simd) / (float)pixels;
+    if (e->sum_lanes == 0) {
+        uint64_t sum = 0;
+        for (size_t i = 0; i < pixels; i++)
+            sum += gray_image[i];
+        return (float)sum / (float)pixels;
+    }
+    return pim_torch_sum_u8(gray_image, pixels, e->sum_threads, e->sum_lanes) / (float)pixels;
 }
 
 static inline __attribute__((always_inline)) void contrast(uint8_t *image, size_t pixels, uint32_t channels, double factor,
@@ -276,13 +282,15 @@ static void permute(uint8_t *image, size_t pixels, uint32_t channels, const uint
 /* ---- programs ------------------------------------------------------------------------ */
 
 /* ops[0..n-1] in order on `pixels` contiguous pixels; contrast op k blends with means[k],
- * or, when means is NULL, with the mean of `image` itself (a whole image). Returns the
+ * or, when means is NULL, with the mean of `image` itself (a whole image, its grayscale
+ * going through `gray_image`, which is not read otherwise). Returns the
  * channel count of the result. Always inlined into the entry points below, so that fmaf
  * becomes one instruction where the CPU has FMA (the arithmetic is the same either way). */
 static inline __attribute__((always_inline)) uint32_t
-run_ops(const pim_colour_op_t *ops, uint32_t n, const float *means, int fused, int hue_v1,
-        uint8_t *image, size_t pixels, uint32_t channels, int simd)
+run_ops(const pim_extra_t *e, const pim_colour_op_t *ops, uint32_t n, const float *means,
+        uint8_t *gray_image, uint8_t *image, size_t pixels, uint32_t channels, int simd)
 {
+    const int fused = e->fused_mul_add != 0;
     for (uint32_t k = 0; k < n; k++) {
         const pim_colour_op_t *op = &ops[k];
         switch (op->kind) {
@@ -290,9 +298,10 @@ run_ops(const pim_colour_op_t *ops, uint32_t n, const float *means, int fused, i
             brightness(image, pixels * channels, op->factor, simd);
             break;
         case PIM_COLOUR_CONTRAST:
+            if (means == NULL)
+                gray_values(image, pixels, channels, fused, simd, gray_image);
             contrast(image, pixels, channels, op->factor,
-                     means != NULL ? means[k] : mean_gray(image, pixels, channels, fused, simd),
-                     fused, simd);
+                     means != NULL ? means[k] : mean_of(e, gray_image, pixels), fused, simd);
             break;
         case PIM_COLOUR_SATURATION:
             saturation(image, pixels, channels, op->factor, fused, simd);
@@ -301,7 +310,7 @@ run_ops(const pim_colour_op_t *ops, uint32_t n, const float *means, int fused, i
             channels = grayscale(image, pixels, channels, op->channels, fused, simd);
             break;
         case PIM_COLOUR_HUE:
-            hue(image, pixels, channels, op->factor, hue_v1, simd);
+            hue(image, pixels, channels, op->factor, e->hue_v1, simd);
             break;
         case PIM_COLOUR_PERMUTE:
             permute(image, pixels, channels, op->order);
@@ -313,28 +322,27 @@ run_ops(const pim_colour_op_t *ops, uint32_t n, const float *means, int fused, i
 
 /* The mean each contrast op of the source program blends with: the mean gray of the whole
  * decoded image after the ops before it, one row at a time through `row` (room for w
- * pixels of 3 channels). */
+ * pixels of 3 channels) into `gray_image` (h * w values). */
 static inline __attribute__((always_inline)) void
-source_means(const pim_extra_t *e, const pim_source_t *src, uint8_t *row, float *means,
-             int simd)
+source_means(const pim_extra_t *e, const pim_source_t *src, uint8_t *row, uint8_t *gray_image,
+             float *means, int simd)
 {
     const int fused = e->fused_mul_add != 0;
     for (uint32_t k = 0; k < e->n_source_ops; k++) {
         if (e->ops[k].kind != PIM_COLOUR_CONTRAST)
             continue;
-        uint64_t sum = 0;
         for (uint32_t y = 0; y < src->h; y++) {
             const uint8_t *pixels = src->image + (size_t)y * src->stride;
             uint32_t channels = src->channels;
             if (k > 0) {
                 memcpy(row, pixels, (size_t)src->w * channels);
-                channels = run_ops(e->ops, k, means, fused, e->hue_v1, row, src->w, channels,
+                channels = run_ops(e, e->ops, k, means, gray_image, row, src->w, channels,
                                    simd);
                 pixels = row;
             }
-            sum += gray_sum(pixels, src->w, channels, fused, simd);
+            gray_values(pixels, src->w, channels, fused, simd, gray_image + (size_t)y * src->w);
         }
-        means[k] = (float)sum / (float)((uint64_t)src->h * src->w);
+        means[k] = mean_of(e, gray_image, (size_t)src->h * src->w);
     }
 }
 
@@ -356,23 +364,24 @@ static int cpu_has_fma(void)
 /* Each entry point in two builds: one where fmaf is an instruction (and the AVX2 lanes may
  * run: SIMD level 2 means the CPU has AVX2), one portable. */
 static uint32_t resampled_ops(const pim_extra_t *e, uint8_t *image, size_t pixels,
-                              uint32_t channels, int simd)
+                              uint32_t channels, uint8_t *gray_image, int simd)
 {
-    return run_ops(e->ops + e->n_source_ops, e->n_ops - e->n_source_ops, NULL,
-                   e->fused_mul_add != 0, e->hue_v1, image, pixels, channels, simd);
+    return run_ops(e, e->ops + e->n_source_ops, e->n_ops - e->n_source_ops, NULL, gray_image,
+                   image, pixels, channels, simd);
 }
 
 FMA_TARGET static uint32_t resampled_ops_fma(const pim_extra_t *e, uint8_t *image,
-                                             size_t pixels, uint32_t channels, int simd)
+                                             size_t pixels, uint32_t channels,
+                                             uint8_t *gray_image, int simd)
 {
-    return resampled_ops(e, image, pixels, channels, simd);
+    return resampled_ops(e, image, pixels, channels, gray_image, simd);
 }
 
 static uint32_t source_ops(const pim_extra_t *e, const float *means, uint8_t *pixels,
                            size_t count, uint32_t channels, int simd)
 {
-    return run_ops(e->ops, e->n_source_ops, means, e->fused_mul_add != 0, e->hue_v1, pixels,
-                   count, channels, simd);
+    uint8_t unused; /* the means are given: no grayscale image is taken */
+    return run_ops(e, e->ops, e->n_source_ops, means, &unused, pixels, count, channels, simd);
 }
 
 FMA_TARGET static uint32_t source_ops_fma(const pim_extra_t *e, const float *means,
@@ -383,15 +392,16 @@ FMA_TARGET static uint32_t source_ops_fma(const pim_extra_t *e, const float *mea
 }
 
 static void source_means_plain(const pim_extra_t *e, const pim_source_t *src, uint8_t *row,
-                               float *means, int simd)
+                               uint8_t *gray_image, float *means, int simd)
 {
-    source_means(e, src, row, means, simd);
+    source_means(e, src, row, gray_image, means, simd);
 }
 
 FMA_TARGET static void source_means_fma(const pim_extra_t *e, const pim_source_t *src,
-                                        uint8_t *row, float *means, int simd)
+                                        uint8_t *row, uint8_t *gray_image, float *means,
+                                        int simd)
 {
-    source_means(e, src, row, means, simd);
+    source_means(e, src, row, gray_image, means, simd);
 }
 
 static int has_fma(void)
@@ -403,20 +413,20 @@ static int has_fma(void)
 }
 
 uint32_t pim_colour_apply(const pim_extra_t *e, uint8_t *image, size_t pixels,
-                          uint32_t channels, int simd)
+                          uint32_t channels, uint8_t *gray_image, int simd)
 {
     if (has_fma())
-        return resampled_ops_fma(e, image, pixels, channels, simd >= 2);
-    return resampled_ops(e, image, pixels, channels, 0);
+        return resampled_ops_fma(e, image, pixels, channels, gray_image, simd >= 2);
+    return resampled_ops(e, image, pixels, channels, gray_image, 0);
 }
 
 void pim_colour_source_means(const pim_extra_t *e, const pim_source_t *src, uint8_t *row,
-                             float *means, int simd)
+                             uint8_t *gray_image, float *means, int simd)
 {
     if (has_fma())
-        source_means_fma(e, src, row, means, simd >= 2);
+        source_means_fma(e, src, row, gray_image, means, simd >= 2);
     else
-        source_means_plain(e, src, row, means, 0);
+        source_means_plain(e, src, row, gray_image, means, 0);
 }
 
 uint32_t pim_colour_source(const pim_extra_t *e, const float *means, uint8_t *pixels,

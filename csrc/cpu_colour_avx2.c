@@ -85,21 +85,11 @@ AVX2 static inline __m128i blend8(__m256 x, __m256 y, __m256 ratio, __m256 rest,
     return to_u8x8(mul_add8(y, rest, _mm256_mul_ps(x, ratio), fused));
 }
 
-AVX2 size_t pim_gray_sum_avx2(const uint8_t *image, size_t pixels, int fused, uint64_t *sum)
+AVX2 size_t pim_gray_values_avx2(const uint8_t *image, size_t pixels, int fused, uint8_t *out)
 {
     const size_t done = pixels - pixels % 8;
-    size_t i = 0;
-    *sum = 0;
-    while (i < done) { /* int32 lanes: at most 2^20 * 255 before they are added up */
-        const size_t stop = done - i > ((size_t)8 << 20) ? i + ((size_t)8 << 20) : done;
-        __m256i lanes = _mm256_setzero_si256();
-        for (; i < stop; i += 8)
-            lanes = _mm256_add_epi32(lanes, _mm256_cvttps_epi32(gray8(load_rgb8(image + 3 * i), fused)));
-        int32_t part[8];
-        _mm256_storeu_si256((__m256i *)(void *)part, lanes);
-        for (int k = 0; k < 8; k++)
-            *sum += (uint64_t)part[k];
-    }
+    for (size_t i = 0; i < done; i += 8)
+        _mm_storel_epi64((__m128i *)(void *)(out + i), to_u8x8(gray8(load_rgb8(image + 3 * i), fused)));
     return done;
 }
 
@@ -172,10 +162,9 @@ size_t pim_hue_avx2(uint8_t *image, size_t pixels, float shift, int v1)
     return 0;
 }
 
-size_t pim_gray_sum_avx2(const uint8_t *image, size_t pixels, int fused, uint64_t *sum)
+size_t pim_gray_values_avx2(const uint8_t *image, size_t pixels, int fused, uint8_t *out)
 {
-    (void)image, (void)pixels, (void)fused;
-    *sum = 0;
+    (void)image, (void)pixels, (void)fused, (void)out;
     return 0;
 }
 

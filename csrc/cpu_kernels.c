@@ -584,6 +584,7 @@ typedef struct scratch {
     int32_t *columns;    /* its source column per box column */
     uint8_t *image;      /* a coloured sample's resampled image, 3 channels of room */
     uint8_t *source_row; /* one row of a source-coloured image, 3 channels of room */
+    uint8_t *gray;       /* contrast's grayscale of a whole (source or resampled) image */
 } scratch_t;
 
 /* Resamples sample s; each finished row is flipped/converted into dst, or, when `staging` is
@@ -720,7 +721,7 @@ static uint32_t colour_box(const pim_sample_t *s, const pim_extra_t *e, const ui
     const pim_source_t image = decoded_image(s, e, src);
     const int simd = pim_cpu_simd_level();
     float means[PIM_MAX_COLOUR_OPS];
-    pim_colour_source_means(e, &image, sc->source_row, means, simd);
+    pim_colour_source_means(e, &image, sc->source_row, sc->gray, means, simd);
     const uint32_t C = s->channels, w = s->crop_w;
     if (e->pad_mode != PIM_PAD_CONSTANT) /* every pixel of the box is the image's */
         return pim_colour_source(e, means, sc->box, (size_t)s->crop_h * w, C, simd);
@@ -760,17 +761,30 @@ static void run_one(const pim_sample_t *s, const pim_extra_t *e, const uint8_t *
     }
     run_sample(&view, src, tables, lut, NULL, sc->image, sc);
     const uint32_t channels =
-        pim_colour_apply(e, sc->image, (size_t)s->out_h * s->out_w, view.channels,
+        pim_colour_apply(e, sc->image, (size_t)s->out_h * s->out_w, view.channels, sc->gray,
                          pim_cpu_simd_level());
     emit_image(s, sc->image, channels, lut, dst, sc->converted);
+}
+
+static int has_contrast(const pim_extra_t *e, uint32_t first, uint32_t end)
+{
+    for (uint32_t k = first; k < end; k++)
+        if (e->ops[k].kind == PIM_COLOUR_CONTRAST)
+            return 1;
+    return 0;
+}
+
+static size_t larger(size_t a, size_t b)
+{
+    return a > b ? a : b;
 }
 
 /* Bytes of the padding and colour scratch buffers the samples need. */
 static void extra_scratch(const pim_sample_t *samples, const pim_extra_t *extras, uint32_t n,
                           size_t *box_bytes, size_t *columns, size_t *image_bytes,
-                          size_t *row_bytes)
+                          size_t *row_bytes, size_t *gray_bytes)
 {
-    *box_bytes = *columns = *image_bytes = *row_bytes = 0;
+    *box_bytes = *columns = *image_bytes = *row_bytes = *gray_bytes = 0;
     for (uint32_t i = 0; extras != NULL && i < n; i++) {
         const pim_sample_t *s = &samples[i];
         const pim_extra_t *e = &extras[i];
@@ -779,14 +793,17 @@ static void extra_scratch(const pim_sample_t *samples, const pim_extra_t *extras
             *box_bytes = box > *box_bytes ? box : *box_bytes;
             *columns = s->crop_w > *columns ? s->crop_w : *columns;
         }
-        if (e->n_source_ops > 0) {
-            const size_t row = (size_t)(e->pad_mode != PIM_PAD_NONE ? e->image_w : s->src_w) * 3;
-            *row_bytes = row > *row_bytes ? row : *row_bytes;
-        }
-        if (e->n_ops > e->n_source_ops) {
-            const size_t image = (size_t)s->out_h * s->out_w * 3;
-            *image_bytes = image > *image_bytes ? image : *image_bytes;
-        }
+        const int padded = e->pad_mode != PIM_PAD_NONE;
+        const size_t image_w = padded ? e->image_w : s->src_w;
+        const size_t image_h = padded ? e->image_h : s->src_h;
+        if (e->n_source_ops > 0)
+            *row_bytes = larger(*row_bytes, image_w * 3);
+        if (has_contrast(e, 0, e->n_source_ops))
+            *gray_bytes = larger(*gray_bytes, image_h * image_w);
+        if (e->n_ops > e->n_source_ops)
+            *image_bytes = larger(*image_bytes, (size_t)s->out_h * s->out_w * 3);
+        if (has_contrast(e, e->n_source_ops, e->n_ops))
+            *gray_bytes = larger(*gray_bytes, (size_t)s->out_h * s->out_w);
     }
 }
 
@@ -838,14 +855,14 @@ int pim_cpu_crop_resize(const pim_sample_t *samples, const pim_extra_t *extras,
     sc.pitch = (max_row + ROW_SLACK + 63) & ~(size_t)63;
     const size_t acc_bytes = sc.pitch * sizeof(int32_t);
     const size_t rows_bytes = (max_ring_rows + 1) * sizeof(const uint8_t *);
-    size_t box_bytes, columns, image_bytes, source_row_bytes;
+    size_t box_bytes, columns, image_bytes, source_row_bytes, gray_bytes;
     extra_scratch(samples, extras, n_samples, &box_bytes, &columns, &image_bytes,
-                  &source_row_bytes);
+                  &source_row_bytes, &gray_bytes);
     const size_t rows_total =
         acc_bytes + rows_bytes + (3 + max_ring_rows) * sc.pitch + max_src + max_converted;
     const size_t extra_at = (rows_total + 64 + 63) & ~(size_t)63;
-    const size_t total =
-        extra_at + columns * sizeof(int32_t) + box_bytes + image_bytes + source_row_bytes + 64;
+    const size_t total = extra_at + columns * sizeof(int32_t) + box_bytes + image_bytes +
+                         source_row_bytes + gray_bytes + 64;
     uint8_t *mem = calloc(1, total); /* zeroed: SIMD loops may read (and zero-weight) padding */
     if (mem == NULL) {
         set_err(err, err_len, "out of memory for %zu bytes of scratch rows", total);
@@ -862,6 +879,7 @@ int pim_cpu_crop_resize(const pim_sample_t *samples, const pim_extra_t *extras,
     sc.box = mem + extra_at + columns * sizeof(int32_t);
     sc.image = sc.box + box_bytes;
     sc.source_row = sc.image + image_bytes;
+    sc.gray = sc.source_row + source_row_bytes;
     for (uint32_t i = 0; i < n_samples; i++)
         run_one(&samples[i], extras != NULL ? &extras[i] : NULL, srcs[i], tables, lut,
                 dst + samples[i].dst_offset, &sc);

@@ -23,10 +23,11 @@ void pim_gather_padded(const pim_sample_t *s, const pim_extra_t *e, const uint8_
 
 /* e's colour ops on the resampled image (ops[n_source_ops..n_ops-1]), an image of `pixels`
  * pixels of `channels` (HWC, room for 3 channels); returns the channel count of the result.
- * `simd`: the kernel's SIMD level (pim_cpu_simd, pim_cpu.h); at 2 (AVX2) the lanes of
- * cpu_colour_avx2.c run where the CPU also has FMA. */
+ * `gray_image`: scratch for `pixels` values (contrast's grayscale). `simd`: the kernel's
+ * SIMD level (pim_cpu_simd, pim_cpu.h); at 2 (AVX2) the lanes of cpu_colour_avx2.c run
+ * where the CPU also has FMA. */
 uint32_t pim_colour_apply(const pim_extra_t *e, uint8_t *image, size_t pixels,
-                          uint32_t channels, int simd);
+                          uint32_t channels, uint8_t *gray_image, int simd);
 
 /* A decoded image as the kernel reads it: h rows of w pixels, `stride` bytes apart. */
 typedef struct pim_source {
@@ -37,9 +38,9 @@ typedef struct pim_source {
 
 /* For e's source ops (ops[0..n_source_ops-1]): means[k], for each contrast op k among them,
  * the mean gray of the whole source image after ops[0..k-1]. `row`: scratch for w pixels of
- * 3 channels. */
+ * 3 channels; `gray_image`: scratch for h * w values. */
 void pim_colour_source_means(const pim_extra_t *e, const pim_source_t *src, uint8_t *row,
-                             float *means, int simd);
+                             uint8_t *gray_image, float *means, int simd);
 
 /* e's source ops on `count` contiguous pixels of the source image (room for 3 channels),
  * contrast op k blending with means[k]; returns the channel count of the result. */
@@ -51,7 +52,7 @@ uint32_t pim_colour_source(const pim_extra_t *e, const float *means, uint8_t *pi
  * does the first pixels - pixels % 8 pixels of a 3-channel image and returns that count
  * (0 where the compiler has no x86 SIMD); the caller does the rest. `fused`: multiply-adds
  * rounded once (fmaf). */
-size_t pim_gray_sum_avx2(const uint8_t *image, size_t pixels, int fused, uint64_t *sum);
+size_t pim_gray_values_avx2(const uint8_t *image, size_t pixels, int fused, uint8_t *out);
 size_t pim_saturation_avx2(uint8_t *image, size_t pixels, float ratio, float rest, int fused);
 size_t pim_grayscale_avx2(uint8_t *image, size_t pixels, uint32_t out_channels, int fused);
 /* The value-wise steps (any channels): brightness, and the blend with contrast's mean; they

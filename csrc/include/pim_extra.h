@@ -26,7 +26,8 @@
  *   gray(r, g, b)  = (b * 0.114 + (g * 0.587 + r * 0.2989))   truncated to an integer
  *   blend(x, y, f) = y * (1 - f) + x * f                        clamped to 0..255, truncated
  *   brightness f   x * f                                        clamped, truncated
- *   contrast f     blend(x, mean of gray over the image, f)
+ *   contrast f     blend(x, mean of gray over the image, f)      (the mean: torch's float32
+ *                                                                 sum, then / pixels)
  *   saturation f   blend(x, gray of the pixel, f)              (1 channel: unchanged)
  *   grayscale n    gray, written to n channels                  (1 channel: copied)
  *   hue f          x * (1/255) to HSV (Pillow's formulas), h + f modulo 1, back to RGB,
@@ -81,7 +82,9 @@ typedef struct pim_extra {
     uint8_t out_channels;  /* channels written to the output (after any grayscale op) */
     uint8_t n_source_ops;  /* ops[0..n_source_ops-1] act on the decoded image */
     uint8_t hue_v1;        /* 1: hue in torchvision v1's expressions */
-    uint8_t reserved[7];
+    uint8_t sum_lanes;     /* contrast's mean: torch's float32 sum with vectors of this many */
+    uint8_t reserved[2];   /*   floats (pim_torch_sum.h); 0: the exact sum */
+    uint32_t sum_threads;  /*   and this many torch threads */
     pim_colour_op_t ops[PIM_MAX_COLOUR_OPS];
 } pim_extra_t;
 /* cffi-cdef-end */

@@ -62,6 +62,22 @@ def torch_fuses_multiply_add() -> bool:
     return False
 
 
+@lru_cache(maxsize=1)
+def torch_sum_lanes() -> int:
+    """The vector width (floats) of torch's CPU float32 sum, asked of torch itself: the one
+    whose cascade (`lib.pim_torch_sum_u8`) gives torch.sum's results on probes where the
+    widths disagree; 0 (the kernel then sums exactly) if none does."""
+    rng = np.random.default_rng(0)
+    probes = [rng.integers(0, 256, 187_507, dtype=np.uint8) for _ in range(6)]
+    threads = torch.get_num_threads()
+    sums = [torch.from_numpy(probe).to(torch.float32).sum().item() for probe in probes]
+    for lanes in (8, 16, 4):
+        if all(lib.pim_torch_sum_u8(ffi.from_buffer(probe), len(probe), threads, lanes) == sum_
+               for probe, sum_ in zip(probes, sums)):
+            return lanes
+    return 0
+
+
 def pack_extras(n: int, channels: int, paddings=None, colours=None,
                 image_sizes=None, fused_mul_add: Optional[bool] = None,
                 source_colours=None, colour_v1: bool = False):
@@ -101,6 +117,8 @@ def pack_extras(n: int, channels: int, paddings=None, colours=None,
         extra["out_channels"] = out
         extra["fused_mul_add"] = fused
         extra["hue_v1"] = bool(colour_v1)
+        extra["sum_lanes"] = torch_sum_lanes()
+        extra["sum_threads"] = torch.get_num_threads()  # this process's, where torch would run
         out_channels.add(int(out))
     if len(out_channels) != 1:
         raise ValueError(f"the samples' colour ops leave {sorted(out_channels)} channels; "
@@ -420,4 +438,4 @@ def check_mul_8x8() -> int:
 __all__ = ["axis_weights", "axis_table", "lut_from_fn", "normalize_lut", "pack_batch",
            "pack_extras", "run_packed", "resized_crop_batch", "PackedBatch", "SAMPLE_DTYPE",
            "AXIS_DTYPE", "EXTRA_DTYPE", "PAD_MODES", "COLOUR_OPS", "check_mul_8x8",
-           "torch_fuses_multiply_add"]
+           "torch_fuses_multiply_add", "torch_sum_lanes"]
