@@ -148,10 +148,90 @@ AVX2 size_t pim_grayscale_avx2(uint8_t *image, size_t pixels, uint32_t out_chann
     return done;
 }
 
-size_t pim_hue_avx2(uint8_t *image, size_t pixels, float shift, int v1)
+AVX2 static inline __m256 clamp01_8(__m256 x)
 {
-    (void)image, (void)pixels, (void)shift, (void)v1;
-    return 0;
+    return _mm256_min_ps(_mm256_max_ps(x, _mm256_setzero_ps()), _mm256_set1_ps(1.0f));
+}
+
+/* x - floor(x): the scalar code's fmodf(x, 1) and remainder1(x), exactly, for x in [-1, 2)
+ * (x - floor(x) is exact there, and is what both give; at x = -0 it gives +0 where they
+ * give -0, which the sector and f below do not tell apart) */
+AVX2 static inline __m256 fraction8(__m256 x)
+{
+    return _mm256_sub_ps(x, _mm256_floor_ps(x));
+}
+
+/* a where mask, else b */
+AVX2 static inline __m256 pick8(__m256 mask, __m256 a, __m256 b)
+{
+    return _mm256_blendv_ps(b, a, mask);
+}
+
+AVX2 static inline __m256 sector_is(__m256 sector, float k)
+{
+    return _mm256_cmp_ps(sector, _mm256_set1_ps(k), _CMP_EQ_OQ);
+}
+
+/* cpu_colour.c's hue_pixel on 8 pixels */
+AVX2 static inline rgb8_t hue8(rgb8_t px, __m256 shift, int v1)
+{
+    const __m256 one = _mm256_set1_ps(1.0f);
+    __m256 x[3] = {px.r, px.g, px.b};
+    for (int c = 0; c < 3; c++)
+        x[c] = v1 ? _mm256_div_ps(x[c], _mm256_set1_ps(255.0f))
+                  : _mm256_mul_ps(x[c], _mm256_set1_ps((float)(1.0 / 255.0)));
+    const __m256 r = x[0], g = x[1], b = x[2];
+    const __m256 maxc = _mm256_max_ps(r, _mm256_max_ps(g, b));
+    const __m256 minc = _mm256_min_ps(r, _mm256_min_ps(g, b));
+    const __m256 grey = _mm256_cmp_ps(maxc, minc, _CMP_EQ_OQ);
+    const __m256 range = _mm256_sub_ps(maxc, minc);
+    const __m256 s = _mm256_div_ps(range, pick8(grey, one, maxc));
+    const __m256 divisor = pick8(grey, one, range);
+    const __m256 rc = _mm256_div_ps(_mm256_sub_ps(maxc, r), divisor);
+    const __m256 gc = _mm256_div_ps(_mm256_sub_ps(maxc, g), divisor);
+    const __m256 bc = _mm256_div_ps(_mm256_sub_ps(maxc, b), divisor);
+    const __m256 r_max = _mm256_cmp_ps(maxc, r, _CMP_EQ_OQ);
+    const __m256 g_max = _mm256_cmp_ps(maxc, g, _CMP_EQ_OQ);
+    const __m256 hr = _mm256_and_ps(r_max, _mm256_sub_ps(bc, gc));
+    const __m256 hg = _mm256_and_ps(_mm256_andnot_ps(r_max, g_max),
+                                    _mm256_sub_ps(_mm256_add_ps(rc, _mm256_set1_ps(2.0f)), bc));
+    const __m256 hb = _mm256_andnot_ps(_mm256_or_ps(r_max, g_max),
+                                       _mm256_sub_ps(_mm256_add_ps(gc, _mm256_set1_ps(4.0f)), rc));
+    const __m256 sum = _mm256_add_ps(_mm256_add_ps(hr, hg), hb);
+    const __m256 h6th = v1 ? _mm256_div_ps(sum, _mm256_set1_ps(6.0f))
+                           : _mm256_mul_ps(sum, _mm256_set1_ps((float)(1.0 / 6.0)));
+    const __m256 h = fraction8(_mm256_add_ps(fraction8(_mm256_add_ps(h6th, one)), shift));
+    const __m256 v = maxc;
+    const __m256 h6 = _mm256_mul_ps(h, _mm256_set1_ps(6.0f));
+    __m256 sector = _mm256_floor_ps(h6);
+    const __m256 f = _mm256_sub_ps(h6, sector);
+    sector = pick8(sector_is(sector, 6.0f), _mm256_setzero_ps(), sector); /* % 6 */
+    const __m256 one_minus_s = _mm256_sub_ps(one, s);
+    const __m256 p = clamp01_8(_mm256_mul_ps(one_minus_s, v));
+    const __m256 q = clamp01_8(_mm256_mul_ps(_mm256_sub_ps(one, _mm256_mul_ps(s, f)), v));
+    const __m256 t = v1 ? clamp01_8(_mm256_mul_ps(v, _mm256_sub_ps(one, _mm256_mul_ps(s, _mm256_sub_ps(one, f)))))
+                        : clamp01_8(_mm256_mul_ps(_mm256_add_ps(_mm256_mul_ps(s, f), one_minus_s), v));
+    const __m256 s0 = sector_is(sector, 0.0f), s1 = sector_is(sector, 1.0f);
+    const __m256 s2 = sector_is(sector, 2.0f), s3 = sector_is(sector, 3.0f);
+    const __m256 s4 = sector_is(sector, 4.0f);
+    /* sectors 0..5: R = v q p p t v, G = t v v q p p, B = p p t v v q */
+    const rgb8_t out = {
+        pick8(s1, q, pick8(_mm256_or_ps(s2, s3), p, pick8(s4, t, v))),
+        pick8(s0, t, pick8(_mm256_or_ps(s1, s2), v, pick8(s3, q, p))),
+        pick8(_mm256_or_ps(s0, s1), p, pick8(s2, t, pick8(_mm256_or_ps(s3, s4), v, q)))};
+    return out;
+}
+
+AVX2 size_t pim_hue_avx2(uint8_t *image, size_t pixels, float shift, int v1)
+{
+    const size_t done = pixels - pixels % 8;
+    const __m256 by = _mm256_set1_ps(shift), to_byte = _mm256_set1_ps((float)255.999);
+    for (size_t i = 0; i < done; i += 8) {
+        const rgb8_t rgb = hue8(load_rgb8(image + 3 * i), by, v1);
+        store_rgb8(image + 3 * i, to_u8x8(_mm256_mul_ps(rgb.r, to_byte)),
+                   to_u8x8(_mm256_mul_ps(rgb.g, to_byte)), to_u8x8(_mm256_mul_ps(rgb.b, to_byte)));
+    }
+    return done;
 }
 
 #else /* no x86 SIMD: the scalar code does every pixel */

@@ -4,6 +4,7 @@ photographs bundled with scikit-image, under a set of hue factors, for torchvisi
 
     python scripts/measure_hue.py            # all 2^24 colours x 9 factors, v1 and v2
     python scripts/measure_hue.py --quick    # 2^20 colours, 3 factors
+    python scripts/measure_hue.py --simd 0   # the scalar code (default: the CPU's best)
 
 Prints, per case, how many values differ from torchvision's and by how many levels at most.
 """
@@ -80,7 +81,10 @@ def photographs() -> dict[str, np.ndarray]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2^20 colours, 3 factors")
+    parser.add_argument("--simd", type=int, default=-1,
+                        help="kernel SIMD level: 0 scalar, 1 SSSE3, 2 AVX2 (default: best)")
     args = parser.parse_args(argv)
+    print(f"kernel SIMD level {K.lib.pim_cpu_simd(args.simd)}")
     factors = (-0.31, 0.013, 0.5) if args.quick else FACTORS
     colours = all_colours(1 << 20 if args.quick else 1 << 24)
     photos = photographs()
