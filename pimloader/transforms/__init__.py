@@ -4,7 +4,7 @@ The classes are torchvision.transforms.v2's own (same constructor arguments, def
 validation and random draws); `pimloader.transforms` re-exports them so that a pipeline
 written against either module is the same object. `lower()` turns a Compose of them into a
 `Plan` that draws each sample's parameters exactly as torchvision would and describes the
-fused crop/resize/flip/convert/normalize step the native kernels execute.
+fused colour/pad/crop/resize/flip/convert/normalize step the native kernels execute.
 
 The audio feature transforms (Spectrogram, MelSpectrogram, AmplitudeToDB, MFCC,
 FrequencyMasking, TimeMasking, MelScale) are torchaudio's, written in plain torch with
@@ -20,7 +20,9 @@ from torchvision.transforms.v2 import (
     Normalize,
     Pad,
     RandomCrop,
+    RandomGrayscale,
     RandomHorizontalFlip,
+    RandomPhotometricDistort,
     RandomResizedCrop,
     RandomVerticalFlip,
     Resize,
@@ -36,7 +38,8 @@ from ._spectral import MFCC, AmplitudeToDB, MelScale, MelSpectrogram, Spectrogra
 
 __all__ = [
     "CenterCrop", "ColorJitter", "Compose", "Grayscale", "Normalize", "Pad", "RandomCrop",
-    "RandomHorizontalFlip", "RandomResizedCrop", "RandomVerticalFlip", "Resize", "ToDtype",
+    "RandomGrayscale", "RandomHorizontalFlip", "RandomPhotometricDistort", "RandomResizedCrop",
+    "RandomVerticalFlip", "Resize", "ToDtype",
     "ToImage", "Geometry", "Plan", "SampleParams", "lower",
     # torchaudio's spectral transforms and masks, in plain torch (torchaudio's names)
     "AmplitudeToDB", "FrequencyMasking", "MelScale", "MelSpectrogram", "MFCC", "Spectrogram",
