@@ -720,7 +720,7 @@ static uint32_t colour_box(const pim_sample_t *s, const pim_extra_t *e, const ui
 {
     const pim_source_t image = decoded_image(s, e, src);
     const int simd = pim_cpu_simd_level();
-    float means[PIM_MAX_COLOUR_OPS];
+    float means[PIM_MAX_COLOUR_OPS] = {0}; /* read for the contrast ops only */
     pim_colour_source_means(e, &image, sc->source_row, sc->gray, means, simd);
     const uint32_t C = s->channels, w = s->crop_w;
     if (e->pad_mode != PIM_PAD_CONSTANT) /* every pixel of the box is the image's */

@@ -22,6 +22,10 @@ from ._params import Geometry, NotFusable, SampleParams
 from ._v1 import _V1_COLOUR, _V1Grayscale
 
 
+COLOUR_STEPS = (v2.ColorJitter, v2.Grayscale, v2.RandomGrayscale, v2.RandomPhotometricDistort)
+_JITTER_OPS = {0: "brightness", 1: "contrast", 2: "saturation", 3: "hue"}
+
+
 def draw_sample(plan, height: int, width: int, channels: int = 3) -> SampleParams:
     """One sample's draw for an image of `height` x `width` x `channels`: its geometric and
     colour steps in pipeline order, fused into one Geometry where the kernel can run it."""
@@ -31,8 +35,7 @@ def draw_sample(plan, height: int, width: int, channels: int = 3) -> SampleParam
     for step in plan.native_steps:
         if isinstance(step, COLOUR_STEPS):
             params, ops, channels = _draw_colour(step, channels, size)
-            fuse = (lambda g, ops=ops, v1=isinstance(step, _V1_COLOUR):
-                    g.adjust_colour(ops, v1)) if ops else None
+            fuse = _adjusting(ops, isinstance(step, _V1_COLOUR))
         else:
             params, size, fuse = _draw_step(step, size, channels)
         steps.append((step, params))
@@ -58,8 +61,9 @@ def _grayscale_channels(step, channels: int) -> int:
     return step.num_output_channels
 
 
-COLOUR_STEPS = (v2.ColorJitter, v2.Grayscale, v2.RandomGrayscale, v2.RandomPhotometricDistort)
-_JITTER_OPS = {0: "brightness", 1: "contrast", 2: "saturation", 3: "hue"}
+def _adjusting(ops: list, v1: bool):
+    """The fuse step of drawn colour ops (None: nothing to adjust)."""
+    return (lambda geometry: geometry.adjust_colour(ops, v1)) if ops else None
 
 
 def _draw_colour(step, channels: int, size):
@@ -75,15 +79,16 @@ def _draw_colour(step, channels: int, size):
         out = _grayscale_channels(step, channels)
         return params, [("grayscale", out)], out
     if isinstance(step, v2.RandomPhotometricDistort):
-        return params, _distortion_ops(params, channels), channels
+        return params, photometric_distort_ops(params, channels), channels
     ops = [(_JITTER_OPS[fn_id], params[f"{_JITTER_OPS[fn_id]}_factor"])
            for fn_id in params["fn_idx"].tolist()
            if params[f"{_JITTER_OPS[fn_id]}_factor"] is not None]
     return params, ops, channels
 
 
-def _distortion_ops(params: dict, channels: int) -> list:
-    """RandomPhotometricDistort's transform for its draw, in its order, as kernel ops."""
+def photometric_distort_ops(params: dict, channels: int) -> list:
+    """RandomPhotometricDistort's transform for its draw (`make_params`' dict, for an image
+    of `channels` channels), in its order, as kernel colour ops."""
     brightness, contrast, saturation, hue = (params[f"{name}_factor"] for name in
                                              ("brightness", "contrast", "saturation", "hue"))
     before = params["contrast_before"]
