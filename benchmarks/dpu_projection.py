@@ -119,11 +119,12 @@ def measure(pipeline: str, dtype: str, files: list[Path], backend: DpuDriver, re
             "tasklets": backend.nr_tasklets, "run": run,
             "decode_s_per_image": decode_wall, "decode_cpu_s_per_image": decode_cpu,
             "seekable_decode_cpu_s_per_image": seekable_cpu,
-            "emulator_wall_s": emulated_s}
+            "emulator_wall_s": emulated_s, "packed": packed, "boxes": [g.box for g in geometries]}
 
 
 def summarise(entry: dict, copy_bw: float, host_cores: int, assumptions: cm.Assumptions) -> dict:
     run: cm.DpuRun = entry.pop("run")
+    entry.pop("packed", None), entry.pop("boxes", None)
     per_image = run.per_image()
     host_copy_s = (run.in_real_bytes + run.out_real_bytes) / run.n_images / copy_bw
     # the host's work per image on one core: decode (this thread's CPU time, the steadier figure
