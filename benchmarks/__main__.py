@@ -5,15 +5,17 @@
                                     # + about a minute for instruction_counts, where
                                     # riscv64-unknown-elf-gcc is installed; + about 40 s for
                                     # naive_sweep, stall, op_costs and viability, 4 minutes
-                                    # at load 8-14)
+                                    # at load 8-14; + about 90 s for decode_projection:
+                                    # PROJECTED decode on DPUs, with its instruction count)
     python -m benchmarks --quick    # smoke run, under a minute
 """
 from __future__ import annotations
 
 import argparse
 
-from benchmarks import (dpu_projection, imagenet_pipeline, instruction_counts, kernel_speed,
-                        loader_overhead, naive_sweep, op_costs, sample_cache, stall, viability)
+from benchmarks import (decode_projection, dpu_projection, imagenet_pipeline, instruction_counts,
+                        kernel_speed, loader_overhead, naive_sweep, op_costs, sample_cache, stall,
+                        viability)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -28,9 +30,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     flags = ["--quick"] if args.quick else []
     # naive_sweep reads dpu_projection's JSON, viability that of imagenet_pipeline,
-    # kernel_speed, dpu_projection and op_costs: they run after them
+    # kernel_speed, dpu_projection, op_costs and decode_projection: they run after them
     for benchmark in (loader_overhead, imagenet_pipeline, kernel_speed, instruction_counts,
-                      dpu_projection, sample_cache, naive_sweep, stall, op_costs, viability):
+                      dpu_projection, decode_projection, sample_cache, naive_sweep, stall, op_costs,
+                      viability):
         print(f"\n== {benchmark.__name__} ==", flush=True)
         benchmark.main(list(flags))
 

@@ -56,7 +56,7 @@ def fallbacks(root: Path) -> dict:
     """Every file of the folder by what the DPU decoder says: 'dpu colour', 'dpu grey', or
     the reason it falls back to the host (a key of decode.baseline.REASONS)."""
     counts = Counter()
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and not p.name.startswith(".")):
+    for path in sorted(p for p in root.glob("*/*") if p.is_file()):   # the class folders' files
         data = path.read_bytes()
         reason = DJ.fallback_reason(data, path)
         counts[reason or ("dpu grey" if len(parse_baseline(data).components) == 1 else "dpu colour")] += 1

@@ -89,8 +89,41 @@ def step_costs(pipeline: dict, op_costs: dict | None) -> dict:
                        if colour_pim else None)}
 
 
-def build(pipeline: dict, kernel: dict, projection: dict, op_costs: dict | None = None) -> dict:
-    """Rows of the table from the benchmarks' results (op_costs optional)."""
+def decode_rows(decode: dict, rates: dict) -> list[dict]:
+    """JPEG decode on DPUs (benchmarks.decode_projection, training float32): the host saves its
+    decode but still parses the file's header, finds and packs the box's restart intervals
+    and pushes them; "as built" with the host side measured (Python), "at the floor" with
+    only the push (the parse and packing in C taken as free: ASSUMED)."""
+    entry = next(e for e in decode["pipelines"] if (e["pipeline"], e["dtype"]) == ("train", "float32"))
+    cycles = {r["case"]: r["chain"]["decode_instructions_per_image"] for r in entry["projections"]
+              if r["system"] == entry["projections"][0]["system"]}
+    parts = entry["host_chain_parts_s"]
+    host_side = parts["parse_s"] + parts["select_s"] + parts["pack_s"]
+    decode_ms = entry["host_decode_cpu_s_per_image"] * 1e3
+    chunk = entry["decode_mram_per_image"]["chunk_bytes"]
+    rows = []
+    for label, extra_s in (("as built: host parse + packing measured", host_side),
+                           ("host side at its floor", 0.0)):
+        row = _row(f"decode on DPUs (restart intervals -> RGB box left in MRAM), {label}", chunk, 32,
+                   None, decode_ms, cycles, rates)
+        saved_s = decode_ms / 1e3 - row["transfer_ms"] / 1e3 - extra_s
+        row["host_extra_ms"] = extra_s * 1e3   # host CPU the DPU path adds per image
+        if saved_s <= 0:
+            row.update(dpus_per_core=None, verdict=f"never: the host's parse and packing ({host_side * 1e3:.3f} ms, "
+                       f"Python) cost more than the decode it saves ({decode_ms:.3f} ms)")
+        else:
+            dpus = math.ceil(row["dpu_ms_per_image"] / 1e3 / saved_s)
+            price = break_even_dimm_price(DPUS_PER_DIMM / dpus, 1, Prices())
+            row.update(dpus_per_core=dpus, break_even_usd_per_dimm=price,
+                       verdict=f"saves host CPU: {dpus} DPUs ({math.ceil(dpus / 64)} ranks) free one core; "
+                               f"a DIMM pays below ${price:,.0f} (PROJECTED, decode_projection)")
+        rows.append(row)
+    return rows
+
+
+def build(pipeline: dict, kernel: dict, projection: dict, op_costs: dict | None = None,
+          decode: dict | None = None) -> dict:
+    """Rows of the table from the benchmarks' results (op_costs and decode_projection optional)."""
     entry, entry16 = (next(e for e in projection["pipelines"]
                            if (e["pipeline"], e["dtype"]) == ("train", dtype))
                       for dtype in ("float32", "float16"))
@@ -118,9 +151,8 @@ def build(pipeline: dict, kernel: dict, projection: dict, op_costs: dict | None 
     rows = [
         _row("decode (JPEG -> RGB crop box)", jpeg_bytes, crop_bytes, tv_decode,
              entry["decode_cpu_s_per_image"] * 1e3, None, rates,
-             "not on DPUs: decoding stays on the host (PIM-JPEG is prior work); on DPUs it "
-             f"would send {jpeg_bytes / 1e3:.0f} kB of JPEG instead of "
-             f"{crop_bytes / 1e3:.0f} kB of pixels"),
+             "on the host (today); on DPUs it sends the restart intervals of the crop instead of "
+             f"{crop_bytes / 1e3:.0f} kB of pixels: the rows below"),
         _row("crop + resize (RandomResizedCrop 224)", crop_bytes, OUT_PIXELS,
              *both("crop + resize"), cycles(RESIZE_UNITS), rates),
         _row("flip (RandomHorizontalFlip)", OUT_PIXELS, OUT_PIXELS, *both("flip"),
@@ -131,6 +163,7 @@ def build(pipeline: dict, kernel: dict, projection: dict, op_costs: dict | None 
              "has no FPU; samples that need colour run on the CPU kernel"),
         _row("convert + normalise (ToDtype float32, Normalize)", OUT_PIXELS, OUT_PIXELS * 4,
              *both("convert", "normalise"), cycles(EMIT_UNITS), rates),
+        *(decode_rows(decode, rates) if decode else []),
         _row("fused crop + resize + flip + convert + normalise", per_image["host_to_dpu_bytes"],
              per_image["dpu_to_host_bytes"], tv_transform.get("float32"),
              kernel["cpu_ms_per_image"]["pimloader kernel float32"],
@@ -143,7 +176,8 @@ def build(pipeline: dict, kernel: dict, projection: dict, op_costs: dict | None 
     return {"benchmark": "viability", "rows": rows,
             "sources": {"imagenet_pipeline": pipeline["date"], "kernel_speed": kernel.get("date"),
                         "dpu_projection": projection["date"],
-                        "op_costs": op_costs["date"] if op_costs else None},
+                        "op_costs": op_costs["date"] if op_costs else None,
+                        "decode_projection": decode["date"] if decode else None},
             "op_costs_load": ([op_costs["loadavg_before"][0], op_costs["loadavg_after"][0]]
                               if op_costs and "loadavg_before" in op_costs else None),
             "clock_hz": CLOCK_HZ, "rates": rates, "later": LATER}
@@ -204,7 +238,7 @@ def write_doc(table: dict, path: Path) -> None:
 Generated by `python -m benchmarks.viability` from `benchmarks/results/*.json`
 (op_costs of {src['op_costs'] or '- (not run: torchvision steps from imagenet_pipeline)'},
 imagenet_pipeline of {src['imagenet_pipeline']}, kernel_speed, dpu_projection of
-{src['dpu_projection']}); do not edit by hand. Per training image (500x375-ish photo,
+{src['dpu_projection']}, decode_projection of {src.get('decode_projection') or '- (not run)'}); do not edit by hand. Per training image (500x375-ish photo,
 RandomResizedCrop to 224x224, float32 output). **DPU figures are PROJECTED** by the cost
 model ([cost_model.md](cost_model.md)): instructions per unit of work (assumed, best /
 nominal / worst) x the work counted from real batches, one instruction per cycle per DPU
@@ -238,10 +272,16 @@ within the noise (it can come out negative).
 
 Reading it: every operation of the training transform is cheap on a host core next to the
 bytes it produces; float32 output is four bytes per pixel that must cross back to the host,
-at a cost of host CPU that rivals the fused kernel's own. What would pay is moving the
-operations that shrink data (decode: about 44 kB of JPEG in, the decoded crop out) to the
-DPUs, and producing compact output (uint8 or float16). See [cost_model.md](cost_model.md) for
-the model and [results.md](results.md) for the measurements.
+at a cost of host CPU that rivals the fused kernel's own. Decode is the operation that
+shrinks data: on DPUs (the "decode on DPUs" rows, `benchmarks/decode_projection.py`) only
+the restart intervals of the crop travel and the decoded box stays in MRAM for the next
+stage. It frees host CPU only if the host's own share (reading each file's header, finding
+and packing the crop's intervals) costs less than the decode it replaces: measured, the
+Python implementation of that share costs about twice the decode; at its floor (only the
+push), decode is the operation whose DPUs free a host core most cheaply. The host work
+the DPU path adds enters those verdicts beside the transfer (`host_extra_ms` in
+viability.json). See [cost_model.md](cost_model.md#decode-on-dpus-projected) for the model and
+[results.md](results.md) for the measurements.
 """
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -263,7 +303,9 @@ def main(argv: list[str] | None = None) -> dict:
     inputs = [json.loads((args.results / f"{name}{suffix}").read_text())
               for name in ("imagenet_pipeline", "kernel_speed", "dpu_projection")]
     op_costs = args.results / f"op_costs{suffix}"
-    table = build(*inputs, json.loads(op_costs.read_text()) if op_costs.exists() else None)
+    decode = args.results / f"decode_projection{suffix}"
+    table = build(*inputs, json.loads(op_costs.read_text()) if op_costs.exists() else None,
+                  json.loads(decode.read_text()) if decode.exists() else None)
     doc = args.doc or (RESULTS_DIR / "viability.quick.md" if args.quick
                        else DOCS / "viability.md")
     write_doc(table, doc)

@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
-from benchmarks import (dpu_projection, imagenet_pipeline, instruction_counts, kernel_speed,
-                        loader_overhead, sample_cache)
+from benchmarks import (decode_projection, dpu_projection, imagenet_pipeline, instruction_counts,
+                        kernel_speed, loader_overhead, sample_cache)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -41,6 +41,17 @@ def test_dpu_projection_quick(tmp_path):
     out = tmp_path / "projection.json"
     dpu_projection.main(["--quick", "--out", str(out), "--data", str(tmp_path / "data")])
     assert json.loads(out.read_text())
+
+
+def test_decode_projection_quick(tmp_path):
+    out = tmp_path / "decode.json"
+    decode_projection.main(["--quick", "--no-count", "--out", str(out), "--data", str(tmp_path / "data")])
+    results = json.loads(out.read_text())
+    assert results["label"] == "PROJECTED" and results["counted"] is None
+    assert [(e["pipeline"], e["dtype"]) for e in results["pipelines"]] == list(dpu_projection.PIPELINES)
+    seekable = results["fallbacks"]["seekable"]   # make_seekable rewrites the progressive file
+    assert seekable["not a JPEG"] == 1 and "progressive" not in seekable and seekable["dpu grey"] >= 1
+    assert results["fallbacks"]["plain"]["progressive"] == 1
 
 
 def test_sample_cache_quick(tmp_path):
