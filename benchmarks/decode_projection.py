@@ -139,6 +139,8 @@ def chain_entry(pipeline: str, dtype: str, paths: list[Path], driver, decoder, a
                 "chain": {**chain.as_dict(), "end_to_end": dm.end_to_end(chain.images_per_s, chain_host, args.host_cores),
                           "end_to_end_cached_layout": dm.end_to_end(chain.images_per_s, cached, args.host_cores),
                           "end_to_end_floor": dm.end_to_end(chain.images_per_s, floor, args.host_cores)}})
+    what_if = {system.name: dm.project_chain(run, images, meta, system, balanced=True).images_per_s
+               for system in cm.SYSTEMS}   # nominal: the decode spread evenly over the DPUs
     work = np.sum([im.work for im in images], axis=0) / len(images)
     return {"pipeline": pipeline, "dtype": dtype, "images": len(images),
             "decode_work_per_image": dict(zip(dm.DECODE_WORK, work.tolist())),
@@ -150,7 +152,7 @@ def chain_entry(pipeline: str, dtype: str, paths: list[Path], driver, decoder, a
             "host_chain_s_per_image": chain_host, "host_chain_cached_layout_s_per_image": cached,
             "host_chain_floor_s_per_image": floor,
             "host_chain_parts_s": {**host, "compressed_copy_s": in_copy, "output_copy_s": out_copy},
-            "projections": rows}
+            "projections": rows, "what_if_balanced_decode": what_if}
 
 
 def _bound(e2e: dict, projection: dict) -> str:
@@ -254,6 +256,10 @@ def report(results: dict) -> None:
               f"with layouts kept {e['host_chain_cached_layout_s_per_image'] * 1e3:.3f} ms, floor "
               f"{e['host_chain_floor_s_per_image'] * 1e3:.3f} ms")
     print(format_table(results))
+    print(f"what-if, {LABEL} chain DPU img/s (nominal) with the decode spread evenly over the DPUs (the split "
+          "is crop_resize's today): " + "; ".join(
+              f"{e['pipeline']} {e['dtype']}: " + ", ".join(f"{s} {v:.0f}" for s, v in e["what_if_balanced_decode"].items())
+              for e in results["pipelines"]))
     for e in results["pipelines"]:
         v = e["verdict"]
         pays = {k: "never (its host side costs more than today's)" if n is None else f"from {n} DPUs per host core"

@@ -131,3 +131,37 @@ def test_the_counted_figures_predict_the_proxys_count():
         counted = sum(launch["parts"][case].values())
         predicted = float(np.dot(launch["work"], D.costs(case)))
         assert predicted == pytest.approx(counted, rel=0.15), case
+
+
+def test_balanced_decode_what_if_takes_the_mean_dpu():
+    images = [synthetic_image(600, 5000, 10_000, 32, 100), synthetic_image(600, 5000, 10_000, 32, 100),
+              synthetic_image(600, 5000, 10_000, 32, 100)]
+    run, system = synthetic_crop_run((2, 1)), cm.System("one rank", 64, 350e6)
+    slowest = dm.project_chain(run, images, [0, 0, 0], system)
+    even = dm.project_chain(run, images, [0, 0, 0], system, balanced=True)
+    assert even.t_decode == pytest.approx(slowest.t_decode * 1.5 / 2)   # 3 images over 2 DPUs, not 2
+    assert even.images_per_s > slowest.images_per_s
+
+
+def test_fit_recovers_known_costs_and_the_idct_multiply_bracket():
+    """fit_units on launches made from known per-unit costs gives them back; part_instructions
+    prices the IDCT's multiplies at IDCT_MUL and the others at the general bracket."""
+    from pimloader.costmodel import decode_counted as dc
+    from pimloader.costmodel.counted import BRACKETS
+    rng = np.random.default_rng(0)
+    truth = {name: float(rng.uniform(1, 50)) for name in dm.DECODE_WORK}
+    launches = []
+    for _ in range(12):
+        work = rng.uniform(100, 10_000, len(dm.DECODE_WORK))
+        parts = {part: sum(work[UNIT[u]] * truth[u] for u in units) for part, (_, units) in dm.PARTS.items()}
+        parts["rest"] = sum(work[UNIT[u]] * truth[u] for u in dm.REST)
+        launches.append({"work": work.tolist(), "parts": {case: parts for case in cm.CASES}})
+    fitted = dc.fit_units(launches)["nominal"]["units"]
+    assert fitted == pytest.approx(truth, rel=1e-6)
+    mul, alu = proxy.CLASSES.index("mul"), proxy.CLASSES.index("alu")
+    table = np.zeros((2, len(proxy.CLASSES) + 1))
+    table[0, mul], table[1, alu] = 10, 5          # 10 multiplies and 5 ALU instructions
+    for case in cm.CASES:
+        priced = dc.part_instructions({"idct_islow": table, "make_row": table}, case)
+        assert priced["idct"] == pytest.approx(10 * dm.IDCT_MUL[case] + 5)
+        assert priced["colour"] == pytest.approx(10 * BRACKETS[case]["mul"] + 5)

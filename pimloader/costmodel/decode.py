@@ -201,16 +201,19 @@ def _runs(images_per_dpu: Sequence[int]) -> list[range]:
 
 def project_chain(crop: DpuRun, images: Sequence[DecodeImage], transform_meta_bytes: Sequence[int],
                   system: System, a: Assumptions = Assumptions(), d: DecodeAssumptions = DecodeAssumptions(),
-                  case: str = "nominal", status_bytes: int = 32) -> ChainProjection:
+                  case: str = "nominal", status_bytes: int = 32, balanced: bool = False) -> ChainProjection:
     """Decode then crop/resize on the same DPUs (weak scaling as `project`). `images[i]` and
     `transform_meta_bytes[i]` (its crop/resize descriptor and axis tables) belong to sample i
-    of the crop/resize run `crop`, which DPU d's run of samples follows."""
+    of the crop/resize run `crop`, which DPU d's run of samples follows. balanced=True: the
+    what-if of a decode spread evenly over the DPUs (the mean DPU's decode time instead of
+    the slowest's; a bound for a split that weighs both stages' work)."""
     if len(images) != crop.n_images or len(transform_meta_bytes) != crop.n_images:
         raise ValueError(f"{len(images)} decoded images and {len(transform_meta_bytes)} descriptors "
                          f"for a crop/resize run of {crop.n_images}")
     runs = _runs(crop.images_per_dpu)
     stages = [decode_dpu_time([images[i] for i in run], a, d, case, crop.nr_tasklets) for run in runs]
-    t_decode = max(s["cycles"] for s in stages) / system.clock_hz
+    cycles = [s["cycles"] for s in stages]
+    t_decode = (sum(cycles) / len(cycles) if balanced else max(cycles)) / system.clock_hz
     ranks_eff = 1.0 + a.rank_scaling.at(case) * (system.ranks - 1)
     bw_in = a.host_to_dpu_rank_bw.at(case) * ranks_eff
     bw_out = a.dpu_to_host_rank_bw.at(case) * ranks_eff
