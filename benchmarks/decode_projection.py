@@ -42,7 +42,7 @@ from pimloader import costmodel as cm
 from pimloader.backends.dpu import jpeg as DJ
 from pimloader.backends.dpu.driver import DEFAULT_STACK_BYTES, DpuDriver
 from pimloader.costmodel import decode as dm
-from pimloader.decode.baseline import UnsupportedJpeg, parse_baseline
+from pimloader.decode.baseline import parse_baseline
 
 LABEL = "PROJECTED"
 DECODE_FIXED_BYTES = 256 + 128 + 256   # jpeg_decode.c: window, block, IDCT workspace

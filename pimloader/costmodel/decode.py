@@ -29,7 +29,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .assumptions import ASSUMED, CASES, PRIM, Assumptions, Param, System
+from .assumptions import ASSUMED, Assumptions, Param, System
 from .model import DpuRun, dma_cycles, project
 
 # Units of decode work, each priced by a DecodeAssumptions parameter of the same name.
@@ -58,8 +58,8 @@ REST = ("mcu", "dma_call", "image")   # every other function (intervals, strips,
 # of add per DPU is ~30 extra cycles per product).
 IDCT_MUL = {"best": 7.0, "nominal": 16.0, "worst": 32.0}
 
-COUNTED = ("counted: jpeg_decode.c on the RV32 proxy (python -m benchmarks.decode_projection "
-           "--count, 2026-12-01)")
+COUNTED = ("counted: jpeg_decode.c on the RV32 proxy (python -m benchmarks.decode_projection, "
+           "2026-12-01: 16 launches, 8 of the dataset's photos whole and as a centred half box)")
 IRAM_BYTES_PER_INSTRUCTION = 6   # 4,096 48-bit instructions in a 24 KB IRAM (UPMEM docs)
 
 
@@ -82,8 +82,12 @@ class DecodeAssumptions:
     colour_pixel: Param = Param(38.4, 41.9, 47.6, "instr/pixel", COUNTED,
                                 "make_row: YCbCr->RGB by jdcolor.c's tables, the row's assembly")
     mcu: Param = Param(191, 194, 286, "instr/MCU", COUNTED, "decode_interval's loops, strips, flushes")
-    dma_call: Param = Param(30.7, 33.8, 54.3, "instr/call", COUNTED, "read_big, write_big, read_plane_row, the ldma/sdma (fitted with mcu and image: R^2 0.999)")
-    image: Param = Param(14768, 15195, 19469, "instr/image", COUNTED, "per image (here per launch: the colour tables too): descriptor, tables, plans, barriers; tasklet 0 alone")
+    dma_call: Param = Param(30.7, 33.8, 54.3, "instr/call", COUNTED,
+                            "read_big, write_big, read_plane_row, the ldma/sdma (fitted with mcu and image: "
+                            "R^2 0.999)")
+    image: Param = Param(14768, 15195, 19469, "instr/image", COUNTED,
+                         "per image (counted per launch: the colour tables too): descriptor, tables, plans, "
+                         "barriers; tasklet 0 alone")
     decoder_program_bytes: Param = Param(
         2509 * IRAM_BYTES_PER_INSTRUCTION + 8192, 2509 * IRAM_BYTES_PER_INSTRUCTION + 8192, 24576 + 65536,
         "B/DPU", ASSUMED,
@@ -250,6 +254,5 @@ def end_to_end(dpu_images_per_s: float, host_s_per_image: float, host_cores: int
             "bound": "host CPU" if host < dpu_images_per_s else "DPUs"}
 
 
-__all__ = ["CASES", "ChainProjection", "DECODE_WORK", "DecodeAssumptions", "DecodeImage", "IDCT_MUL", "PARTS",
-           "PRIM", "REST", "decode_dpu_time", "end_to_end", "image_cycles", "interval_items", "project_chain",
-           "work_of"]
+__all__ = ["ChainProjection", "DECODE_WORK", "DecodeAssumptions", "DecodeImage", "IDCT_MUL", "PARTS", "REST",
+           "decode_dpu_time", "end_to_end", "image_cycles", "interval_items", "project_chain", "work_of"]
