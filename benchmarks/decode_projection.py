@@ -64,6 +64,15 @@ def fallbacks(root: Path) -> dict:
     return dict(counts)
 
 
+def decodable_files(root: Path, count: int) -> list[Path]:
+    """`count` JPEGs of the folder that the DPUs decode (the others fall back to the host and
+    are counted by `fallbacks`), cycling through them when there are fewer."""
+    files = [p for p in image_files(root, count) if DJ.fallback_reason(p.read_bytes(), p) is None]
+    if not files:
+        raise SystemExit(f"no file under {root} decodes on DPUs (make it seekable: make_seekable)")
+    return [files[i % len(files)] for i in range(count)]
+
+
 def strip_mcus(layout, nr_tasklets: int) -> int:
     """jpeg_decode.c's plan_decode: the MCUs a tasklet's strip holds."""
     mcu_bytes = 64 * sum(c.h * c.v for c in layout.components)
@@ -196,7 +205,7 @@ def run(args: argparse.Namespace) -> dict:
     counts = {"plain": fallbacks(root), "seekable": fallbacks(seekable)}
     total = sum(counts["seekable"].values())
     share = sum(v for k, v in counts["seekable"].items() if not k.startswith("dpu")) / total
-    paths = image_files(seekable, args.dpus * args.images_per_dpu)
+    paths = decodable_files(seekable, args.dpus * args.images_per_dpu)
     copy_bw = host_copy_bandwidth()
     entries = []
     with DpuDriver(args.dpus, args.tasklets) as driver, DJ.DpuJpegDecoder(1, args.tasklets) as decoder:
