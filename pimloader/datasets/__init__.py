@@ -2,8 +2,10 @@
 bytes and a target instead of calling the dataset's `__getitem__`.
 
 `folders`: torchvision's ImageFolder / DatasetFolder and lists of (path, target) pairs.
-Detection (COCO-style) and audio folders get their own module here.
+`audio`: AudioFolder, class folders of WAV/FLAC clips (the Speech Commands layout).
+Detection (COCO-style) gets its own module here.
 """
+from .audio import AudioFolder
 from .folders import EncodedSample, EncodedSource, ImageFolder
 
-__all__ = ["ImageFolder", "EncodedSample", "EncodedSource"]
+__all__ = ["AudioFolder", "ImageFolder", "EncodedSample", "EncodedSource"]

@@ -1,9 +1,10 @@
-"""Step 4 of the flow, decode: encoded bytes -> uint8 HWC pixels.
+"""Step 4 of the flow, decode: encoded bytes -> uint8 HWC pixels, or float32 audio samples.
 
 - `jpeg`: region-of-interest, DCT-scaled and seeking JPEG decodes on libjpeg-turbo (and
   other formats through Pillow), into reused buffers;
 - `seekable`: lossless copies of JPEGs (and of whole folders) with restart markers, from
   which a crop decodes alone;
+- `audio`: WAV, FLAC and the other formats of libsndfile -> float32 [channels, frames];
 - `encode`: JPEG encoding with libjpeg's every option (tests, dataset makers);
 - `errors`: DecodeError and the decompression-bomb limit (`MAX_IMAGE_PIXELS`).
 """
@@ -13,12 +14,13 @@ import types
 import numpy as np
 from PIL import Image as _PILImage
 
+from .audio import decode_audio
 from .encode import encode_jpeg
 from .jpeg import *  # noqa: F401,F403  (the decoders, listed in jpeg.__all__)
 from .jpeg import __all__ as _decoders
 from .seekable import SeekableCopy, SeekInfo, add_restart_markers, make_seekable, seek_info
 
-__all__ = [*_decoders, "encode_jpeg", "SeekInfo", "seek_info", "add_restart_markers",
+__all__ = [*_decoders, "decode_audio", "encode_jpeg", "SeekInfo", "seek_info", "add_restart_markers",
            "SeekableCopy", "make_seekable", "MAX_IMAGE_PIXELS"]
 
 

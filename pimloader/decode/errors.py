@@ -10,7 +10,7 @@ from PIL import Image as _PILImage
 
 
 class DecodeError(ValueError):
-    """An image that cannot be decoded (corrupt, truncated, unsupported).
+    """An image or audio file that cannot be decoded (corrupt, truncated, unsupported).
 
     `name` is the sample's name as given to the decoder (a path, "sample 17", or None) and
     `reason` the decoder's own message.  `DecodeError(message)` alone also works, so that

@@ -1,4 +1,5 @@
-"""torchvision-style transforms that pimloader lowers into fused native steps.
+"""torchvision-style transforms that pimloader lowers into fused native steps, and audio
+transforms with torchaudio's names, arguments and defaults.
 
 The classes are torchvision.transforms.v2's own (same constructor arguments, defaults,
 validation and random draws); `pimloader.transforms` re-exports them so that a pipeline
@@ -32,6 +33,9 @@ from torchvision.transforms.v2 import (
 
 from ._masking import FrequencyMasking, TimeMasking
 from ._params import Geometry, SampleParams
+from ._resample import Resample
+from ._waveform import (AddBackgroundNoise, CropOrPad, RandomCropOrPad, RandomGain,
+                        RandomTimeShift)
 from ._plan import Plan
 from ._lower import lower
 from ._spectral import MFCC, AmplitudeToDB, MelScale, MelSpectrogram, Spectrogram
@@ -44,4 +48,6 @@ __all__ = [
     # torchaudio's spectral transforms and masks, in plain torch (torchaudio's names)
     "AmplitudeToDB", "FrequencyMasking", "MelScale", "MelSpectrogram", "MFCC", "Spectrogram",
     "TimeMasking",
+    "Resample", "AddBackgroundNoise", "CropOrPad", "RandomCropOrPad", "RandomGain",
+    "RandomTimeShift",
 ]
