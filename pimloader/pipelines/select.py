@@ -16,7 +16,7 @@ from pimloader.backends.select import BACKENDS
 from pimloader.loader._fetch import TransformingFetcher
 from pimloader.loader._produce import BatchProducer, Pipeline
 
-from . import classification, in_memory
+from . import audio, classification, in_memory
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,8 @@ class PipelineOptions:
 def build_pipeline(dataset, transform, options: PipelineOptions):
     """The loader's pipeline, or None when torch's own path applies unchanged."""
     pipeline = classification.build(dataset, transform, options)
+    if pipeline is None:
+        pipeline = audio.build(dataset, transform, options)
     if pipeline is None and options.cache_bytes:
         warnings.warn("cache_bytes applies only to datasets read as encoded images on the "
                       "native path (an ImageFolder / DatasetFolder or a list of (path, "

@@ -1,0 +1,89 @@
+"""Audio classification: an AudioFolder's clips + targets -> batches of features in slots.
+
+For an AudioFolder and a transform (the loader's, or the dataset's own), a producer reads
+each clip's bytes (datasets/audio.py), decodes them with libsndfile, resamples and
+down-mixes them as the dataset says, and runs the transform on the waveform: the same
+steps, in the same order and with the same random draws, as indexing the dataset does, so
+a seed gives the batches of torch's DataLoader over the dataset. Samples whose transform
+ends in fixed-shape features (the clips cropped or padded to one length) are written
+straight into the loader's shared batch slots; a file that cannot be decoded raises a
+DecodeError naming it, or is skipped and counted with on_error="skip".
+
+The spectral steps (Spectrogram / MelSpectrogram / MFCC, AmplitudeToDB, the masks), whether
+pimloader's or torchaudio's objects, run here as their torch formulation
+(transforms/_spectral.py), per sample.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pimloader import decode
+from pimloader.loader._fetch import Fetcher
+from pimloader.loader._produce import BatchProducer, Pipeline
+
+
+@dataclass
+class AudioClips(Pipeline):
+    """The loader's pipeline for an AudioFolder (picklable: it goes to workers)."""
+
+    reader: Any          # datasets.audio.AudioReader: index -> EncodedSample
+    decoding: Any        # datasets.audio.AudioDecoding: bytes -> waveform
+    transform: Any       # waveform -> features (any callable)
+    skip_errors: bool
+
+    def make_producer(self, context):
+        if context.is_iterable:
+            return None
+        fetcher = AudioFetcher(self, context.auto_collation)
+        return BatchProducer(fetcher, context.collate_fn, context.auto_collation,
+                             context.writer)
+
+    def sample(self, index: int) -> tuple:
+        """(transformed waveform, target) of sample `index`: the dataset's own item."""
+        encoded = self.reader(index)
+        waveform = self.decoding(encoded.data, encoded.name)
+        return self.transform(waveform), encoded.target
+
+
+class AudioFetcher(Fetcher):
+    """Samples of an AudioClips pipeline, one by one, in index order."""
+
+    def __init__(self, pipeline: AudioClips, auto_collation: bool) -> None:
+        super().__init__(auto_collation)
+        self.pipeline = pipeline
+
+    def fetch(self, index, each=None):
+        if not self.auto_collation:
+            self.current = f"sample {index!r}"
+            return self.pipeline.sample(index)
+        samples = []
+        for sample_index in index:
+            self.current = f"sample {sample_index!r}"
+            try:
+                samples.append(self.pipeline.sample(sample_index))
+            except decode.DecodeError:
+                if not self.pipeline.skip_errors:
+                    raise
+                self.skipped += 1
+        if not samples:
+            raise decode.DecodeError(
+                f"every sample of the batch {list(index)!r} failed to decode (on_error='skip')")
+        return samples
+
+
+def build(dataset, transform, options) -> AudioClips | None:
+    """The audio path for an AudioFolder, or None for any other dataset (or when there is
+    no transform: the clips then keep their own lengths, which only a collate_fn of the
+    user's batches)."""
+    from pimloader.datasets.audio import AudioFolder
+    if not isinstance(dataset, AudioFolder):
+        return None
+    if dataset.transform is not None and transform is not None:
+        raise ValueError("the transform is given twice, to the dataset and to PIMDataLoader; "
+                         "give it to one of them")
+    transform = transform if transform is not None else dataset.transform
+    if transform is None:
+        return None
+    return AudioClips(dataset.reader, dataset.decoding, transform,
+                      options.on_error == "skip")
