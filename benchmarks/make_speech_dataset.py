@@ -52,7 +52,7 @@ VARIATIONS = (("flac", 0.12), ("rate_8000", 0.08), ("rate_44100", 0.08), ("stere
               ("bits_24", 0.05), ("float", 0.05))
 VALIDATION_PERCENT = 10
 TESTING_PERCENT = 10
-NOISE_SECONDS = 10
+NOISE_SECONDS = 10             # each noise recording (Speech Commands' are about 60 s)
 NOISE_RATE = 16000
 
 
@@ -61,6 +61,7 @@ class Params:
     per_word: int = 40
     speakers: int = 60
     seed: int = 0
+    noise_seconds: int = NOISE_SECONDS
     generator_version: int = GENERATOR_VERSION
 
 
@@ -171,16 +172,16 @@ BABBLE_SENTENCES = (
 )
 
 
-def make_noises(folder: Path, variants: list[str], rng: random.Random) -> None:
+def make_noises(folder: Path, variants: list[str], rng: random.Random, seconds: int) -> None:
     """Coloured noises and a mains hum from sox's synth; a babble of six espeak-ng voices
     mixed together (the same kind of files as Speech Commands' noise folder)."""
     folder.mkdir(parents=True, exist_ok=True)
     synth = ["sox", "-R", "-n", "-r", str(NOISE_RATE), "-b", "16", "-c", "1"]
     for colour in ("white", "pink", "brown"):
         subprocess.run([*synth, str(folder / f"{colour}_noise.wav"), "synth",
-                        str(NOISE_SECONDS), f"{colour}noise", "vol", "0.5"],
+                        str(seconds), f"{colour}noise", "vol", "0.5"],
                        check=True, capture_output=True)
-    subprocess.run([*synth, str(folder / "hum.wav"), "synth", str(NOISE_SECONDS),
+    subprocess.run([*synth, str(folder / "hum.wav"), "synth", str(seconds),
                     "sine", "50", "sine", "150", "sine", "250", "remix", "-", "vol", "0.2"],
                    check=True, capture_output=True)
     with tempfile.TemporaryDirectory() as scratch:
@@ -193,7 +194,7 @@ def make_noises(folder: Path, variants: list[str], rng: random.Random) -> None:
                            check=True, capture_output=True)
             voices.append(str(path))
         subprocess.run(["sox", "-R", "-m", *voices, "-r", str(NOISE_RATE), "-b", "16",
-                        str(folder / "babble.wav"), "trim", "0", str(NOISE_SECONDS),
+                        str(folder / "babble.wav"), "trim", "0", str(seconds),
                         "gain", "-n", "-3"], check=True, capture_output=True)
 
 
@@ -245,7 +246,8 @@ def make_dataset(root: Path, params: Params, workers: int | None = None) -> Path
         shutil.rmtree(root)
     for word in WORDS:
         (root / word).mkdir(parents=True)
-    make_noises(root / NOISE_FOLDER, variants, random.Random(params.seed + 1))
+    make_noises(root / NOISE_FOLDER, variants, random.Random(params.seed + 1),
+                params.noise_seconds)
     with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
         list(pool.map(lambda clip: synthesise(clip, root), clips))
     write_split_lists(root, clips)
@@ -271,10 +273,13 @@ def main(argv=None) -> None:
     parser.add_argument("--speakers", type=int, default=Params.speakers,
                         help="distinct voices (accent, variant, pitch)")
     parser.add_argument("--seed", type=int, default=Params.seed)
+    parser.add_argument("--noise-seconds", type=int, default=NOISE_SECONDS,
+                        help="length of each background-noise recording")
     parser.add_argument("--workers", type=int, default=None,
                         help="parallel synthesis threads (default: the CPU count)")
     args = parser.parse_args(argv)
-    root = make_dataset(args.root, Params(args.per_word, args.speakers, args.seed),
+    root = make_dataset(args.root, Params(args.per_word, args.speakers, args.seed,
+                                               args.noise_seconds),
                         args.workers)
     count = sum(1 for _ in root.glob("*/*_nohash_*"))
     print(f"{count} clips of {len(WORDS)} words in {root}")
