@@ -10,6 +10,7 @@ is cut at `lowpass_filter_width` zero crossings of the lower rate times `rolloff
 """
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
@@ -97,9 +98,17 @@ def resample(waveform: torch.Tensor, orig_freq: int, new_freq: int,
     orig, new = _reduced_rates(orig_freq, new_freq)
     if orig == new:
         return waveform
-    filters, width = sinc_filters(orig, new, lowpass_filter_width, rolloff,
-                                  resampling_method, beta, waveform.dtype)
+    filters, width = _cached_filters(orig, new, lowpass_filter_width, rolloff,
+                                     resampling_method, beta, waveform.dtype)
     return apply_filters(waveform, orig, new, filters, width)
+
+
+@functools.lru_cache(maxsize=32)
+def _cached_filters(*args):
+    """sinc_filters(*args), made once per process for each rate pair and setting (a
+    dataset resamples every clip of a rate with the same filters; they are never
+    modified)."""
+    return sinc_filters(*args)
 
 
 class Resample(torch.nn.Module):
