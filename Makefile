@@ -13,10 +13,11 @@ NATIVE := $(wildcard include/*.h csrc/*.c csrc/*.h csrc/*/*.h csrc/build_*.py dp
 # requirements*.txt pin what the project's machines carry; then pimloader itself, editable, as
 # pyproject.toml says: built with its [build-system] requirements (the cffi extensions land in
 # pimloader/), its declared dependencies checked against what is installed.
-$(VENV)/.base: requirements.txt requirements-dev.txt pyproject.toml setup.py $(NATIVE)
+$(VENV)/.base: requirements.txt requirements-dev.txt requirements-dev-nodeps.txt pyproject.toml setup.py $(NATIVE)
 	scripts/system-deps.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q -r requirements-dev.txt
+	$(PIP) install -q --no-deps -r requirements-dev-nodeps.txt
 	$(PIP) install -q -e .
 	touch $@
 

@@ -202,7 +202,8 @@ def run(cmd, **kwargs) -> subprocess.CompletedProcess:
 # What a clone has that building and running the package does not read: an sdist leaves these
 # out; it must carry everything else (a new folder of sources is thus required by default).
 NOT_IN_SDIST = ("tests/", "docs/", "benchmarks/", "scripts/", ".ci/", ".gitignore", "Makefile",
-                "pytest.ini", "requirements.txt", "requirements-dev.txt", "requirements-bench.txt")
+                "pytest.ini", "requirements.txt", "requirements-dev.txt", "requirements-dev-nodeps.txt",
+                "requirements-bench.txt")
 
 
 def test_the_sdist_carries_what_building_it_reads(tmp_path):
