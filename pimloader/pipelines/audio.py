@@ -10,8 +10,8 @@ straight into the loader's shared batch slots; a file that cannot be decoded rai
 DecodeError naming it, or is skipped and counted with on_error="skip".
 
 The spectral steps (Spectrogram / MelSpectrogram / MFCC, AmplitudeToDB, the masks), whether
-pimloader's or torchaudio's objects, run here as their torch formulation
-(transforms/_spectral.py), per sample.
+pimloader's torch namesakes or torchaudio's objects, run here as the transform says, per
+sample.
 """
 from __future__ import annotations
 

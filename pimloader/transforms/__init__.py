@@ -1,5 +1,4 @@
-"""torchvision-style transforms that pimloader lowers into fused native steps, and audio
-transforms with torchaudio's names, arguments and defaults.
+"""torchvision-style transforms that pimloader lowers into fused native steps.
 
 The classes are torchvision.transforms.v2's own (same constructor arguments, defaults,
 validation and random draws); `pimloader.transforms` re-exports them so that a pipeline
@@ -11,7 +10,10 @@ The audio feature transforms (Spectrogram, MelSpectrogram, AmplitudeToDB, MFCC,
 FrequencyMasking, TimeMasking, MelScale) are torchaudio's, written in plain torch with
 torchaudio's names, arguments, defaults and random draws, so that they run without
 torchaudio; `pimloader.backends.audio_features.FeatureSpec.from_transforms` lowers a chain of
-them (or of torchaudio's own) to the fused audio kernel.
+them (or of torchaudio's own) to the fused audio kernel. `Resample` is torchaudio's (the
+same arguments, defaults and samples); the waveform augmentations of keyword spotting
+(`CropOrPad`, `RandomCropOrPad`, `RandomTimeShift`, `RandomGain`, `AddBackgroundNoise`)
+are pimloader's, each drawing its random numbers with the torch calls its docstring lists.
 """
 from torchvision.transforms.v2 import (
     CenterCrop,
@@ -48,6 +50,7 @@ __all__ = [
     # torchaudio's spectral transforms and masks, in plain torch (torchaudio's names)
     "AmplitudeToDB", "FrequencyMasking", "MelScale", "MelSpectrogram", "MFCC", "Spectrogram",
     "TimeMasking",
+    # waveform transforms: torchaudio's Resample, pimloader's augmentations
     "Resample", "AddBackgroundNoise", "CropOrPad", "RandomCropOrPad", "RandomGain",
     "RandomTimeShift",
 ]
