@@ -9,18 +9,22 @@ ends in fixed-shape features (the clips cropped or padded to one length) are wri
 straight into the loader's shared batch slots; a file that cannot be decoded raises a
 DecodeError naming it, or is skipped and counted with on_error="skip".
 
-The spectral steps (Spectrogram / MelSpectrogram / MFCC, AmplitudeToDB, the masks), whether
-pimloader's torch namesakes or torchaudio's objects, run here as the transform says, per
-sample.
+Where the fused audio feature kernel is built (backends/audio_features.py), the spectral
+steps (Spectrogram / MelSpectrogram / MFCC, AmplitudeToDB, the masks; pimloader's or
+torchaudio's objects) lower to one kernel call per batch (audio_features.py here), the masks
+drawn per clip with torchaudio's calls; otherwise, and for steps that do not lower, the
+transform runs in torch, per clip.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 from pimloader import decode
 from pimloader.loader._fetch import Fetcher
 from pimloader.loader._produce import BatchProducer, Pipeline
+
+from .audio_features import FusedFeatures, Pending
 
 
 @dataclass
@@ -31,6 +35,7 @@ class AudioClips(Pipeline):
     decoding: Any        # datasets.audio.AudioDecoding: bytes -> waveform
     transform: Any       # waveform -> features (any callable)
     skip_errors: bool
+    fused: Optional[FusedFeatures] = None   # the transform lowered to the feature kernel
 
     def make_producer(self, context):
         if context.is_iterable:
@@ -39,11 +44,20 @@ class AudioClips(Pipeline):
         return BatchProducer(fetcher, context.collate_fn, context.auto_collation,
                              context.writer)
 
-    def sample(self, index: int) -> tuple:
-        """(transformed waveform, target) of sample `index`: the dataset's own item."""
+    def prepared(self, index: int) -> tuple:
+        """(features, or Pending for the kernel; target) of sample `index`."""
         encoded = self.reader(index)
         waveform = self.decoding(encoded.data, encoded.name)
-        return self.transform(waveform), encoded.target
+        if self.fused is None:
+            return self.transform(waveform), encoded.target
+        return self.fused.prepare(waveform), encoded.target
+
+    def finished(self, prepared: list) -> list:
+        """The (features, target) items of prepared samples, in order."""
+        if self.fused is None:
+            return prepared
+        features = self.fused.finish([item for item, _ in prepared])
+        return [(row, target) for row, (_, target) in zip(features, prepared)]
 
 
 class AudioFetcher(Fetcher):
@@ -56,12 +70,12 @@ class AudioFetcher(Fetcher):
     def fetch(self, index, each=None):
         if not self.auto_collation:
             self.current = f"sample {index!r}"
-            return self.pipeline.sample(index)
+            return self._finished([self.pipeline.prepared(index)])[0]
         samples = []
         for sample_index in index:
             self.current = f"sample {sample_index!r}"
             try:
-                samples.append(self.pipeline.sample(sample_index))
+                samples.append(self.pipeline.prepared(sample_index))
             except decode.DecodeError:
                 if not self.pipeline.skip_errors:
                     raise
@@ -69,7 +83,12 @@ class AudioFetcher(Fetcher):
         if not samples:
             raise decode.DecodeError(
                 f"every sample of the batch {list(index)!r} failed to decode (on_error='skip')")
-        return samples
+        self.current = f"the feature kernel's run over samples {list(index)!r}"
+        return self._finished(samples)
+
+    def _finished(self, samples: list) -> list:
+        self.kernel_samples += sum(isinstance(item, Pending) for item, _ in samples)
+        return self.pipeline.finished(samples)
 
 
 def build(dataset, transform, options) -> AudioClips | None:
@@ -86,4 +105,4 @@ def build(dataset, transform, options) -> AudioClips | None:
     if transform is None:
         return None
     return AudioClips(dataset.reader, dataset.decoding, transform,
-                      options.on_error == "skip")
+                      options.on_error == "skip", FusedFeatures.lower(transform))
