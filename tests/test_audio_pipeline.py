@@ -223,3 +223,26 @@ def test_a_clip_too_short_for_its_frames_names_the_sample(root, workers):
     described = "\n".join([str(raised.value), *getattr(raised.value, "__notes__", [])])
     assert f"sample {short}" in described
     loader.close()
+
+
+def test_which_clips_the_feature_kernel_takes(root, stereo_root):
+    """With the fused kernel built, mono clips run through it (counted in stats); stereo
+    clips under top_db (one floor over both channels) and chains that do not lower run in
+    torch. Without the kernel, nothing is counted and everything runs in torch."""
+    from pimloader.pipelines.audio_features import FusedFeatures, kernel_module
+    built = kernel_module() is not None
+
+    def counted(folder, steps, downmix):
+        loader = PIMDataLoader(AudioFolder(folder, sample_rate=RATE, downmix=downmix),
+                               transform=T.Compose(steps), batch_size=4)
+        total = sum(len(labels) for _, labels in loader)
+        return total, loader.stats()[-1].kernel_samples
+
+    mono = [T.CropOrPad(RATE)] + features(SPECTRAL)
+    assert counted(root, mono, True) == (len(CLIPS), len(CLIPS) if built else 0)
+    assert counted(stereo_root, mono, False) == (5, 0)
+    no_db = [T.CropOrPad(RATE), SPECTRAL.MelSpectrogram(**MEL), SPECTRAL.TimeMasking(20)]
+    assert counted(stereo_root, no_db, False) == (5, 5 if built else 0)
+    unlowered = mono + [lambda features: features * 2]
+    assert FusedFeatures.lower(T.Compose(unlowered)) is None
+    assert counted(root, unlowered, True) == (len(CLIPS), 0)
