@@ -1,0 +1,265 @@
+"""Keyword-spotting pipeline: clips/s of PIMDataLoader against torch's DataLoader + torchaudio.
+
+The speech folder of make_speech_dataset.py (espeak-ng words, 16 kHz mostly, some 8 and
+44.1 kHz, FLAC and stereo files, a noise folder), read through the keyword pipeline:
+
+    load -> downmix -> resample to 16 kHz -> RandomCropOrPad(1 s) -> RandomTimeShift(100 ms)
+    -> RandomGain(+-6 dB, p=0.8) -> AddBackgroundNoise(snr 5-20 dB, p=0.8)
+    -> MelSpectrogram(n_fft=480, hop 160, n_mels=40) -> AmplitudeToDB(top_db=80)
+    -> FrequencyMasking(8) -> TimeMasking(20)
+
+Contenders, `shuffle=True`, the same batch size and seeds:
+
+- "torch + torchaudio": torch's DataLoader over a dataset that reads each file with
+  soundfile, averages its channels, resamples with torchaudio.functional.resample, then the
+  transform with torchaudio's MelSpectrogram, AmplitudeToDB and masks (pimloader's waveform
+  augmentations, which torchaudio lacks): what a PyTorch user writes;
+- "pimloader": PIMDataLoader(AudioFolder(root, sample_rate=16000, downmix=True),
+  transform=<the same Compose>), the spectral steps through the fused feature kernel where
+  this build has it (else in torch: the "route" column says which).
+
+Each group (workers) runs its contenders in the same process, one epoch each in rotating
+order; figures are medians over the timed epochs after a warm-up epoch. This process runs
+with torch.set_num_threads(1), as DataLoader workers do; with workers,
+persistent_workers=True. Then ms per clip by stage, one thread, in this process.
+
+Not in `python -m benchmarks` yet.
+
+    python -m benchmarks.audio --per-word 40 --epochs 3 [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import soundfile
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from benchmarks.make_speech_dataset import DATA_DIR, Params, ensure_dataset
+from pimloader import PIMDataLoader
+from pimloader import transforms as T
+from pimloader.datasets import AudioFolder
+from pimloader.pipelines.audio_features import FusedFeatures, flattened, kernel_module
+
+try:
+    import torchaudio.functional as audio_functional
+    import torchaudio.transforms as audio_transforms
+except Exception:  # torchaudio pins an older torch; it may not import
+    audio_functional = audio_transforms = None
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+RATE = 16000
+MEL = dict(sample_rate=RATE, n_fft=480, hop_length=160, n_mels=40)
+QUICK = {"per_word": 8, "epochs": 2, "batch_size": 16}
+REFERENCE, PIMLOADER = "torch + torchaudio", "pimloader"
+
+
+def keyword_transform(noise: list, spectral) -> T.Compose:
+    return T.Compose([
+        T.RandomCropOrPad(RATE, pad_position="random"), T.RandomTimeShift(RATE // 10),
+        T.RandomGain(-6.0, 6.0, p=0.8), T.AddBackgroundNoise(noise, snr=(5.0, 20.0), p=0.8),
+        spectral.MelSpectrogram(**MEL), spectral.AmplitudeToDB(top_db=80.0),
+        spectral.FrequencyMasking(8), spectral.TimeMasking(20)])
+
+
+def spectral_module():
+    """pimloader's torch namesakes of torchaudio's transforms, else torchaudio's."""
+    return T if hasattr(T, "MelSpectrogram") else audio_transforms
+
+
+class ReferenceClips(Dataset):
+    """soundfile reads, channels averaged, torchaudio resamples, then the transform."""
+
+    def __init__(self, samples: list, transform) -> None:
+        self.samples = samples
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int):
+        path, target = self.samples[index]
+        samples, rate = soundfile.read(path, dtype="float32", always_2d=True)
+        waveform = torch.from_numpy(samples.T).mean(dim=0, keepdim=True)
+        return self.transform(audio_functional.resample(waveform, rate, RATE)), target
+
+
+def make_loaders(root: Path, workers: int, batch_size: int) -> dict:
+    folder = AudioFolder(root, sample_rate=RATE, downmix=True)
+    noise = folder.background_noise()
+    common = dict(batch_size=batch_size, shuffle=True, num_workers=workers,
+                  persistent_workers=workers > 0)
+    return {
+        REFERENCE: DataLoader(ReferenceClips(folder.samples,
+                                             keyword_transform(noise, audio_transforms)),
+                              generator=torch.Generator().manual_seed(0), **common),
+        PIMLOADER: PIMDataLoader(folder, transform=keyword_transform(noise, spectral_module()),
+                                 generator=torch.Generator().manual_seed(0), **common),
+    }
+
+
+def run_epoch(loader) -> float:
+    seen = 0
+    start = time.perf_counter()
+    for features, _labels in loader:
+        if features.shape[1:] != (1, MEL["n_mels"], RATE // MEL["hop_length"] + 1):
+            raise RuntimeError(f"{type(loader).__name__} gave {tuple(features.shape)} batches")
+        seen += features.shape[0]
+    if seen != len(loader.dataset):
+        raise RuntimeError(f"{type(loader).__name__} gave {seen} of {len(loader.dataset)} clips")
+    return time.perf_counter() - start
+
+
+def close(loader) -> None:
+    if hasattr(loader, "close"):
+        loader.close()
+        return
+    iterator = getattr(loader, "_iterator", None)
+    loader._iterator = None
+    if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+        iterator._shutdown_workers()
+
+
+def measure(root: Path, workers: int, batch_size: int, epochs: int, warmup: int = 1) -> dict:
+    loaders = make_loaders(root, workers, batch_size)
+    names = list(loaders)
+    seconds = {name: [] for name in names}
+    try:
+        for repeat in range(warmup + epochs):
+            shift = repeat % len(names)
+            for name in names[shift:] + names[:shift]:
+                elapsed = run_epoch(loaders[name])
+                if repeat >= warmup:
+                    seconds[name].append(elapsed)
+        kernel_clips = loaders[PIMLOADER].stats()[-1].kernel_samples
+    finally:
+        for loader in loaders.values():
+            close(loader)
+    clips = len(loaders[names[0]].dataset)
+    row = {"workers": workers, "clips": clips, "contenders": {}}
+    for name in names:
+        row["contenders"][name] = {"median_clips_s": clips / statistics.median(seconds[name]),
+                                   "epoch_s": seconds[name]}
+    base = row["contenders"][REFERENCE]["median_clips_s"]
+    for entry in row["contenders"].values():
+        entry["ratio"] = entry["median_clips_s"] / base
+    row["contenders"][PIMLOADER]["kernel_clips_last_epoch"] = kernel_clips
+    return row
+
+
+def timed(function, repeats: int) -> tuple[float, object]:
+    """(median seconds of `repeats` calls, the last result)."""
+    times, result = [], None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = function()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
+
+
+def stage_breakdown(root: Path, clips: int = 64, repeats: int = 3) -> dict:
+    """ms per clip of each stage, one thread, over the first `clips` clips: file read,
+    decode (libsndfile), resample (torchaudio's and pimloader's), the waveform
+    augmentations, then the features by torchaudio and by pimloader (kernel or torch)."""
+    from pimloader.decode import decode_audio
+    from pimloader.transforms._resample import resample
+    folder = AudioFolder(root, sample_rate=RATE, downmix=True)
+    paths = [path for path, _ in folder.samples[:clips]]
+    stage = {}
+    seconds, blobs = timed(lambda: [Path(p).read_bytes() for p in paths], repeats)
+    stage["read file"] = seconds
+    seconds, decoded = timed(lambda: [decode_audio(b) for b in blobs], repeats)
+    stage["decode (libsndfile)"] = seconds
+    mono = [(torch.from_numpy(s).mean(0, keepdim=True), r) for s, r in decoded]
+    stage["resample (torchaudio)"], _ = timed(
+        lambda: [audio_functional.resample(w, r, RATE) for w, r in mono], repeats)
+    stage["resample (pimloader)"], waves = timed(
+        lambda: [resample(w, r, RATE) for w, r in mono], repeats)
+    steps = flattened(keyword_transform(folder.background_noise(), spectral_module()))
+    torch.manual_seed(0)
+    stage["waveform augmentations"], augmented = timed(
+        lambda: [_apply(steps[:4], w) for w in waves], repeats)
+    reference_features = flattened(keyword_transform([torch.ones(1)], audio_transforms))[4:]
+    stage["features (torchaudio, per clip)"], _ = timed(
+        lambda: [_apply(reference_features, w) for w in augmented], repeats)
+    fused = FusedFeatures.lower(T.Compose(steps))
+    if fused is not None:
+        stage["features (fused kernel, one call)"], _ = timed(
+            lambda: fused.finish([fused.prepare(w) for w in augmented]), repeats)
+    else:
+        stage["features (pimloader, torch route)"], _ = timed(
+            lambda: [_apply(steps[4:], w) for w in augmented], repeats)
+    return {name: 1e3 * value / len(paths) for name, value in stage.items()}
+
+
+def _apply(steps: list, waveform):
+    for step in steps:
+        waveform = step(waveform)
+    return waveform
+
+
+def format_rows(rows: list) -> str:
+    lines = [f"{'workers':>7}  {'contender':<20} {'clips/s':>9} {'ratio':>6}"]
+    for row in rows:
+        for name, entry in row["contenders"].items():
+            lines.append(f"{row['workers']:>7}  {name:<20} {entry['median_clips_s']:>9.1f} "
+                         f"{entry['ratio']:>6.2f}")
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> dict:
+    if audio_transforms is None:
+        raise SystemExit("benchmarks.audio compares with torchaudio, which does not import here "
+                         "(pip install --no-deps torchaudio)")
+    torch.set_num_threads(args.threads)
+    root = ensure_dataset(args.root, Params(per_word=args.per_word))
+    rows = [measure(root, workers, args.batch_size, args.epochs) for workers in args.workers]
+    return {"benchmark": "audio", "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                        "load_average_1m": os.getloadavg()[0]},
+            "route": "fused kernel" if kernel_module() is not None else "torch",
+            "batch_size": args.batch_size, "rows": rows,
+            "ms_per_clip_by_stage": stage_breakdown(root)}
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--root", type=Path, default=DATA_DIR / "speech_commands_like")
+    parser.add_argument("--per-word", type=int, default=Params.per_word)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    if args.quick:
+        for name, value in QUICK.items():
+            setattr(args, name, value)
+        args.root = DATA_DIR / "speech_commands_like_quick"
+    return args
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    results = run(args)
+    print(f"route: {results['route']}; batch {results['batch_size']}; "
+          f"load average {results['machine']['load_average_1m']:.1f}")
+    print(format_rows(results["rows"]))
+    print("ms per clip by stage (one thread):")
+    for name, value in results["ms_per_clip_by_stage"].items():
+        print(f"  {name:<36} {value:8.3f}")
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    path = RESULTS_DIR / ("audio.quick.json" if args.quick else "audio.json")
+    path.write_text(json.dumps(results, indent=1) + "\n")
+    return results
+
+
+if __name__ == "__main__":
+    main()
