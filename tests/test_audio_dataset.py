@@ -103,6 +103,38 @@ def test_flac_and_float_wav_match_sox(tmp_path):
         np.testing.assert_array_equal(got, want, err_msg=target)
 
 
+def with_chunk_before_data(wav: bytes, chunk: bytes, payload: bytes) -> bytes:
+    """A WAV with an extra chunk (odd sizes padded, as RIFF says) before its data chunk."""
+    at = wav.index(b"data")
+    extra = chunk + len(payload).to_bytes(4, "little") + payload + b"\0" * (len(payload) & 1)
+    body = wav[12:at] + extra + wav[at:]
+    return b"RIFF" + (len(body) + 4).to_bytes(4, "little") + b"WAVE" + body
+
+
+@pytest.mark.parametrize("channels, subtype, extra", [
+    (1, "PCM_16", None), (2, "PCM_16", None), (1, "PCM_16", b"odd"),
+    (3, "PCM_16", None),  # WAVE_FORMAT_EXTENSIBLE: libsndfile reads it
+    (1, "PCM_U8", None), (2, "PCM_32", None), (1, "FLOAT", b"LIST padding"),
+])
+def test_wav_variants_decode_as_libsndfile_reads_them(channels, subtype, extra):
+    """Plain 16-bit PCM WAVs are read directly (pimloader.decode.audio), the rest by
+    libsndfile: both must give libsndfile's floats."""
+    rng = np.random.default_rng(channels)
+    encoded = io.BytesIO()
+    soundfile.write(encoded, rng.uniform(-1, 1, (999, channels)), 12345, format="WAV",
+                    subtype=subtype)
+    data = encoded.getvalue()
+    if extra is not None:
+        data = with_chunk_before_data(data, b"LIST", extra)
+    from pimloader.decode.audio import _plain_pcm16, _wav_chunks
+    direct = _plain_pcm16(data, _wav_chunks(data)) is not None
+    assert direct == (subtype == "PCM_16" and channels <= 2)
+    want, rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
+    got, got_rate = decode_audio(data, "clip.wav")
+    assert got_rate == rate == 12345 and got.flags.c_contiguous
+    np.testing.assert_array_equal(got, want.T)
+
+
 def test_splits_follow_the_lists(folder):
     root, truth = folder
     names = {split: [Path(p).relative_to(root).as_posix()
