@@ -111,24 +111,25 @@ def with_chunk_before_data(wav: bytes, chunk: bytes, payload: bytes) -> bytes:
     return b"RIFF" + (len(body) + 4).to_bytes(4, "little") + b"WAVE" + body
 
 
-@pytest.mark.parametrize("channels, subtype, extra", [
-    (1, "PCM_16", None), (2, "PCM_16", None), (1, "PCM_16", b"odd"),
-    (3, "PCM_16", None),  # WAVE_FORMAT_EXTENSIBLE: libsndfile reads it
-    (1, "PCM_U8", None), (2, "PCM_32", None), (1, "FLOAT", b"LIST padding"),
+@pytest.mark.parametrize("channels, subtype, extra, container", [
+    (1, "PCM_16", None, "WAV"), (2, "PCM_16", None, "WAV"), (1, "PCM_16", b"odd", "WAV"),
+    (3, "PCM_16", None, "WAV"),
+    (2, "PCM_16", None, "WAVEX"),  # WAVE_FORMAT_EXTENSIBLE: libsndfile reads it
+    (1, "PCM_U8", None, "WAV"), (2, "PCM_32", None, "WAV"), (1, "FLOAT", b"LIST pad", "WAV"),
 ])
-def test_wav_variants_decode_as_libsndfile_reads_them(channels, subtype, extra):
+def test_wav_variants_decode_as_libsndfile_reads_them(channels, subtype, extra, container):
     """Plain 16-bit PCM WAVs are read directly (pimloader.decode.audio), the rest by
     libsndfile: both must give libsndfile's floats."""
     rng = np.random.default_rng(channels)
     encoded = io.BytesIO()
-    soundfile.write(encoded, rng.uniform(-1, 1, (999, channels)), 12345, format="WAV",
+    soundfile.write(encoded, rng.uniform(-1, 1, (999, channels)), 12345, format=container,
                     subtype=subtype)
     data = encoded.getvalue()
     if extra is not None:
         data = with_chunk_before_data(data, b"LIST", extra)
     from pimloader.decode.audio import _plain_pcm16, _wav_chunks
     direct = _plain_pcm16(data, _wav_chunks(data)) is not None
-    assert direct == (subtype == "PCM_16" and channels <= 2)
+    assert direct == (subtype == "PCM_16" and container == "WAV")
     want, rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
     got, got_rate = decode_audio(data, "clip.wav")
     assert got_rate == rate == 12345 and got.flags.c_contiguous
