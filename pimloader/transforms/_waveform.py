@@ -165,13 +165,18 @@ class RandomGain(torch.nn.Module):
         return waveform * 10.0 ** (gain_db / 20.0)
 
 
-def add_noise(waveform: torch.Tensor, noise: torch.Tensor, snr: torch.Tensor) -> torch.Tensor:
-    """torchaudio.functional.add_noise without `lengths`: `noise` scaled so that the
-    signal-to-noise ratio of each (..., time) row is `snr` dB, added to `waveform`."""
-    signal_energy = torch.linalg.vector_norm(waveform, ord=2, dim=-1) ** 2
-    noise_energy = torch.linalg.vector_norm(noise, ord=2, dim=-1) ** 2
-    snr_now = 10 * (torch.log10(signal_energy) - torch.log10(noise_energy))
-    scale = 10 ** ((snr_now - snr) / 20.0)
+def add_noise(waveform: torch.Tensor, noise: torch.Tensor, snr) -> torch.Tensor:
+    """`noise` scaled so that the signal-to-noise ratio of each (..., time) row is `snr` dB
+    (a number or a tensor of the leading shape), added to `waveform`: the quantity of
+    torchaudio.functional.add_noise (scale = 10^((snr_now - snr) / 20)), computed as
+    sqrt(signal energy / noise energy * 10^(-snr / 10)) in fewer operations (equal to
+    torchaudio's within float32 rounding; tested). A silent row of noise adds nothing,
+    where torchaudio's formula gives NaN."""
+    signal_energy = waveform.square().sum(-1)
+    noise_energy = noise.square().sum(-1)
+    wanted = 10.0 ** (-torch.as_tensor(snr, dtype=waveform.dtype) / 10.0)
+    scale = torch.sqrt(signal_energy * wanted / noise_energy)
+    scale = torch.where(noise_energy > 0, scale, torch.zeros_like(scale))
     return waveform + scale.unsqueeze(-1) * noise
 
 
@@ -228,8 +233,4 @@ class AddBackgroundNoise(torch.nn.Module):
             offset = int(torch.randint(0, noise.shape[-1] - size + 1, (1,)))
         stretch = noise[..., offset:offset + size].to(waveform.dtype)
         stretch = stretch.expand(waveform.shape)
-        snr_db = _uniform(*self.snr)
-        if not bool(stretch.any()):
-            return waveform  # a silent stretch of a noise adds nothing (not NaN)
-        return add_noise(waveform, stretch, torch.full(waveform.shape[:-1], snr_db,
-                                                       dtype=waveform.dtype))
+        return add_noise(waveform, stretch, _uniform(*self.snr))
