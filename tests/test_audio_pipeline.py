@@ -226,9 +226,9 @@ def test_a_clip_too_short_for_its_frames_names_the_sample(root, workers):
 
 
 def test_which_clips_the_feature_kernel_takes(root, stereo_root):
-    """With the fused kernel built, mono clips run through it (counted in stats); stereo
-    clips under top_db (one floor over both channels) and chains that do not lower run in
-    torch. Without the kernel, nothing is counted and everything runs in torch."""
+    """With the fused kernel built, [channels, L] clips run through it, mono or stereo
+    (counted in stats); a 1-D waveform and a chain that does not lower run in torch.
+    Without the kernel, nothing is counted and everything runs in torch."""
     from pimloader.pipelines.audio_features import FusedFeatures, kernel_module
     built = kernel_module() is not None
 
@@ -238,11 +238,19 @@ def test_which_clips_the_feature_kernel_takes(root, stereo_root):
         total = sum(len(labels) for _, labels in loader)
         return total, loader.stats()[-1].kernel_samples
 
-    mono = [T.CropOrPad(RATE)] + features(SPECTRAL)
-    assert counted(root, mono, True) == (len(CLIPS), len(CLIPS) if built else 0)
-    assert counted(stereo_root, mono, False) == (5, 0)
-    no_db = [T.CropOrPad(RATE), SPECTRAL.MelSpectrogram(**MEL), SPECTRAL.TimeMasking(20)]
-    assert counted(stereo_root, no_db, False) == (5, 5 if built else 0)
-    unlowered = mono + [lambda features: features * 2]
+    steps = [T.CropOrPad(RATE)] + features(SPECTRAL)
+    assert counted(root, steps, True) == (len(CLIPS), len(CLIPS) if built else 0)
+    assert counted(stereo_root, steps, False) == (5, 5 if built else 0)
+    assert counted(root, [T.CropOrPad(RATE), first_channel] + features(SPECTRAL),
+                   True) == (len(CLIPS), 0)
+    unlowered = steps + [halved]
     assert FusedFeatures.lower(T.Compose(unlowered)) is None
     assert counted(root, unlowered, True) == (len(CLIPS), 0)
+
+
+def first_channel(waveform):
+    return waveform[0]
+
+
+def halved(features):
+    return features / 2

@@ -4,11 +4,11 @@ MelSpectrogram / MFCC, AmplitudeToDB, FrequencyMasking, TimeMasking) lowered to 
 `backends.audio_features.cpu_features` per run of equal-length clips.
 
 Random numbers stay where the transform draws them: per clip, the waveform steps draw
-theirs, then the clip's masks are drawn with torchaudio's calls (`draw_masks`) before the
-next clip is read, so a seed gives the masks of the transform applied clip by clip. A clip
-the kernel would not compute as torch does (a 1-D waveform; several channels where
-AmplitudeToDB's top_db floors them together or masks are iid per channel) runs the
-spectral steps in torch instead, in its turn.
+theirs, then the clip's masks are drawn with torchaudio's calls (`draw_masks`, per channel
+where the masks are iid) before the next clip is read, so a seed gives the masks of the
+transform applied clip by clip. The kernel takes [channels, L] float32 clips (the channels
+of a clip share its top_db floor, as in torchaudio); anything else the waveform steps return
+(a 1-D waveform, another dtype) runs the spectral steps in torch instead, in its turn.
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ class Pending:
     """A clip whose features the kernel will compute: its waveform [C, L] and masks."""
 
     waveform: torch.Tensor
-    freq_masks: np.ndarray   # int32 [K, 2]
+    freq_masks: np.ndarray   # int32 [C, K, 2]
     time_masks: np.ndarray
 
 
@@ -57,7 +57,6 @@ class FusedFeatures:
     waveform_steps: list
     feature_steps: list      # the same spectral steps, run in torch where the kernel is not
     spec: Any                # backends.audio_features.FeatureSpec
-    channel_safe: bool       # several channels give torch's features row by row
 
     @classmethod
     def lower(cls, transform) -> Optional["FusedFeatures"]:
@@ -73,8 +72,7 @@ class FusedFeatures:
             spec = kernel.FeatureSpec.from_transforms(steps[first:])
         except (ValueError, TypeError):
             return None
-        channel_safe = spec.top_db is None and not any(m.iid_masks for m in spec.masks)
-        return cls(steps[:first], steps[first:], spec, channel_safe)
+        return cls(steps[:first], steps[first:], spec)
 
     def prepare(self, waveform: torch.Tensor):
         """The clip through the waveform steps, then Pending (its masks drawn) for the
@@ -83,7 +81,8 @@ class FusedFeatures:
             waveform = step(waveform)
         if self._kernel_takes(waveform):
             self.spec.check_length(waveform.shape[-1])
-            freq, time = kernel_module().draw_masks(self.spec, waveform.shape[-1])
+            freq, time = kernel_module().draw_masks(self.spec, waveform.shape[-1],
+                                                    channels=waveform.shape[0])
             return Pending(waveform, freq, time)
         for step in self.feature_steps:
             waveform = step(waveform)
@@ -91,8 +90,7 @@ class FusedFeatures:
 
     def _kernel_takes(self, waveform) -> bool:
         return (isinstance(waveform, torch.Tensor) and waveform.dim() == 2
-                and waveform.dtype == torch.float32 and not waveform.requires_grad
-                and (waveform.shape[0] == 1 or self.channel_safe))
+                and waveform.dtype == torch.float32 and not waveform.requires_grad)
 
     def finish(self, prepared: list) -> list:
         """Each clip's features: Pending ones computed by the kernel, one call per run of
@@ -112,15 +110,12 @@ class FusedFeatures:
         return out
 
     def _run(self, run: list) -> list:
-        """Features of clips of one shape [C, L]: C rows per clip, masks shared by its rows."""
-        kernel = kernel_module()
-        channels = run[0].waveform.shape[0]
-        waves = torch.cat([clip.waveform for clip in run]).numpy()
-        freq = np.repeat(_stacked([clip.freq_masks for clip in run]), channels, axis=0)
-        time = np.repeat(_stacked([clip.time_masks for clip in run]), channels, axis=0)
-        features = kernel.cpu_features(waves, self.spec, freq, time)
-        batch = torch.from_numpy(features).reshape((len(run), channels) + features.shape[1:])
-        return list(batch)
+        """Features [C, rows, frames] of clips of one shape [C, L], in one kernel call."""
+        waves = torch.stack([clip.waveform for clip in run]).numpy()
+        freq = _stacked([clip.freq_masks for clip in run])
+        time = _stacked([clip.time_masks for clip in run])
+        features = kernel_module().cpu_features(waves, self.spec, freq, time)
+        return list(torch.from_numpy(features))
 
 
 def _stacked(masks: list) -> np.ndarray:
