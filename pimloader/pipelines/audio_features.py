@@ -118,5 +118,8 @@ class FusedFeatures:
         return list(torch.from_numpy(features))
 
 
-def _stacked(masks: list) -> np.ndarray:
-    return np.ascontiguousarray(np.stack(masks).astype(np.int32, copy=False))
+def _stacked(masks: list):
+    """The clips' masks of one axis as one int32 array [N, C, K, 2], or None (no mask on
+    that axis: cpu_features' own way of saying it)."""
+    stacked = np.ascontiguousarray(np.stack(masks).astype(np.int32, copy=False))
+    return stacked if stacked.shape[-2] else None
