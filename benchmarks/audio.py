@@ -238,6 +238,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="JSON results (default: benchmarks/results/audio[.quick].json)")
     args = parser.parse_args(argv)
     if args.quick:
         for name, value in QUICK.items():
@@ -255,8 +257,8 @@ def main(argv=None) -> dict:
     print("ms per clip by stage (one thread):")
     for name, value in results["ms_per_clip_by_stage"].items():
         print(f"  {name:<48} {value:8.3f}")
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    path = RESULTS_DIR / ("audio.quick.json" if args.quick else "audio.json")
+    path = args.out or RESULTS_DIR / ("audio.quick.json" if args.quick else "audio.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1) + "\n")
     return results
 

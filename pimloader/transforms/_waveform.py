@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
+import torch.nn.functional as F
 
 __all__ = ["RandomCropOrPad", "CropOrPad", "RandomTimeShift", "RandomGain",
            "AddBackgroundNoise", "add_noise"]
@@ -43,12 +44,12 @@ def _uniform(low: float, high: float) -> float:
 
 def _place(waveform: torch.Tensor, length: int, start: int, fill: float) -> torch.Tensor:
     """`waveform`'s samples [start, start + length) along time, `fill` where that range
-    leaves the waveform (start may be negative or past the end)."""
-    out = waveform.new_full(waveform.shape[:-1] + (length,), fill)
-    first, stop = max(start, 0), min(start + length, waveform.shape[-1])
-    if first < stop:
-        out[..., first - start:stop - start] = waveform[..., first:stop]
-    return out
+    leaves the waveform (start may be negative or past the end): one constant pad, whose
+    negative widths crop."""
+    size = waveform.shape[-1]
+    if start >= size or start + length <= 0:
+        return waveform.new_full(waveform.shape[:-1] + (length,), fill)
+    return F.pad(waveform, (-start, start + length - size), value=fill)
 
 
 def _padding_start(position: str, missing: int) -> int:
