@@ -248,6 +248,26 @@ def test_which_clips_the_feature_kernel_takes(root, stereo_root):
     assert counted(root, unlowered, True) == (len(CLIPS), 0)
 
 
+def test_a_fixed_normalization_after_the_masks(root):
+    """torchvision's Normalize with one mean and std after the masks: on the fused route it
+    lowers into the kernel (counted), and the features stay within the tolerance, scaled."""
+    from pimloader.pipelines.audio_features import kernel_module
+    from torchvision.transforms import v2
+    steps = [T.CropOrPad(RATE)] + features(SPECTRAL) + [v2.Normalize([-30.0], [20.0])]
+    reference = [T.CropOrPad(RATE)] + features(AT) + [v2.Normalize([-30.0], [20.0])]
+    dataset = AudioFolder(root, sample_rate=RATE, downmix=True)
+    torch.manual_seed(4)
+    loader = PIMDataLoader(dataset, transform=T.Compose(steps), batch_size=6)
+    got = list(loader)
+    torch.manual_seed(4)
+    want = list(DataLoader(ReferenceClips(root, T.Compose(reference), True), batch_size=6))
+    for (a, la), (b, lb) in zip(got, want):
+        assert torch.equal(la, lb)
+        assert (a - b).abs().max() <= FEATURE_TOLERANCE_DB / 20.0
+    built = kernel_module() is not None
+    assert loader.stats()[-1].kernel_samples == (len(CLIPS) if built else 0)
+
+
 def first_channel(waveform):
     return waveform[0]
 

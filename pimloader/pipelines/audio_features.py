@@ -68,8 +68,9 @@ class FusedFeatures:
                       if type(step).__name__ in _SPECTRAL_FIRST), None)
         if kernel is None or first is None:
             return None
+        normalize, spectral = _fixed_normalization(steps[first:])
         try:
-            spec = kernel.FeatureSpec.from_transforms(steps[first:])
+            spec = kernel.FeatureSpec.from_transforms(spectral, normalize=normalize)
         except (ValueError, TypeError):
             return None
         return cls(steps[:first], steps[first:], spec)
@@ -116,6 +117,18 @@ class FusedFeatures:
         time = _stacked([clip.time_masks for clip in run])
         features = kernel_module().cpu_features(waves, self.spec, freq, time)
         return list(torch.from_numpy(features))
+
+
+def _fixed_normalization(steps: list) -> tuple:
+    """A last step that is torchvision's Normalize with one mean and one std (the same for
+    every channel of the features) as FeatureSpec's normalize=(mean, std), which the kernel
+    applies after the masks as that step would; and the steps before it."""
+    last = steps[-1]
+    kind = type(last)
+    if (kind.__name__ == "Normalize" and kind.__module__.startswith("torchvision.transforms")
+            and len(last.mean) == 1 and len(last.std) == 1):
+        return (float(last.mean[0]), float(last.std[0])), steps[:-1]
+    return None, steps
 
 
 def _stacked(masks: list):
