@@ -186,6 +186,23 @@ def test_the_dataset_transform_is_taken_over(root):
         PIMDataLoader(dataset, transform=T.Compose(steps))
 
 
+class LouderFolder(AudioFolder):
+    def load(self, index):
+        waveform, target = super().load(index)
+        return waveform * 2, target
+
+
+def test_a_subclass_that_loads_its_own_way_is_indexed(root):
+    """The loader calls a subclass's own load (or __getitem__), as torch's DataLoader."""
+    got = list(PIMDataLoader(LouderFolder(root, sample_rate=RATE, downmix=True),
+                             transform=T.CropOrPad(RATE), batch_size=6))
+    want = list(DataLoader(LouderFolder(root, T.CropOrPad(RATE), sample_rate=RATE,
+                                        downmix=True), batch_size=6))
+    for (a, la), (b, lb) in zip(got, want):
+        assert torch.equal(a, b) and torch.equal(la, lb)
+    assert max(batch.abs().max() for batch, _ in got) > 1.5  # the clipped clips, doubled
+
+
 @pytest.fixture
 def broken_root(root, tmp_path):
     broken = tmp_path / "broken"

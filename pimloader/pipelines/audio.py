@@ -96,7 +96,7 @@ def build(dataset, transform, options) -> AudioClips | None:
     no transform: the clips then keep their own lengths, which only a collate_fn of the
     user's batches)."""
     from pimloader.datasets.audio import AudioFolder
-    if not isinstance(dataset, AudioFolder):
+    if not isinstance(dataset, AudioFolder) or _reads_its_own_way(dataset, AudioFolder):
         return None
     if dataset.transform is not None and transform is not None:
         raise ValueError("the transform is given twice, to the dataset and to PIMDataLoader; "
@@ -106,3 +106,9 @@ def build(dataset, transform, options) -> AudioClips | None:
         return None
     return AudioClips(dataset.reader, dataset.decoding, transform,
                       options.on_error == "skip", FusedFeatures.lower(transform))
+
+
+def _reads_its_own_way(dataset, base) -> bool:
+    """A subclass that overrides how items are made: the loader calls its __getitem__."""
+    kind = type(dataset)
+    return kind.__getitem__ is not base.__getitem__ or kind.load is not base.load
