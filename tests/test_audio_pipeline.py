@@ -186,6 +186,22 @@ def test_the_dataset_transform_is_taken_over(root):
         PIMDataLoader(dataset, transform=T.Compose(steps))
 
 
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_encoded_sample_cache_serves_clips(root, workers):
+    """cache_bytes=: the clips' bytes come from the shared cache from the second epoch on
+    (persistent workers), and the batches stay those of the dataset."""
+    transform = T.Compose([T.CropOrPad(RATE)] + features(SPECTRAL, masks=False))
+    dataset = AudioFolder(root, sample_rate=RATE, downmix=True)
+    loader = PIMDataLoader(dataset, transform=transform, batch_size=4, num_workers=workers,
+                           persistent_workers=workers > 0, cache_bytes=8 << 20)
+    first, second = list(loader), list(loader)
+    stats = loader.stats()
+    loader.close()
+    assert stats[0].cache_misses == len(CLIPS) and stats[1].cache_hits == len(CLIPS)
+    for (a, la), (b, lb) in zip(first, second):
+        assert torch.equal(a, b) and torch.equal(la, lb)
+
+
 class LouderFolder(AudioFolder):
     def load(self, index):
         waveform, target = super().load(index)

@@ -58,11 +58,16 @@ class AudioReader:
     def __len__(self) -> int:
         return len(self.samples)
 
-    def __call__(self, index: int) -> EncodedSample:
+    def metadata(self, index: int) -> tuple:
+        """(target, name) of a sample, without reading its file."""
         path, target = self.samples[index]
         if self.target_transform is not None:
             target = self.target_transform(target)
-        return EncodedSample(_read_file(path), target, str(path))
+        return target, str(path)
+
+    def __call__(self, index: int) -> EncodedSample:
+        target, name = self.metadata(index)
+        return EncodedSample(_read_file(self.samples[index][0]), target, name)
 
 
 class AudioFolder(torch.utils.data.Dataset):

@@ -21,17 +21,19 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from pimloader import decode
+from pimloader.datasets.cache import CachedReader, SampleCache
 from pimloader.loader._fetch import Fetcher
 from pimloader.loader._produce import BatchProducer, Pipeline
 
 from .audio_features import FusedFeatures, Pending
+from .classification import CacheCountingProducer
 
 
 @dataclass
 class AudioClips(Pipeline):
     """The loader's pipeline for an AudioFolder (picklable: it goes to workers)."""
 
-    reader: Any          # datasets.audio.AudioReader: index -> EncodedSample
+    reader: Any          # index -> EncodedSample: an AudioReader, or a CachedReader over one
     decoding: Any        # datasets.audio.AudioDecoding: bytes -> waveform
     transform: Any       # waveform -> features (any callable)
     skip_errors: bool
@@ -41,8 +43,20 @@ class AudioClips(Pipeline):
         if context.is_iterable:
             return None
         fetcher = AudioFetcher(self, context.auto_collation)
-        return BatchProducer(fetcher, context.collate_fn, context.auto_collation,
-                             context.writer)
+        producer = BatchProducer(fetcher, context.collate_fn, context.auto_collation,
+                                 context.writer)
+        if isinstance(self.reader, CachedReader):
+            producer = CacheCountingProducer(producer, self.reader)
+        return producer
+
+    def open_shared(self) -> None:
+        """Allocate the sample cache's segment (cache_bytes > 0; main process)."""
+        if isinstance(self.reader, CachedReader):
+            self.reader.cache.open()
+
+    def close_shared(self) -> None:
+        if isinstance(self.reader, CachedReader):
+            self.reader.cache.close()
 
     def prepared(self, index: int) -> tuple:
         """(features, or Pending for the kernel; target) of sample `index`."""
@@ -104,8 +118,11 @@ def build(dataset, transform, options) -> AudioClips | None:
     transform = transform if transform is not None else dataset.transform
     if transform is None:
         return None
-    return AudioClips(dataset.reader, dataset.decoding, transform,
-                      options.on_error == "skip", FusedFeatures.lower(transform))
+    reader = dataset.reader
+    if options.cache_bytes:
+        reader = CachedReader(reader, SampleCache(options.cache_bytes, len(reader)))
+    return AudioClips(reader, dataset.decoding, transform, options.on_error == "skip",
+                      FusedFeatures.lower(transform))
 
 
 def _reads_its_own_way(dataset, base) -> bool:

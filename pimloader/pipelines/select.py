@@ -55,10 +55,11 @@ def build_pipeline(dataset, transform, options: PipelineOptions):
     if pipeline is None:
         pipeline = audio.build(dataset, transform, options)
     if pipeline is None and options.cache_bytes:
-        warnings.warn("cache_bytes applies only to datasets read as encoded images on the "
+        warnings.warn("cache_bytes applies only to datasets read as encoded files on the "
                       "native path (an ImageFolder / DatasetFolder or a list of (path, "
-                      "target) pairs, with a transform pimloader lowers); this loader "
-                      "reads its dataset without a cache", stacklevel=3)
+                      "target) pairs, with a transform pimloader lowers; an AudioFolder "
+                      "with a transform); this loader reads its dataset without a cache",
+                      stacklevel=3)
     if pipeline is None and transform is not None:
         pipeline = in_memory.build(transform, options) or PythonTransform(transform)
     return pipeline
