@@ -8,7 +8,7 @@ decades, reads every WAV variant in the wild (PCM 8-32 bit, float, WAVE_FORMAT_E
 RF64) and FLAC through libFLAC itself, and scales integers to floats as torchaudio does
 (PCM 16 / 32768, PCM 24 / 2^23). One exception, measured: a plain 16-bit PCM WAV, the
 format of nearly every clip of Speech Commands, is read directly with numpy (the same
-floats), because soundfile's per-call overhead is about four times the whole read of a
+floats), because soundfile's per-call overhead is three to four times the whole read of a
 one-second clip, and with fused features that overhead was a large share of a clip's cost
 (docs/audio.md).
 
