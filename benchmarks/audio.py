@@ -183,7 +183,7 @@ def stage_breakdown(root: Path, clips: int = 64, repeats: int = 3) -> dict:
     seconds, blobs = timed(lambda: [Path(p).read_bytes() for p in paths], repeats)
     stage["read file"] = seconds
     seconds, decoded = timed(lambda: [decode_audio(b) for b in blobs], repeats)
-    stage["decode (libsndfile)"] = seconds
+    stage["decode (direct 16-bit WAV, else libsndfile)"] = seconds
     mono = [(torch.from_numpy(s).mean(0, keepdim=True), r) for s, r in decoded]
     stage["resample (torchaudio)"], _ = timed(
         lambda: [audio_functional.resample(w, r, RATE) for w, r in mono], repeats)
