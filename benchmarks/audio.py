@@ -173,7 +173,7 @@ def timed(function, repeats: int) -> tuple[float, object]:
 
 def stage_breakdown(root: Path, clips: int = 64, repeats: int = 3) -> dict:
     """ms per clip of each stage, one thread, over the first `clips` clips: file read,
-    decode (libsndfile), resample (torchaudio's and pimloader's), the waveform
+    decode_audio, resample (torchaudio's and pimloader's), the waveform
     augmentations, then the features by torchaudio and by pimloader (kernel or torch)."""
     from pimloader.decode import decode_audio
     from pimloader.transforms._resample import resample
