@@ -18,10 +18,8 @@ Contenders, `shuffle=True`, the same batch size and seeds:
   transform=<the same Compose>), the spectral steps through the fused feature kernel where
   this build has it (else in torch: the "route" column says which).
 
-Each group (workers) runs its contenders in the same process, in blocks of epochs back to
-back (see `measure`: with persistent workers, epochs interleaved with another loader's
-would overlap it), two rounds in opposite orders; figures are medians over the timed
-epochs, after a warm-up epoch per block. This process runs
+Each group (workers) runs its contenders in the same process, one epoch each in rotating
+order; figures are medians over the timed epochs after a warm-up epoch. This process runs
 with torch.set_num_threads(1), as DataLoader workers do; with workers,
 persistent_workers=True. Then ms per clip by stage, one thread, in this process.
 
@@ -129,22 +127,19 @@ def close(loader) -> None:
         iterator._shutdown_workers()
 
 
-def measure(root: Path, workers: int, batch_size: int, epochs: int, warmup: int = 1,
-            rounds: int = 2) -> dict:
-    """Each contender runs warmup + epochs epochs back to back, the contenders one after the
-    other, in reversed order the next round. Back to back, not one epoch each in turn: a
-    loader with persistent workers starts its next epoch's batches as soon as one ends, so
-    epochs interleaved with another loader's would do part of their work during the other's
-    (and slow it down). The warm-up epoch of each block absorbs what the loader did while
-    the other ran."""
+def measure(root: Path, workers: int, batch_size: int, epochs: int, warmup: int = 1) -> dict:
+    """One epoch of each contender in turn, the order rotating, so that they share the
+    machine's noise epoch by epoch (the load here changes within seconds)."""
     loaders = make_loaders(root, workers, batch_size)
     names = list(loaders)
     seconds = {name: [] for name in names}
     try:
-        for repeat in range(rounds):
-            for name in names if repeat % 2 == 0 else names[::-1]:
-                times = [run_epoch(loaders[name]) for _ in range(warmup + epochs)]
-                seconds[name] += times[warmup:]
+        for repeat in range(warmup + epochs):
+            shift = repeat % len(names)
+            for name in names[shift:] + names[:shift]:
+                elapsed = run_epoch(loaders[name])
+                if repeat >= warmup:
+                    seconds[name].append(elapsed)
         kernel_clips = loaders[PIMLOADER].stats()[-1].kernel_samples
     finally:
         for loader in loaders.values():
@@ -240,7 +235,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=DATA_DIR / "speech_commands_like")
     parser.add_argument("--per-word", type=int, default=Params.per_word)
-    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
     parser.add_argument("--threads", type=int, default=1)
