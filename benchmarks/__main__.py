@@ -6,7 +6,8 @@
                                     # riscv64-unknown-elf-gcc is installed; + about 40 s for
                                     # naive_sweep, stall, op_costs and viability, 4 minutes
                                     # at load 8-14; + about 90 s for decode_projection:
-                                    # PROJECTED decode on DPUs, with its instruction count)
+                                    # PROJECTED decode on DPUs, with its instruction count;
+                                    # + 1-1.5 minutes for peers, 6 at load 14)
     python -m benchmarks --quick    # smoke run, under a minute
 """
 from __future__ import annotations
@@ -14,8 +15,8 @@ from __future__ import annotations
 import argparse
 
 from benchmarks import (decode_projection, dpu_projection, imagenet_pipeline, instruction_counts,
-                        kernel_speed, loader_overhead, naive_sweep, op_costs, sample_cache, stall,
-                        viability)
+                        kernel_speed, loader_overhead, naive_sweep, op_costs, peers, sample_cache,
+                        stall, viability)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> None:
     # kernel_speed, dpu_projection, op_costs and decode_projection: they run after them
     for benchmark in (loader_overhead, imagenet_pipeline, kernel_speed, instruction_counts,
                       dpu_projection, decode_projection, sample_cache, naive_sweep, stall, op_costs,
-                      viability):
+                      viability, peers):
         print(f"\n== {benchmark.__name__} ==", flush=True)
         benchmark.main(list(flags))
 

@@ -56,6 +56,7 @@ from torchvision.datasets import ImageFolder as TorchvisionImageFolder
 from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
 from benchmarks.pipelines import (DTYPES, decode_pil, decode_rgb, make_transform, read_bytes,
                                   tensor_loader)
+from benchmarks.progress import bar, reporter
 
 try:
     from pimloader import PIMDataLoader
@@ -165,7 +166,11 @@ def seekable_copy(root: Path) -> Path:
         return copy
     if copy.exists():
         shutil.rmtree(copy)
-    make_seekable(root, copy)
+    progress, close_bar = reporter(f"seekable copy of {root.name}")
+    try:
+        make_seekable(root, copy, progress=progress)
+    finally:
+        close_bar()
     stamp.write_text(wanted)
     return copy
 
@@ -207,16 +212,21 @@ def measure(root: Path, group: Group, batch_size: int, epochs: int, warmup: int)
     loaders = {name: make_loader(name, root, group, batch_size) for name in names}
     seconds = {name: [] for name in names}
     stats = {name: [] for name in names}
+    epochs_bar = bar(total=(warmup + epochs) * len(names), unit="epoch",
+                     desc=f"{group.pipeline} {group.dtype} workers={group.workers_label()}")
     try:
         for repeat in range(warmup + epochs):
             shift = repeat % len(names)
             for name in names[shift:] + names[:shift]:
+                epochs_bar.set_postfix_str(name)
                 elapsed = run_epoch(loaders[name], group.dtype)
+                epochs_bar.update()
                 if repeat >= warmup:
                     seconds[name].append(elapsed)
                     if hasattr(loaders[name], "stats"):
                         stats[name].append(dataclasses.asdict(loaders[name].stats()[-1]))
     finally:
+        epochs_bar.close()
         for loader in loaders.values():
             close(loader)
     samples = len(loaders[names[0]].dataset)

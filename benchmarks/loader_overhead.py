@@ -28,6 +28,8 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from benchmarks.progress import bar
+
 try:
     from pimloader import PIMDataLoader
     PIMLOADER_IMPORT_ERROR = None
@@ -173,7 +175,9 @@ def measure(dataset: Dataset, config: Config, epochs: int, warmup: int, touch: b
     seconds = {name: [] for name in loaders}
     stats = {name: [] for name in loaders}
     phases = {name: [] for name in loaders}
-    for repeat in range(warmup + epochs):
+    rounds = bar(range(warmup + epochs), unit="round",
+                 desc=f"batch {config.batch_size}, {config.workers} workers")
+    for repeat in rounds:
         order = list(loaders) if repeat % 2 == 0 else list(reversed(loaders))
         for name in order:
             phase_s = run_epoch(loaders[name], touch)
@@ -200,7 +204,8 @@ def measure_transform(images: InMemoryImages, workers: int, epochs: int,
     """Median images/s of each loader over `epochs` epochs, alternating their order."""
     loaders = transform_loaders(images, workers)
     seconds = {name: [] for name in loaders}
-    for repeat in range(warmup + epochs):
+    rounds = bar(range(warmup + epochs), unit="round", desc=f"transform, {workers} workers")
+    for repeat in rounds:
         order = list(loaders) if repeat % 2 == 0 else list(reversed(loaders))
         for name in order:
             epoch_s = sum(run_epoch(loaders[name], touch=True).values())

@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
+from benchmarks.progress import bar
+
 DATA_DIR = Path(__file__).resolve().parent / "results" / "data"
 DEFAULT_ROOT = DATA_DIR / "imagenet_like"
 QUICK = {"count": 40, "classes": 4}
@@ -170,7 +172,8 @@ def ensure_replaceable(root: Path) -> None:
 
 
 def write_folder(root: Path, params: Params) -> None:
-    files = [write_file(root, spec, params) for spec in plan_files(params)]
+    plan = bar(plan_files(params), desc=f"making {params.count} photos", unit="file")
+    files = [write_file(root, spec, params) for spec in plan]
     manifest = {"params": asdict(params), "files": files}
     (root / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1) + "\n")
 

@@ -32,6 +32,7 @@ import torch
 import torchvision.transforms.v2 as v2
 
 from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
+from benchmarks.progress import bar
 from pimloader import PIMDataLoader
 from pimloader.datasets import ImageFolder
 
@@ -99,7 +100,8 @@ def run_contender(root: Path, files: list, cache_bytes: int, cold: bool, epochs:
                            generator=torch.Generator().manual_seed(0))
     seconds = []
     try:
-        for _ in range(epochs):
+        for _ in bar(range(epochs), unit="epoch", desc=f"cache_bytes={cache_bytes}, "
+                     f"{'cold' if cold else 'page cache'}"):
             if cold:
                 drop_page_cache(files)
             start = time.perf_counter()

@@ -537,3 +537,14 @@ def test_make_seekable_command_line(photos, tmp_path, capsys):
     assert "exists (pass --overwrite)" in capsys.readouterr().err
     assert main([str(tmp_path / "missing"), str(tmp_path / "other")]) == 1
     assert "is not a directory" in capsys.readouterr().err
+
+
+def test_make_seekable_reports_its_progress_file_by_file(photos, tmp_path):
+    from pimloader.decode import make_seekable
+    calls = []
+    make_seekable(photos, tmp_path / "copy", progress=lambda done, total: calls.append(
+        (done, total)))
+    files = [path for path in photos.rglob("*") if path.is_file()]
+    assert calls == [(done, len(files)) for done in range(1, len(files) + 1)]
+    with pytest.raises(TypeError, match="progress must be callable"):
+        make_seekable(photos, tmp_path / "other", progress=True)
