@@ -28,7 +28,7 @@ def draw(results: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     rows = results["rows"]
-    fig, ax = plt.subplots(figsize=(9, 4.6), dpi=110)
+    fig, ax = plt.subplots(figsize=(9, 5), dpi=110)
     seen = set()
     for position, row in enumerate(rows):
         present = [name for name in COLOURS if name in row["contenders"]]
@@ -45,7 +45,7 @@ def draw(results: dict, path: Path) -> None:
                                      for row in rows], fontsize=9)
     ax.set_ylabel("images/s (median epoch)")
     ax.set_title(title(results), fontsize=8.5)
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=len(COLOURS))
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
