@@ -5,6 +5,7 @@ Not a speed test: nothing here asserts a figure. `make test` does not install th
 (`make bench` does), so their tests are skipped there, with the reason. Where a peer runs,
 its validation pipeline is checked against torchvision's (the oracle): the same images in
 the same order, within what different resizers and JPEG decoders give."""
+import io
 import json
 import math
 
@@ -108,3 +109,27 @@ def test_ffcv_runs_both_pipelines_from_a_cached_beton(photos, tmp_path):
         assert_close_to_torchvision(*every_batch(loader), photos)
     finally:
         loader.close()
+
+
+class Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_bars_show_on_a_terminal_only_and_yield_to_tqdm_disable(monkeypatch):
+    from benchmarks import progress
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    monkeypatch.setattr(progress.sys, "stderr", io.StringIO())  # not a terminal: no bar
+    assert isinstance(progress.bar(range(3)), progress.Silent)
+    assert list(progress.bar(range(3))) == [0, 1, 2]
+    terminal = Terminal()
+    monkeypatch.setattr(progress.sys, "stderr", terminal)
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    assert isinstance(progress.bar(range(3)), progress.Silent)
+    monkeypatch.setenv("TQDM_DISABLE", "0")
+    pytest.importorskip("tqdm")
+    report, close = progress.reporter("copying", unit="file")
+    for done in range(1, 4):
+        report(done, 3)
+    close()
+    assert "copying:" in terminal.getvalue()  # drawn (tqdm throttles the updates)
