@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 
 from benchmarks import (decode_projection, dpu_projection, imagenet_pipeline, instruction_counts,
-                        kernel_speed, loader_overhead, naive_sweep, op_costs, peers, sample_cache,
-                        stall, viability)
+                        kernel_speed, loader_overhead, naive_sweep, op_costs, peers, plot,
+                        sample_cache, stall, viability)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -37,6 +37,9 @@ def main(argv: list[str] | None = None) -> None:
                       viability, peers):
         print(f"\n== {benchmark.__name__} ==", flush=True)
         benchmark.main(list(flags))
+    if not args.quick:  # peers draws its own; these are drawn from the JSON just written
+        print("\n== plots ==", flush=True)
+        plot.main([])
 
 
 if __name__ == "__main__":
