@@ -52,9 +52,11 @@ class Call:
         kwargs = {key: _resolve(value, namespace) for key, value in self.kwargs.items()}
         return function(*inputs, *args, **kwargs, **built)
 
-    def text(self) -> str:
+    def text(self, **built: str) -> str:
+        """The call as Python; `built` gives the text of the arguments `run` gets built."""
         parts = [_text(value) for value in self.args]
         parts += [f"{key}={_text(value)}" for key, value in self.kwargs.items()]
+        parts += [f"{key}={text}" for key, text in built.items()]
         return f"{self.name}({', '.join(parts)})"
 
 
@@ -69,8 +71,6 @@ def _resolve(value, namespace: dict):
 def _text(value) -> str:
     if isinstance(value, (Call, Name)):
         return value.text()
-    if isinstance(value, float):
-        return f"{value:.6g}"
     if isinstance(value, (list, tuple)):
         inner = ", ".join(_text(item) for item in value)
         return f"[{inner}]" if isinstance(value, list) else f"({inner})"

@@ -32,8 +32,8 @@ from benchmarks.pipelines import MEAN, STD
 
 READER = "Reader"
 PREFETCH = 2  # DALI's default prefetch_queue_depth
-MEAN_255 = [255 * value for value in MEAN]
-STD_255 = [255 * value for value in STD]
+MEAN_255 = [round(255 * value, 6) for value in MEAN]  # as printed: no 57.120000000000005
+STD_255 = [round(255 * value, 6) for value in STD]
 RGB = Name("types.RGB")
 FLOAT = Name("types.FLOAT")
 LINEAR = Name("types.INTERP_LINEAR")

@@ -41,8 +41,8 @@ from benchmarks.pipelines import MEAN, STD
 from benchmarks.progress import quiet
 
 STORED = {"write_mode": "jpg", "jpeg_quality": 90, "max_resolution": None}
-MEAN_255 = [255 * value for value in MEAN]
-STD_255 = [255 * value for value in STD]
+MEAN_255 = [round(255 * value, 6) for value in MEAN]  # as printed: no 57.120000000000005
+STD_255 = [round(255 * value, 6) for value in STD]
 NORMALIZE_THEN_TENSOR = (
     Call("NormalizeImage", mean=Call("np.array", MEAN_255), std=Call("np.array", STD_255),
          type=Name("np.float32")),
@@ -146,8 +146,8 @@ def calls(beton: Path, pipeline: str, batch_size: int, workers: int, seed: int,
 def describe(plan: dict) -> str:
     image = ", ".join(step.text() for step in plan["image"])
     label = ", ".join(step.text() for step in plan["label"])
-    return (f"ffcv.loader.{plan['loader'].text()[:-1]}, pipelines={{\n"
-            f"    'image': [{image}],\n    'label': [{label}]}})\n"
+    pipelines = f"{{\n    'image': [{image}],\n    'label': [{label}]}}"
+    return (f"ffcv.loader.{plan['loader'].text(pipelines=pipelines)}\n"
             f"  .beton stores {STORED} (RGB, re-encoded by FFCV from the decoded files)")
 
 

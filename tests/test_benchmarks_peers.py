@@ -72,7 +72,8 @@ def test_a_missing_peer_is_reported_and_the_run_goes_on(photos, tmp_path, monkey
 def test_a_call_runs_and_prints_the_same_thing():
     call = Call("math.hypot", 3.0, Call("math.sqrt", 16))
     assert call.run({"math": math}) == 5.0
-    assert call.text() == "math.hypot(3, math.sqrt(16))"
+    assert call.text() == "math.hypot(3.0, math.sqrt(16))"
+    assert call.text(extra="{...}") == "math.hypot(3.0, math.sqrt(16), extra={...})"
     assert Call("str.join", ", ", ["a"]).text() == "str.join(', ', ['a'])"
     with pytest.raises(NameError, match="'np' is not in the namespace"):
         Name("np.float32").resolve({"math": math})
