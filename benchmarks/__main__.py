@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> None:
                       viability, peers):
         print(f"\n== {benchmark.__name__} ==", flush=True)
         benchmark.main(list(flags))
-    if not args.quick:  # peers draws its own; these are drawn from the JSON just written
+    if not args.quick:  # plot.py's PNGs, from the JSON just written (peers draws its own)
         print("\n== plots ==", flush=True)
         plot.main([])
 
