@@ -37,6 +37,7 @@ from benchmarks.cpu_time import CpuClock
 from benchmarks.imagenet_pipeline import (SEEKABLE, Group, close, dataset_summary, environment,
                                           make_loader, median_epoch, run_epoch)
 from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
+from benchmarks.progress import bar
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -62,7 +63,7 @@ def measure(root: Path, workers: int, batch_size: int, epochs: int, warmup: int)
     cpu = {name: [] for name in LOADERS}
     stats = {name: [] for name in LOADERS}
     try:
-        for repeat in range(warmup + epochs):
+        for repeat in bar(range(warmup + epochs), unit="round", desc=f"{workers} workers"):
             shift = repeat % len(LOADERS)
             for name in LOADERS[shift:] + LOADERS[:shift]:
                 clock = CpuClock().start()

@@ -35,6 +35,7 @@ import torch
 from benchmarks.imagenet_pipeline import (SEEKABLE, Group, close, dataset_summary, environment,
                                           make_loader)
 from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
+from benchmarks.progress import bar
 from pimloader.costmodel.provisioning import GPU_RATES
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -117,7 +118,8 @@ def measure(root: Path, args: argparse.Namespace, step_s: float) -> dict:
     loaders = {name: make_loader(name, root, group, args.batch_size) for name in LOADERS}
     epochs = {name: [] for name in LOADERS}
     try:
-        for repeat in range(args.warmup + args.epochs):
+        rounds = range(args.warmup + args.epochs)
+        for repeat in bar(rounds, unit="round", desc=f"step {step_s * 1e3:.0f} ms"):
             shift = repeat % len(LOADERS)
             for name in LOADERS[shift:] + LOADERS[:shift]:
                 epoch = train_epoch(loaders[name], step_s, args.step)
