@@ -5,6 +5,7 @@ Not a speed test: nothing here asserts a figure. `make test` does not install th
 (`make bench` does), so their tests are skipped there, with the reason. Where a peer runs,
 its validation pipeline is checked against torchvision's (the oracle): the same images in
 the same order, within what different resizers and JPEG decoders give."""
+import importlib.util
 import io
 import json
 import math
@@ -65,8 +66,10 @@ def test_a_missing_peer_is_reported_and_the_run_goes_on(photos, tmp_path, monkey
     printed = capsys.readouterr().out
     assert "DALI: not installed: (this test)" in printed
     assert "torch.utils.data.DataLoader(torchvision.datasets.ImageFolder" in printed
-    pytest.importorskip("matplotlib")
-    assert (tmp_path / "peers.png").stat().st_size > 0
+    if importlib.util.find_spec("matplotlib") is None:  # not in requirements-dev.txt
+        assert "no plot" in printed
+    else:
+        assert (tmp_path / "peers.png").stat().st_size > 0
 
 
 def test_a_call_runs_and_prints_the_same_thing():
@@ -128,9 +131,11 @@ def test_progress_bars_show_on_a_terminal_only_and_yield_to_tqdm_disable(monkeyp
     monkeypatch.setenv("TQDM_DISABLE", "1")
     assert isinstance(progress.bar(range(3)), progress.Silent)
     monkeypatch.setenv("TQDM_DISABLE", "0")
-    pytest.importorskip("tqdm")
     report, close = progress.reporter("copying", unit="file")
     for done in range(1, 4):
         report(done, 3)
     close()
-    assert "copying:" in terminal.getvalue()  # drawn (tqdm throttles the updates)
+    if importlib.util.find_spec("tqdm") is None:  # not in requirements-dev.txt: no bar
+        assert terminal.getvalue() == ""
+    else:
+        assert "copying:" in terminal.getvalue()  # drawn (tqdm throttles the updates)
