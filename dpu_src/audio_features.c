@@ -13,7 +13,7 @@
  *   split_real    the real N-point spectrum's bins 0..N/2 from it (times 2, after one more
  *                 shift): 2 X[k] = E - i W_N^k O, E = Z[k] + conj Z[M-k], O = Z[k] - conj Z[M-k]
  *   to_power      re^2 + im^2 exactly (64 bits from 16x16 products), shifted so that the
- *                 frame's largest fits 32 bits
+ *                 frame's largest fits power_bits (40) bits
  *   mel_row       sum of weight x power over each filter's bins (uint64 from 16x16 products),
  *                 log2 by table, + the frame's exponent, to dB (Q16), masks
  * Products of 32-bit values by Q15 constants are two 16x16 products (mul_q15): a DPU has no
@@ -44,7 +44,6 @@
 #define DMA_MAX 2048u
 #define INPUT_BITS 28          /* frames are scaled to |v| <= 2^28 */
 #define HEADROOM (1u << 30)    /* a stage's outputs stay below 2^30 */
-#define POWER_BITS 32
 #define DB_PER_LOG2_FRAC_Q16 675 /* 10 log10(2) = 3 + 675 / 2^16 */
 
 typedef struct {
@@ -64,6 +63,7 @@ static const int16_t *twiddles; /* (cos, -sin) pairs */
 static const uint16_t *bin_pos, *mel_ranges, *mel_weights;
 static const uint32_t *log2_table;
 static int32_t tasklet_max[NR_TASKLETS]; /* each tasklet's largest dB of the current clip */
+static int setup_ok; /* tasklet 0's verdict on the args, header and tables, for every tasklet */
 
 /* One tasklet's buffers and the clip it works on. */
 typedef struct {
@@ -136,11 +136,11 @@ static inline uint64_t square(int32_t x)
     return ((uint64_t)((uint32_t)hi * hi) << 32) + ((uint64_t)((uint32_t)hi * lo) << 17) + (uint32_t)lo * lo;
 }
 
-/* p * w, 32 x 16 bits: two 16x16 products */
-static inline uint64_t mul_u32_u16(uint32_t p, uint16_t w)
+/* p * w for p < 2^48: three 16x16 products */
+static inline uint64_t mul_u48_u16(uint64_t p, uint16_t w)
 {
-    const uint16_t hi = (uint16_t)(p >> 16), lo = (uint16_t)(p & 0xFFFF);
-    return ((uint64_t)((uint32_t)hi * w) << 16) + (uint32_t)lo * w;
+    const uint16_t p2 = (uint16_t)(p >> 32), p1 = (uint16_t)(p >> 16), p0 = (uint16_t)p;
+    return ((uint64_t)((uint32_t)p2 * w) << 32) + ((uint64_t)((uint32_t)p1 * w) << 16) + (uint32_t)p0 * w;
 }
 
 static inline uint32_t bit_length32(uint32_t x)
@@ -324,16 +324,23 @@ static int32_t split_real(cpx_t *x, uint32_t size)
     return s;
 }
 
-/* Power of every slot, in place (uint32 in the slot's first word); returns the shift. */
+/* Power of every slot, in place (low word in .re, high word in .im), scaled to power_bits
+ * bits; returns the shift. */
 static int32_t to_power(cpx_t *x, uint32_t slots)
 {
-    const int32_t bits = 2 * (int32_t)bit_length32(peak_of(x, slots)) + 1 - POWER_BITS;
+    const int32_t bits = 2 * (int32_t)bit_length32(peak_of(x, slots)) + 1 - (int32_t)DPU_AUDIO_ARGS.power_bits;
     const uint32_t ps = bits > 0 ? (uint32_t)bits : 0u;
     for (uint32_t i = 0; i < slots; i++) {
-        const uint64_t p = square(x[i].re) + square(x[i].im);
-        *(uint32_t *)&x[i] = (uint32_t)(p >> ps);
+        const uint64_t p = (square(x[i].re) + square(x[i].im)) >> ps;
+        x[i].re = (int32_t)(uint32_t)p;
+        x[i].im = (int32_t)(uint32_t)(p >> 32);
     }
     return (int32_t)ps;
+}
+
+static inline uint64_t power_of(const cpx_t *slot)
+{
+    return ((uint64_t)(uint32_t)slot->im << 32) | (uint32_t)slot->re;
 }
 
 /* ---- one frame ----------------------------------------------------------------------- */
@@ -406,7 +413,6 @@ static void mask_row(const work_t *w, uint32_t t)
 /* The mel filter bank over the power in x, to dB; returns the row's maximum. */
 static int32_t mel_row(const work_t *w, int32_t exponent)
 {
-    const uint32_t *power = (const uint32_t *)w->x; /* slot k's power at word 2 k */
     const int32_t floor = DPU_AUDIO_ARGS.log2_amin_q16;
     int32_t best = INT32_MIN;
     uint32_t at = 0;
@@ -414,7 +420,7 @@ static int32_t mel_row(const work_t *w, int32_t exponent)
         const uint32_t first = mel_ranges[2 * m], count = mel_ranges[2 * m + 1];
         uint64_t acc = 0;
         for (uint32_t k = 0; k < count; k++, at++)
-            acc += mul_u32_u16(power[2u * bin_pos[first + k]], mel_weights[at]);
+            acc += mul_u48_u16(power_of(&w->x[bin_pos[first + k]]), mel_weights[at]);
         int32_t l = acc ? log2_q16(acc) + (int32_t)((uint32_t)exponent << 16) : floor;
         l = l < floor ? floor : l;
         w->row[m] = to_db(l);
@@ -472,7 +478,7 @@ static uint32_t load_tables(void)
     if (a->magic != PIM_AUDIO_MAGIC || a->version != PIM_AUDIO_VERSION || a->n_stages > PIM_AUDIO_MAX_STAGES ||
         product != a->n_fft / 2 || a->n_fft % 2 || a->n_freqs != a->n_fft / 2 + 1 || a->hop == 0 ||
         a->n_mels == 0 || a->n_mels > 512 || a->mel_q > 30 || a->tables_bytes % 8 || a->chunk_off < a->tables_bytes ||
-        a->chunk_off % 8 || header.magic != PIM_AUDIO_MAGIC || header.samples_off % 8 || header.out_off % 8 ||
+        a->chunk_off % 8 || a->power_bits < 8 || a->power_bits > 40 || header.magic != PIM_AUDIO_MAGIC || header.samples_off % 8 || header.out_off % 8 ||
         header.out_off < header.in_bytes || header.out_bytes < sizeof(status))
         return PIM_AUDIO_ERR_HEADER;
     if (a->nr_tasklets != NR_TASKLETS)
@@ -571,10 +577,13 @@ int main(void)
             const uint32_t code = load_tables();
             status.code = code ? code : PIM_AUDIO_STATUS_OK;
         }
+        setup_ok = status.code == PIM_AUDIO_STATUS_OK;
     }
     barrier_wait(&phase_barrier);
     work_t w;
-    const int ok = status.code == PIM_AUDIO_STATUS_OK;
+    /* not status.code: a tasklet may already have failed a descriptor below while another
+     * reads it, and every tasklet must wait at the same barriers */
+    const int ok = setup_ok;
     if (ok) {
         w.x = (cpx_t *)mem_alloc(pim_audio_round8(8u * (DPU_AUDIO_ARGS.n_fft / 2u + 1u)));
         w.cache = (int16_t *)mem_alloc(PIM_AUDIO_CACHE_BYTES);

@@ -65,7 +65,8 @@ typedef struct pim_audio_args {
     uint32_t n_weights;
     uint32_t nr_tasklets;     /* what the host planned with */
     uint32_t chunk_off;       /* this batch's chunks, after the tables */
-    uint32_t reserved[2];
+    uint32_t power_bits;      /* power spectra are scaled to this many bits (mel sums fit 64) */
+    uint32_t reserved;
 } pim_audio_args_t;
 
 typedef struct pim_audio_chunk {
@@ -116,7 +117,7 @@ static inline uint32_t pim_audio_row_bytes(uint32_t n_mels)
 }
 
 /* WRAM one tasklet takes from mem_alloc: the frame buffer (n_fft / 2 + 1 complex int32
- * slots), the PCM cache and one output row. */
+ * slots, later the power of each as a 64-bit word), the PCM cache and one output row. */
 static inline uint32_t pim_audio_tasklet_bytes(uint32_t n_fft, uint32_t n_mels)
 {
     return pim_audio_round8(8u * (n_fft / 2u + 1u)) + PIM_AUDIO_CACHE_BYTES + pim_audio_row_bytes(n_mels);

@@ -47,7 +47,7 @@ ARGS_DTYPE = np.dtype([
     ("radices", "u1", (16,)), ("log2_amin_q16", "<i4"), ("db_offset_q16", "<i4"), ("top_db_q16", "<i4"),
     ("mask_value_q16", "<i4"), ("tables_bytes", "<u4"), ("window_off", "<u4"), ("twiddle_off", "<u4"),
     ("bin_pos_off", "<u4"), ("mel_ranges_off", "<u4"), ("mel_weights_off", "<u4"), ("log2_off", "<u4"),
-    ("n_weights", "<u4"), ("nr_tasklets", "<u4"), ("chunk_off", "<u4"), ("reserved", "<u4", (2,))])
+    ("n_weights", "<u4"), ("nr_tasklets", "<u4"), ("chunk_off", "<u4"), ("power_bits", "<u4"), ("reserved", "<u4")])
 CHUNK_DTYPE = np.dtype([(name, "<u4") for name in (
     "magic", "batch_id", "n_samples", "samples_off", "in_bytes", "out_off", "out_bytes", "debug")])
 SAMPLE_DTYPE = np.dtype([
@@ -97,7 +97,7 @@ def make_args(tables: DpuMelTables, offsets: dict, tables_bytes: int, nr_tasklet
     a["tables_bytes"], a["n_weights"] = tables_bytes, len(tables.mel_weights)
     for name, offset in offsets.items():
         a[name] = offset
-    a["nr_tasklets"], a["chunk_off"] = nr_tasklets, tables_bytes
+    a["nr_tasklets"], a["chunk_off"], a["power_bits"] = nr_tasklets, tables_bytes, tables.power_bits
     return args
 
 

@@ -10,7 +10,7 @@ Per frame (all integers; E is the frame's block exponent, value = integer * 2^E)
   a[j] = round(v[j] / 2^sh), sh = bitlen(max|v|) - 14 so that |a| <= 2^14
   per FFT stage of radix r: s = shift that keeps r * 1.5 * max|a| below 32000,
        a = round(a / 2^s), radix-r butterfly, twiddle by W_L^(n1 q) (Q15, rounded)
-  P[k] = re^2 + im^2 of bin k                        uint32
+  P[k] = re^2 + im^2 of bin k, scaled to 40 bits     uint64
   mel[m] = sum_k w[m, k] * P[k]                      uint64, w in Q(mel_q)
   L = log2(mel) + 2E - mel_q                         Q16, table + linear interpolation
   dB = 3 L + (L * 675 >> 16) - offset                Q16 dB (10 log10 2 = 3 + 675 / 2^16)
@@ -24,7 +24,6 @@ from .audio_tables import DB_PER_LOG2_FRAC_Q16, MAX_MASKS, DpuMelSpec, DpuMelTab
 
 HEADROOM = 1 << 30   # the stage rule's bound on a butterfly's output magnitude
 INPUT_BITS = 28      # windowed samples are scaled to |a| <= 2^28
-POWER_BITS = 32      # power spectra are scaled to fit uint32
 
 
 def round_shift(x: np.ndarray, s) -> np.ndarray:
@@ -166,11 +165,11 @@ def dif_positions(tables: DpuMelTables) -> np.ndarray:
     return tables.bin_pos[:tables.spec.n_fft // 2].astype(np.int64)
 
 
-def power_spectrum(xr: np.ndarray, xi: np.ndarray) -> tuple:
+def power_spectrum(xr: np.ndarray, xi: np.ndarray, power_bits: int) -> tuple:
     """power: exact re^2 + im^2 (three 16x16 products per square on the DPU), shifted right by
-    ps = 2 bitlen(max component) + 1 - 32 (when positive) so that it fits uint32."""
+    ps = 2 bitlen(max component) + 1 - power_bits (when positive) to fit power_bits bits."""
     peak = _peak(xr, xi)
-    ps = np.maximum(2 * bit_length(peak) + 1 - POWER_BITS, 0)
+    ps = np.maximum(2 * bit_length(peak) + 1 - power_bits, 0)
     power = (xr.astype(object) ** 2 + xi.astype(object) ** 2)
     shifted = np.array([[int(p) >> int(sh) for p in row] for row, sh in zip(power, ps)], np.uint64)
     return shifted.reshape(xr.shape), ps
@@ -211,7 +210,7 @@ def clip_features(pcm: np.ndarray, gain: int, tables: DpuMelTables) -> np.ndarra
     re, im, sh = windowed_frames(pcm, tables)
     re, im, shifts = fft_frames(re, im, tables)
     xr, xi, split_shift = real_spectrum(re, im, tables)
-    power, ps = power_spectrum(xr, xi)
+    power, ps = power_spectrum(xr, xi, tables.power_bits)
     mel = mel_power(power, tables)
     # value = integer x 2^e: frames a / 2^(sh - 30 - g), every shift, 2 X, power, mel weights
     amplitude = sh + shifts + split_shift - 30 - int(gain) - 1

@@ -15,7 +15,9 @@ The tables, all integers (docs/audio.md, "DPU kernel"):
 - `mel_ranges`, `mel_weights`, `mel_q`: the mel filter bank, sparse (first bin and count of
   each filter, then its weights, uint16 in Q`mel_q`);
 - `log2_table`: log2(1 + i/256) in Q16 for i = 0..256 (interpolated linearly);
-- dB constants in Q16: log2(amin), 10 log10(max(amin, ref)), top_db, the masks' value.
+- dB constants in Q16: log2(amin), 10 log10(max(amin, ref)), top_db, the masks' value;
+- `power_bits`: power spectra are scaled to 40 bits (fewer when a filter spans more than
+  256 bins), so that a filter's sum of power x weight fits 64 bits.
 
 This module imports no torch or torchaudio: the float reference lives in the tests.
 """
@@ -184,6 +186,7 @@ class DpuMelTables:
     log2_amin_q16: int
     db_offset_q16: int
     top_db_q16: int           # -1: no top_db
+    power_bits: int           # power spectra are scaled to this many bits
     fbank: np.ndarray = field(repr=False)   # float64 [n_freqs, n_mels], the float filter bank
 
     @classmethod
@@ -199,6 +202,9 @@ class DpuMelTables:
         fbank = mel_filter_bank(spec.n_freqs, spec.f_min, spec.f_max, spec.n_mels, spec.sample_rate,
                                 spec.norm, spec.mel_scale)
         ranges, weights, mel_q = _sparse_bank(fbank)
+        # power x weight < 2^(power_bits + 16), summed over a filter's bins, must fit 64 bits
+        widest = max(1, int(ranges[:, 1].max()))
+        power_bits = min(40, 48 - math.ceil(math.log2(widest)))
         log2_table = np.round(np.log2(1.0 + np.arange(257) / 256.0) * Q16).astype(np.uint32)
         db_offset = 10.0 * math.log10(max(spec.amin, spec.ref_value))
         return cls(spec=spec, radices=radices, window=_q15(window), twiddles=twiddles,
@@ -206,7 +212,8 @@ class DpuMelTables:
                    mel_ranges=ranges, mel_weights=weights, mel_q=mel_q, log2_table=log2_table,
                    log2_amin_q16=int(round(math.log2(spec.amin) * Q16)),
                    db_offset_q16=int(round(db_offset * Q16)),
-                   top_db_q16=-1 if spec.top_db is None else int(round(spec.top_db * Q16)), fbank=fbank)
+                   top_db_q16=-1 if spec.top_db is None else int(round(spec.top_db * Q16)),
+                   power_bits=power_bits, fbank=fbank)
 
 
 def _sparse_bank(fbank: np.ndarray) -> tuple:
