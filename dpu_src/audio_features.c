@@ -65,6 +65,13 @@ static const uint32_t *log2_table;
 static int32_t tasklet_max[NR_TASKLETS]; /* each tasklet's largest dB of the current clip */
 static int setup_ok; /* tasklet 0's verdict on the args, header and tables, for every tasklet */
 
+#ifdef PIM_AUDIO_COUNT_WORK /* test builds: how often each unit of the cost model ran */
+__host uint64_t work_counts[NR_TASKLETS][PIM_AUDIO_WORK_UNITS];
+#define COUNT(unit, n) (work_counts[me()][PIM_AUDIO_WORK_##unit] += (n))
+#else
+#define COUNT(unit, n) ((void)0)
+#endif
+
 /* One tasklet's buffers and the clip it works on. */
 typedef struct {
     cpx_t *x;                 /* n_fft / 2 + 1 slots: frame, spectrum, then power */
@@ -115,6 +122,7 @@ static void write_big(const void *from, uint32_t to, uint32_t n)
 /* round(x / 2^s) for s >= 0, x * 2^-s for s < 0 */
 static inline int32_t rshift_round(int32_t x, int32_t s)
 {
+    COUNT(SCALE, 1);
     if (s <= 0)
         return (int32_t)((uint32_t)x << -s);
     return (x + (int32_t)((1u << s) >> 1)) >> s;
@@ -123,6 +131,7 @@ static inline int32_t rshift_round(int32_t x, int32_t s)
 /* round(x * c / 2^15) for |x| < 2^31, c in Q15: two 16x16 products */
 static inline int32_t mul_q15(int32_t x, int16_t c)
 {
+    COUNT(MUL_Q15, 1);
     const int16_t hi = (int16_t)(x >> 16);
     const uint16_t lo = (uint16_t)(x & 0xFFFF);
     return (int32_t)hi * c * 2 + (((int32_t)lo * c + (1 << 14)) >> 15);
@@ -131,6 +140,7 @@ static inline int32_t mul_q15(int32_t x, int16_t c)
 /* x^2 exactly: three 16x16 products */
 static inline uint64_t square(int32_t x)
 {
+    COUNT(SQUARE, 1);
     const uint32_t u = x < 0 ? (uint32_t)-x : (uint32_t)x;
     const uint16_t hi = (uint16_t)(u >> 16), lo = (uint16_t)(u & 0xFFFF);
     return ((uint64_t)((uint32_t)hi * hi) << 32) + ((uint64_t)((uint32_t)hi * lo) << 17) + (uint32_t)lo * lo;
@@ -193,6 +203,7 @@ static int32_t stage_shift(uint32_t peak, uint32_t radix)
 static uint32_t peak_of(const cpx_t *x, uint32_t n)
 {
     uint32_t peak = 0;
+    COUNT(PEAK, 2 * n);
     for (uint32_t i = 0; i < n; i++) {
         const uint32_t r = x[i].re < 0 ? (uint32_t)-x[i].re : (uint32_t)x[i].re;
         const uint32_t m = x[i].im < 0 ? (uint32_t)-x[i].im : (uint32_t)x[i].im;
@@ -214,6 +225,7 @@ static inline cpx_t twiddle(cpx_t y, uint32_t m)
 /* y_q = sum_j a_j W_4^(jq), W_4 = -i: additions only */
 static void butterfly4(const cpx_t *a, cpx_t *y)
 {
+    COUNT(BF4, 1);
     const int32_t s02r = a[0].re + a[2].re, s02i = a[0].im + a[2].im;
     const int32_t d02r = a[0].re - a[2].re, d02i = a[0].im - a[2].im;
     const int32_t s13r = a[1].re + a[3].re, s13i = a[1].im + a[3].im;
@@ -224,29 +236,43 @@ static void butterfly4(const cpx_t *a, cpx_t *y)
     y[3].re = d02r - d13i, y[3].im = d02i + d13r;
 }
 
-/* y_q = sum_j a_j W_r^(jq) for r = 3, 5: W_r^t = twiddles[(N / r) t], products rounded */
+/* y_q = sum_j a_j W_r^(jq) for r = 3, 5 (W_r^t = twiddles[(N / r) t] = c + i s), using
+ * W^(j(r-q)) = conj W^(jq): with S_j = a_j + a_(r-j), D_j = a_j - a_(r-j), j = 1..r/2,
+ *   y_q, y_(r-q) = a_0 + sum_j c S_j +- i sum_j s D_j
+ * (4 (r/2)^2 products per butterfly instead of 4 (r-1)^2), each product rounded */
 static void butterfly_odd(const cpx_t *a, cpx_t *y, uint32_t r, uint32_t step)
 {
+    const uint32_t h = r / 2;
+    cpx_t sum[2], dif[2]; /* S_j, D_j at j - 1 (h <= 2) */
     y[0] = a[0];
-    for (uint32_t j = 1; j < r; j++)
-        y[0].re += a[j].re, y[0].im += a[j].im;
-    for (uint32_t q = 1; q < r; q++) {
-        cpx_t acc = a[0];
+    for (uint32_t j = 1; j <= h; j++) {
+        sum[j - 1].re = a[j].re + a[r - j].re, sum[j - 1].im = a[j].im + a[r - j].im;
+        dif[j - 1].re = a[j].re - a[r - j].re, dif[j - 1].im = a[j].im - a[r - j].im;
+        y[0].re += sum[j - 1].re, y[0].im += sum[j - 1].im;
+    }
+    for (uint32_t q = 1; q <= h; q++) {
+        cpx_t even = a[0]; /* a_0 + sum_j c S_j */
+        int32_t odd_re = 0, odd_im = 0; /* sum_j s D_j, rotated by i later */
         uint32_t t = 0; /* j q mod r */
-        for (uint32_t j = 1; j < r; j++) {
+        for (uint32_t j = 1; j <= h; j++) {
             t += q;
             t = t >= r ? t - r : t;
+            COUNT(ODD_TERM, 1);
             const int16_t c = twiddles[2 * step * t], s = twiddles[2 * step * t + 1];
-            acc.re += mul_q15(a[j].re, c) - mul_q15(a[j].im, s);
-            acc.im += mul_q15(a[j].re, s) + mul_q15(a[j].im, c);
+            even.re += mul_q15(sum[j - 1].re, c);
+            even.im += mul_q15(sum[j - 1].im, c);
+            odd_re += mul_q15(dif[j - 1].re, s);
+            odd_im += mul_q15(dif[j - 1].im, s);
         }
-        y[q] = acc;
+        y[q].re = even.re - odd_im, y[q].im = even.im + odd_re;
+        y[r - q].re = even.re + odd_im, y[r - q].im = even.im - odd_re;
     }
 }
 
 static void butterfly(const cpx_t *a, cpx_t *y, uint32_t r, uint32_t n_fft)
 {
     if (r == 2) {
+        COUNT(BF2, 1);
         y[0].re = a[0].re + a[1].re, y[0].im = a[0].im + a[1].im;
         y[1].re = a[0].re - a[1].re, y[1].im = a[0].im - a[1].im;
     } else if (r == 4) {
@@ -332,6 +358,7 @@ static int32_t to_power(cpx_t *x, uint32_t slots)
     const uint32_t ps = bits > 0 ? (uint32_t)bits : 0u;
     for (uint32_t i = 0; i < slots; i++) {
         const uint64_t p = (square(x[i].re) + square(x[i].im)) >> ps;
+        COUNT(POWER_BIN, 1);
         x[i].re = (int32_t)(uint32_t)p;
         x[i].im = (int32_t)(uint32_t)(p >> 32);
     }
@@ -374,6 +401,7 @@ static int32_t fill_frame(work_t *w, uint32_t t)
     int32_t *v = (int32_t *)w->x;
     uint32_t peak = 0;
     int32_t idx = (int32_t)(t * DPU_AUDIO_ARGS.hop) - (int32_t)pad;
+    COUNT(SAMPLE, n);
     for (uint32_t j = 0; j < n; j++, idx++) {
         int32_t i = idx;
         int inside = 1;
@@ -405,6 +433,7 @@ static int in_masks(const uint16_t masks[][2], uint32_t i)
 static void mask_row(const work_t *w, uint32_t t)
 {
     const int whole = in_masks(w->s.time_masks, t);
+    COUNT(MASK_VALUE, DPU_AUDIO_ARGS.n_mels);
     for (uint32_t m = 0; m < DPU_AUDIO_ARGS.n_mels; m++)
         if (whole || in_masks(w->s.freq_masks, m))
             w->row[m] = DPU_AUDIO_ARGS.mask_value_q16;
@@ -419,6 +448,8 @@ static int32_t mel_row(const work_t *w, int32_t exponent)
     for (uint32_t m = 0; m < DPU_AUDIO_ARGS.n_mels; m++) {
         const uint32_t first = mel_ranges[2 * m], count = mel_ranges[2 * m + 1];
         uint64_t acc = 0;
+        COUNT(MEL_MAC, count);
+        COUNT(MEL_VALUE, 1);
         for (uint32_t k = 0; k < count; k++, at++)
             acc += mul_u48_u16(power_of(&w->x[bin_pos[first + k]]), mel_weights[at]);
         int32_t l = acc ? log2_q16(acc) + (int32_t)((uint32_t)exponent << 16) : floor;
@@ -433,6 +464,7 @@ static int32_t mel_row(const work_t *w, int32_t exponent)
 static int32_t run_frame(work_t *w, uint32_t t)
 {
     const uint32_t size = DPU_AUDIO_ARGS.n_fft / 2;
+    COUNT(FRAME, 1);
     const int32_t sh = fill_frame(w, t);
     const int32_t shifts = fft_dif(w->x, size, DPU_AUDIO_ARGS.n_fft);
     const int32_t split = split_real(w->x, size);
@@ -528,6 +560,7 @@ static void clamp_frames(work_t *w, uint32_t f0, uint32_t f1, int32_t clip_max)
     const int32_t low = clip_max - DPU_AUDIO_ARGS.top_db_q16;
     for (uint32_t t = f0; t < f1; t++) {
         read_big(chunk + w->s.out_off + t * row, w->row, row);
+        COUNT(CLAMP_VALUE, DPU_AUDIO_ARGS.n_mels);
         for (uint32_t m = 0; m < DPU_AUDIO_ARGS.n_mels; m++)
             w->row[m] = w->row[m] < low ? low : w->row[m];
         mask_row(w, t);
@@ -564,6 +597,10 @@ static void run_clip(work_t *w, uint32_t i, uint32_t id)
 int main(void)
 {
     const uint32_t id = me();
+#ifdef PIM_AUDIO_COUNT_WORK
+    for (uint32_t u = 0; u < PIM_AUDIO_WORK_UNITS; u++)
+        work_counts[id][u] = 0;
+#endif
     if (id == 0) {
         mem_reset();
         chunk = (uint32_t)DPU_MRAM_HEAP_POINTER + DPU_AUDIO_ARGS.chunk_off;

@@ -47,6 +47,16 @@
 #define PIM_AUDIO_DEBUG_HALT 1            /* the last tasklet calls halt(): a DPU fault */
 #define PIM_AUDIO_DEBUG_BAD_DMA 2         /* tasklet 0 issues a misaligned mram_read: the emulator faults */
 
+/* units of work a test build (-DPIM_AUDIO_COUNT_WORK) counts per tasklet in its __host
+ * work_counts[NR_TASKLETS][PIM_AUDIO_WORK_UNITS] (uint64), in this order: the cost model's
+ * (pimloader/costmodel/audio.py) counts are checked against them */
+enum {
+    PIM_AUDIO_WORK_SAMPLE, PIM_AUDIO_WORK_SCALE, PIM_AUDIO_WORK_PEAK, PIM_AUDIO_WORK_BF2, PIM_AUDIO_WORK_BF4,
+    PIM_AUDIO_WORK_ODD_TERM, PIM_AUDIO_WORK_MUL_Q15, PIM_AUDIO_WORK_SQUARE, PIM_AUDIO_WORK_POWER_BIN,
+    PIM_AUDIO_WORK_MEL_MAC, PIM_AUDIO_WORK_MEL_VALUE, PIM_AUDIO_WORK_MASK_VALUE, PIM_AUDIO_WORK_CLAMP_VALUE,
+    PIM_AUDIO_WORK_FRAME, PIM_AUDIO_WORK_UNITS
+};
+
 typedef struct pim_audio_args {
     uint32_t magic, version;
     uint32_t n_fft, hop;

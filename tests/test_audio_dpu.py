@@ -218,3 +218,19 @@ def test_the_torch_formulation_equals_torchaudio(monkeypatch):
     monkeypatch.setattr(audio_reference, "_torchaudio", lambda: None)
     assert audio_reference.which() == "torch formulation"
     assert np.abs(audio_reference.reference_db(waves, spec) - with_torchaudio).max() < 1e-3
+
+
+@pytest.mark.parametrize("kwargs", [dict(n_fft=400, hop_length=160, n_mels=40, top_db=80.0),
+                                    dict(n_fft=480, hop_length=160, n_mels=64)])
+def test_the_cost_model_counts_the_work_the_kernel_does(kwargs):
+    """costmodel.audio.frame_work walks the kernel's loops: a build that counts each unit as it
+    runs (-DPIM_AUDIO_COUNT_WORK) agrees with it exactly."""
+    from pimloader.costmodel import audio as cost
+    spec = DpuMelSpec(**kwargs)
+    waves = signals(3, 5000, seed=11)
+    with A.DpuMelFeatures(spec, nr_dpus=2, nr_tasklets=4, count_work=True) as mel:
+        mel(waves)
+        counted = mel.work_counts().sum(axis=(0, 1))
+    frames = 3 * spec.frames(5000)
+    expected = cost.frame_work(DpuMelTables.build(spec))
+    assert dict(zip(A.WORK_UNITS, (int(c) for c in counted))) == {u: n * frames for u, n in expected.items()}

@@ -53,6 +53,8 @@ CHUNK_DTYPE = np.dtype([(name, "<u4") for name in (
 SAMPLE_DTYPE = np.dtype([
     ("pcm_off", "<u4"), ("length", "<u4"), ("frames", "<u4"), ("gain", "<i4"), ("out_off", "<u4"),
     ("reserved", "<u4"), ("freq_masks", "<u2", (MAX_MASKS, 2)), ("time_masks", "<u2", (MAX_MASKS, 2))])
+WORK_UNITS = ("sample", "scale", "peak", "bf2", "bf4", "odd_term", "mul_q15", "square", "power_bin", "mel_mac",
+              "mel_value", "mask_value", "clamp_value", "frame")   # pim_audio_dpu.h's PIM_AUDIO_WORK_*
 STATUS_DTYPE = np.dtype([(name, "<u4") for name in ("code", "batch_id", "sample", "detail")])
 
 
@@ -122,7 +124,8 @@ class DpuMelFeatures:
     `with DpuMelFeatures(DpuMelSpec(n_mels=40, top_db=80), nr_dpus=4) as mel: feats = mel(waves)`."""
 
     def __init__(self, spec: Optional[DpuMelSpec] = None, *, nr_dpus: int = 4, nr_tasklets: int = 16,
-                 stack_bytes: int = 1024, profile: str = "", mask_value: float = 0.0) -> None:
+                 stack_bytes: int = 1024, profile: str = "", mask_value: float = 0.0,
+                 count_work: bool = False) -> None:
         self.spec = spec or DpuMelSpec()
         if not 1 <= int(nr_tasklets) <= 24:
             raise ValueError(f"nr_tasklets must be 1..24, got {nr_tasklets}")
@@ -131,9 +134,11 @@ class DpuMelFeatures:
         self._tables_blob, offsets = pack_tables(self.tables)
         self._check_wram(int(stack_bytes))
         self._args = make_args(self.tables, offsets, len(self._tables_blob), self.nr_tasklets, mask_value)
+        defines = {"STACK_SIZE_DEFAULT": int(stack_bytes)}
+        if count_work:  # a test build that counts the cost model's units (work_counts())
+            defines["PIM_AUDIO_COUNT_WORK"] = 1
         self.binary = emulator.compile_kernel(KERNEL_SOURCE, nr_tasklets=self.nr_tasklets,
-                                              include_dirs=KERNEL_INCLUDES,
-                                              defines={"STACK_SIZE_DEFAULT": int(stack_bytes)})
+                                              include_dirs=KERNEL_INCLUDES, defines=defines)
         self._dpus = emulator.DpuSet(int(nr_dpus), profile or "backend=emulator")
         self.nr_dpus = self._dpus.nr_dpus
         self._batch_id = 0
@@ -170,6 +175,14 @@ class DpuMelFeatures:
     def counters(self) -> emulator.Counters:
         """The emulator's DMA and transfer counts since the last batch started."""
         return self._live().counters()
+
+    def work_counts(self) -> np.ndarray:
+        """uint64 [nr_dpus, nr_tasklets, units] of the last launch (WORK_UNITS order), from a
+        `count_work=True` build: what the cost model's counts are checked against."""
+        dpus = self._live()
+        size = self.nr_tasklets * len(WORK_UNITS) * 8
+        return np.stack([dpus.copy_from("work_counts", size, index=d).view(np.uint64)
+                         .reshape(self.nr_tasklets, len(WORK_UNITS)) for d in range(self.nr_dpus)])
 
     def _live(self) -> emulator.DpuSet:
         if self._dpus is None:

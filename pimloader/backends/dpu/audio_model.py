@@ -92,7 +92,8 @@ def windowed_frames(pcm: np.ndarray, tables: DpuMelTables) -> tuple:
 
 def _radix_butterfly(re: list, im: list, radix: int, twiddles: np.ndarray, step: int) -> tuple:
     """y_q = sum_j a_j W_r^(jq): radix 2 and 4 exactly; 3 and 5 with Q15 products, each
-    rounded (W_r^t is twiddles[step * t], step = N / r)."""
+    rounded (W_r^t is twiddles[step * t] = c + i s, step = N / r), in the symmetric form:
+    y_q, y_(r-q) = a_0 + sum_j c S_j +- i sum_j s D_j, S_j = a_j + a_(r-j), D_j = a_j - a_(r-j)."""
     if radix == 2:
         return [re[0] + re[1], re[0] - re[1]], [im[0] + im[1], im[0] - im[1]]
     if radix == 4:  # W_4 = -i
@@ -100,15 +101,20 @@ def _radix_butterfly(re: list, im: list, radix: int, twiddles: np.ndarray, step:
         s13r, s13i, d13r, d13i = re[1] + re[3], im[1] + im[3], re[1] - re[3], im[1] - im[3]
         return ([s02r + s13r, d02r + d13i, s02r - s13r, d02r - d13i],
                 [s02i + s13i, d02i - d13r, s02i - s13i, d02i + d13r])
-    yr = [sum(re)] + [None] * (radix - 1)
-    yi = [sum(im)] + [None] * (radix - 1)
-    for q in range(1, radix):
-        acc_r, acc_i = re[0], im[0]
-        for j in range(1, radix):
+    h = radix // 2
+    sr = [re[j] + re[radix - j] for j in range(1, h + 1)]
+    si = [im[j] + im[radix - j] for j in range(1, h + 1)]
+    dr = [re[j] - re[radix - j] for j in range(1, h + 1)]
+    di = [im[j] - im[radix - j] for j in range(1, h + 1)]
+    yr, yi = [re[0] + sum(sr)] + [None] * (radix - 1), [im[0] + sum(si)] + [None] * (radix - 1)
+    for q in range(1, h + 1):
+        even_r, even_i, odd_r, odd_i = re[0], im[0], 0, 0
+        for j in range(1, h + 1):
             c, s = (int(v) for v in twiddles[step * ((j * q) % radix)])
-            acc_r = acc_r + mul_q15(re[j], c) - mul_q15(im[j], s)
-            acc_i = acc_i + mul_q15(re[j], s) + mul_q15(im[j], c)
-        yr[q], yi[q] = acc_r, acc_i
+            even_r, even_i = even_r + mul_q15(sr[j - 1], c), even_i + mul_q15(si[j - 1], c)
+            odd_r, odd_i = odd_r + mul_q15(dr[j - 1], s), odd_i + mul_q15(di[j - 1], s)
+        yr[q], yi[q] = even_r - odd_i, even_i + odd_r
+        yr[radix - q], yi[radix - q] = even_r + odd_i, even_i - odd_r
     return yr, yi
 
 
