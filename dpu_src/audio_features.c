@@ -487,7 +487,7 @@ static uint32_t check_sample(const pim_audio_sample_t *s)
 {
     const uint32_t row = pim_audio_row_bytes(DPU_AUDIO_ARGS.n_mels);
     if (s->pcm_off % 8 || s->pcm_off < header.samples_off + header.n_samples * (uint32_t)sizeof(*s) ||
-        s->length == 0 || s->length > 0x1000000u || s->pcm_off + pim_audio_round8(2u * s->length) > header.in_bytes)
+        s->length == 0 || s->length > PIM_AUDIO_MAX_LENGTH || s->pcm_off + pim_audio_round8(2u * s->length) > header.in_bytes)
         return 1;
     if (s->frames != expected_frames(s->length) || s->frames == 0 ||
         ((DPU_AUDIO_ARGS.flags & PIM_AUDIO_FLAG_REFLECT) && s->length <= DPU_AUDIO_ARGS.pad))
@@ -511,7 +511,8 @@ static uint32_t load_tables(void)
         product != a->n_fft / 2 || a->n_fft % 2 || a->n_freqs != a->n_fft / 2 + 1 || a->hop == 0 ||
         a->n_mels == 0 || a->n_mels > 512 || a->mel_q > 30 || a->tables_bytes % 8 || a->chunk_off < a->tables_bytes ||
         a->chunk_off % 8 || a->power_bits < 8 || a->power_bits > 40 || header.magic != PIM_AUDIO_MAGIC || header.samples_off % 8 || header.out_off % 8 ||
-        header.out_off < header.in_bytes || header.out_bytes < sizeof(status))
+        header.out_off < header.in_bytes || header.out_bytes < sizeof(status) ||
+        (uint64_t)a->chunk_off + header.out_off + header.out_bytes > PIM_AUDIO_MRAM_BUDGET)
         return PIM_AUDIO_ERR_HEADER;
     if (a->nr_tasklets != NR_TASKLETS)
         return PIM_AUDIO_ERR_BUILD;
@@ -537,12 +538,11 @@ static uint32_t load_tables(void)
 
 /* ---- the launch ---------------------------------------------------------------------- */
 
-/* Clip i's frames [f0, f1) (this tasklet's run); returns their largest dB. */
-static int32_t run_frames(work_t *w, uint32_t i, uint32_t f0, uint32_t f1, int masks_now)
+/* The clip's frames [f0, f1) (this tasklet's run); returns their largest dB. */
+static int32_t run_frames(work_t *w, uint32_t f0, uint32_t f1, int masks_now)
 {
     const uint32_t row = pim_audio_row_bytes(DPU_AUDIO_ARGS.n_mels);
     int32_t best = INT32_MIN;
-    (void)i;
     for (uint32_t t = f0; t < f1; t++) {
         const int32_t m = run_frame(w, t);
         best = m > best ? m : best;
@@ -580,7 +580,7 @@ static void run_clip(work_t *w, uint32_t i, uint32_t id)
         w->cache_lo = w->cache_hi = w->last = 0;
         f0 = w->s.frames * id / NR_TASKLETS;
         f1 = w->s.frames * (id + 1) / NR_TASKLETS;
-        tasklet_max[id] = run_frames(w, i, f0, f1, !top_db);
+        tasklet_max[id] = run_frames(w, f0, f1, !top_db);
     }
     if (!top_db)
         return;
@@ -606,7 +606,7 @@ int main(void)
         chunk = (uint32_t)DPU_MRAM_HEAP_POINTER + DPU_AUDIO_ARGS.chunk_off;
         status.code = PIM_AUDIO_STATUS_OK;
         status.sample = status.detail = 0;
-        if (DPU_AUDIO_ARGS.chunk_off % 8 || DPU_AUDIO_ARGS.chunk_off > (48u << 20)) {
+        if (DPU_AUDIO_ARGS.chunk_off % 8 || (uint64_t)DPU_AUDIO_ARGS.chunk_off + sizeof(header) > PIM_AUDIO_MRAM_BUDGET) {
             status.code = PIM_AUDIO_ERR_HEADER;
         } else {
             mram_read((__mram_ptr void const *)chunk, &header, sizeof(header));
@@ -642,8 +642,8 @@ int main(void)
     for (uint32_t i = 0; i < n; i++)
         run_clip(&w, i, id);
     barrier_wait(&phase_barrier);
-    if (id == 0 && DPU_AUDIO_ARGS.chunk_off % 8 == 0 && DPU_AUDIO_ARGS.chunk_off <= (48u << 20) &&
-        header.out_off % 8 == 0 && header.out_off <= (12u << 20))
+    if (id == 0 && DPU_AUDIO_ARGS.chunk_off % 8 == 0 && header.out_off % 8 == 0 &&
+        (uint64_t)DPU_AUDIO_ARGS.chunk_off + header.out_off + sizeof(status) <= PIM_AUDIO_MRAM_BUDGET)
         mram_write(&status, (__mram_ptr void *)(chunk + header.out_off), sizeof(status));
     return 0;
 }

@@ -33,6 +33,8 @@
 #define PIM_AUDIO_CACHE_BYTES 256         /* a tasklet's window onto a clip's PCM */
 #define PIM_AUDIO_WRAM_BYTES 65536
 #define PIM_AUDIO_WRAM_RESERVE 2048       /* the kernel's and the runtime's globals (assumed) */
+#define PIM_AUDIO_MRAM_BUDGET 66060288u   /* MRAM bytes the tables and a chunk may use: 63 MB of 64 */
+#define PIM_AUDIO_MAX_LENGTH (1u << 24)   /* samples of one clip (17 min at 16 kHz) */
 #define PIM_AUDIO_LOG2_ENTRIES 257
 #define PIM_AUDIO_FLAG_REFLECT 1u         /* reflect padding (else zeros) */
 #define PIM_AUDIO_NO_TOP_DB (-1)

@@ -174,6 +174,10 @@ def test_arguments_are_checked_before_any_dpu_work(mel40):
         mel40(signals(2), freq_masks=np.zeros((3, 1, 2)))
     with pytest.raises(ValueError, match="sample 1 has non-finite"):
         mel40(np.stack([np.zeros(RATE), np.full(RATE, np.nan)]))
+    with pytest.raises(ValueError, match=r"4 clips need \d+ B of MRAM per DPU on 3 DPUs: use more DPUs"):
+        mel40.run_pcm(np.zeros((4, 12_000_000), np.int16))           # 24 MB of PCM each, 2 on one DPU
+    with pytest.raises(ValueError, match=r"sample 0: length 16777217 .* at most 16777216 samples"):
+        mel40.run_pcm(np.zeros((1, (1 << 24) + 1), np.int16))
     with pytest.raises(ValueError, match=r"need \d+ B of WRAM .* use fewer tasklets"):
         A.DpuMelFeatures(DpuMelSpec(n_fft=2048, n_mels=128), nr_dpus=1, nr_tasklets=16)
 

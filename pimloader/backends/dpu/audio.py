@@ -34,8 +34,8 @@ KERNEL_INCLUDES = (os.path.join(_REPO, "include"),)
 MAGIC, VERSION, STATUS_OK = 0x50494D41, 1, 0x600D600D
 FLAG_REFLECT = 1
 WRAM_BYTES, WRAM_RESERVE, CACHE_BYTES = 65536, 2048, 256
-MRAM_BUDGET = 63 << 20
-CHUNK_LIMIT = 48 << 20          # the kernel refuses a chunk offset beyond this
+MRAM_BUDGET = 63 << 20          # PIM_AUDIO_MRAM_BUDGET
+MAX_LENGTH = 1 << 24            # PIM_AUDIO_MAX_LENGTH
 DEBUG_HALT, DEBUG_BAD_DMA = 1, 2
 ERRORS = {1: "inconsistent arguments or chunk header", 2: "kernel built for another NR_TASKLETS",
           3: "a table entry out of range", 4: "invalid clip descriptor"}
@@ -215,8 +215,9 @@ class DpuMelFeatures:
         gains = np.zeros(n, np.int32) if gains is None else np.asarray(gains, np.int32).reshape(n)
         lengths = np.full(n, pcm.shape[1]) if lengths is None else np.asarray(lengths, np.int64).reshape(n)
         for i in range(n):
-            if not 0 <= lengths[i] <= pcm.shape[1]:
-                raise ValueError(f"DPU log-mel: sample {i}: length {lengths[i]} outside 0..{pcm.shape[1]}")
+            if not 0 <= lengths[i] <= min(pcm.shape[1], MAX_LENGTH):
+                raise ValueError(f"DPU log-mel: sample {i}: length {lengths[i]} outside 0..{pcm.shape[1]}"
+                                 + (f" (the kernel takes at most {MAX_LENGTH} samples)" if lengths[i] > MAX_LENGTH else ""))
             if not -16 <= gains[i] <= 15:
                 raise ValueError(f"DPU log-mel: sample {i}: gain {gains[i]} outside -16..15")
             self.spec.check_length(int(lengths[i]), i)
@@ -237,7 +238,7 @@ class DpuMelFeatures:
         out_off = round8(max(in_bytes))
         out_bytes = [STATUS_DTYPE.itemsize + row * int(frames[a:b].sum()) for a, b in runs]
         out_len = round8(max(out_bytes))
-        if len(self._tables_blob) + out_off + out_len > MRAM_BUDGET or out_off > (12 << 20):
+        if len(self._tables_blob) + out_off + out_len > MRAM_BUDGET:
             raise ValueError(f"DPU log-mel: {len(pcm)} clips need {out_off + out_len} B of MRAM per DPU on "
                              f"{self.nr_dpus} DPUs: use more DPUs or smaller batches")
         chunks = []
