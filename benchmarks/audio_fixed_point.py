@@ -74,23 +74,28 @@ def resample(x: np.ndarray, rate: int) -> np.ndarray:
         return np.interp(t, np.arange(len(x)), x)
 
 
-def spoken_words(count: int, rng: np.random.Generator) -> list:
-    """`count` words from espeak-ng at random voices, speeds, pitches and levels ([] without it)."""
+def spoken_word_waveform(word: str, voice: str, speed: int, pitch: int):
+    """(float PCM, sample rate) of `word` spoken by espeak-ng, or None without espeak-ng."""
     if shutil.which("espeak-ng") is None:
-        return []
-    clips = []
+        return None
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "word.wav")
-        for k in range(count):
-            word, voice = WORDS[k % len(WORDS)], VOICES[rng.integers(len(VOICES))]
-            subprocess.run(["espeak-ng", "-v", voice, "-s", str(int(rng.integers(110, 200))),
-                            "-p", str(int(rng.integers(20, 80))), "-w", path, word], check=True)
-            with wave.open(path) as f:
-                pcm = np.frombuffer(f.readframes(f.getnframes()), np.int16) / 32768.0
-                rate = f.getframerate()
-            x = fit_one_second(resample(pcm, rate))
-            level = 10 ** (rng.uniform(-30, 0) / 20)
-            clips.append(x / max(np.abs(x).max(), 1e-9) * 0.99 * level)
+        subprocess.run(["espeak-ng", "-v", voice, "-s", str(speed), "-p", str(pitch), "-w", path, word], check=True)
+        with wave.open(path) as f:
+            return np.frombuffer(f.readframes(f.getnframes()), np.int16) / 32768.0, f.getframerate()
+
+
+def spoken_words(count: int, rng: np.random.Generator) -> list:
+    """`count` words from espeak-ng at random voices, speeds, pitches and levels ([] without it)."""
+    clips = []
+    for k in range(count):
+        word, voice = WORDS[k % len(WORDS)], VOICES[rng.integers(len(VOICES))]
+        spoken = spoken_word_waveform(word, voice, int(rng.integers(110, 200)), int(rng.integers(20, 80)))
+        if spoken is None:
+            return []
+        x = fit_one_second(resample(*spoken))
+        level = 10 ** (rng.uniform(-30, 0) / 20)
+        clips.append(x / max(np.abs(x).max(), 1e-9) * 0.99 * level)
     return clips
 
 
