@@ -9,7 +9,8 @@ DPUs in contiguous runs of about equal frame counts; each DPU's chunk (header, d
 PCM; include/pim_audio_dpu.h) goes out with dpu_prepare_xfer + one dpu_push_xfer, the
 kernel runs, and one dpu_push_xfer(FROM_DPU) gathers every DPU's status and dB rows. Only
 libdpu calls are used (dpu_alloc, dpu_load, dpu_broadcast_to, dpu_prepare_xfer,
-dpu_push_xfer, dpu_launch, dpu_status, dpu_free), through `emulator.DpuSet`.
+dpu_push_xfer, dpu_launch, dpu_copy_from for the test build's counts, dpu_free), through
+`emulator.DpuSet`; a fault is pinned on its DPU by the emulator's fault message.
 
 Errors name the DPU and the clip (its index in the batch): kernel-detected ones as
 `DpuKernelError`, faults as `DpuFaultError`, bad arguments as `ValueError` before any DPU

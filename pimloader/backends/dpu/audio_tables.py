@@ -249,11 +249,14 @@ def quantize_waveforms(waveforms: np.ndarray) -> tuple:
     gains = np.zeros(len(waves), np.int32)
     pcm = np.zeros(waves.shape, np.int16)
     for i, x in enumerate(waves):
-        g = 15
-        while g > -16 and not _fits_int16(x, g):
+        peak = float(np.abs(x).max(initial=0.0))
+        g = 0 if peak == 0 else int(np.clip(math.floor(math.log2(32767.0 / peak)) - 15, -16, 15))
+        while g > -16 and not _fits_int16(x, g):      # the estimate, corrected by the rounding
             g -= 1
-        gains[i] = g if np.any(x) else 0
-        pcm[i] = np.round(x * 2.0 ** (15 + gains[i])).astype(np.int16)
+        while g < 15 and peak > 0 and _fits_int16(x, g + 1):
+            g += 1
+        gains[i] = g
+        pcm[i] = np.round(x * 2.0 ** (15 + g)).astype(np.int16)
     return pcm, gains
 
 
