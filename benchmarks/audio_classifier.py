@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from benchmarks.audio_fixed_point import RATE, resample, spoken_word_waveform
-from pimloader.backends.dpu import audio_reference
+from benchmarks import audio_reference
 from pimloader.backends.dpu.audio import DpuMelFeatures
 from pimloader.backends.dpu.audio_tables import DpuMelSpec
 

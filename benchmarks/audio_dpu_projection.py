@@ -22,7 +22,7 @@ import time
 import numpy as np
 import torch
 
-from pimloader.backends.dpu import audio_reference
+from benchmarks import audio_reference
 from pimloader.backends.dpu.audio import DpuMelFeatures
 from pimloader.backends.dpu.audio_tables import DpuMelSpec, DpuMelTables
 from pimloader.costmodel import audio as cost

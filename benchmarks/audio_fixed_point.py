@@ -28,7 +28,7 @@ import wave
 
 import numpy as np
 
-from pimloader.backends.dpu import audio_reference
+from benchmarks import audio_reference
 from pimloader.backends.dpu.audio import DpuMelFeatures
 from pimloader.backends.dpu.audio_tables import DpuMelSpec, quantize_waveforms
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from pimloader.backends.dpu import audio as A
-from pimloader.backends.dpu import audio_reference
+from benchmarks import audio_reference
 from pimloader.backends.dpu.audio_model import model_features
 from pimloader.backends.dpu.audio_tables import (DpuMelSpec, DpuMelTables, pack_masks, quantize_waveforms)
 from pimloader.errors import DpuFaultError, DpuKernelError

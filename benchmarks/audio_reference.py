@@ -1,4 +1,5 @@
-"""The float reference the DPU log-mel path is measured against: torchaudio's
+"""The float reference the DPU log-mel path is measured against (tests and benchmarks; not
+part of the package, which does not depend on torchaudio): torchaudio's
 `MelSpectrogram` + `AmplitudeToDB` when torchaudio imports (`pip install --no-deps
 torchaudio` beside torch), else the same maths written in torch (torch.stft, the filter bank
 of `audio_tables.mel_filter_bank`, torchaudio's amplitude_to_DB formula). `which` says which
@@ -11,7 +12,7 @@ import math
 import numpy as np
 import torch
 
-from .audio_tables import DpuMelSpec, mel_filter_bank
+from pimloader.backends.dpu.audio_tables import DpuMelSpec, mel_filter_bank
 
 
 def _torchaudio():
