@@ -12,7 +12,7 @@ import math
 import numpy as np
 import torch
 
-from pimloader.backends.dpu.audio_tables import DpuMelSpec, mel_filter_bank
+from pimloader.backends.dpu.audio_tables import DpuMelSpec, mel_filter_bank  # torchaudio's, in pimloader
 
 
 def _torchaudio():

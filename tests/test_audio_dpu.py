@@ -12,6 +12,7 @@ import re
 
 import numpy as np
 import pytest
+import torch
 
 from pimloader.backends.dpu import audio as A
 from benchmarks import audio_reference
@@ -238,3 +239,27 @@ def test_the_cost_model_counts_the_work_the_kernel_does(kwargs):
     frames = 3 * spec.frames(5000)
     expected = cost.frame_work(DpuMelTables.build(spec))
     assert dict(zip(A.WORK_UNITS, (int(c) for c in counted))) == {u: n * frames for u, n in expected.items()}
+
+
+def test_a_torchaudio_chain_runs_on_the_dpu_as_on_the_cpu_backend():
+    """FeatureSpec.from_transforms (the CPU kernel's description of the work) drives the DPU
+    kernel too; with the same drawn masks both backends agree within the DPU's tolerance."""
+    from pimloader import transforms as T
+    from pimloader.backends.audio_features import FeatureSpec, cpu_features, draw_masks
+    chain = [T.MelSpectrogram(RATE, n_fft=400, hop_length=160, n_mels=40), T.AmplitudeToDB(top_db=80),
+             T.FrequencyMasking(8), T.TimeMasking(20)]
+    spec = FeatureSpec.from_transforms(chain, mask_value=-7.5)
+    waves = signals(4, seed=12)
+    generator = torch.Generator().manual_seed(0)
+    drawn = [draw_masks(spec, RATE, generator=generator) for _ in range(len(waves))]
+    freq, time = np.stack([f for f, _ in drawn]), np.stack([t for _, t in drawn])
+    cpu = cpu_features(waves.astype(np.float32), spec, freq, time)
+    with A.DpuMelFeatures(spec, nr_dpus=2, nr_tasklets=16) as mel:
+        assert mel.spec == DpuMelSpec(n_fft=400, hop_length=160, n_mels=40, top_db=80.0)
+        dpu = mel(waves, freq_masks=freq, time_masks=time)
+    assert (dpu == -7.5).sum() == (cpu == -7.5).sum() > 0
+    assert_within_tolerance(dpu, cpu)
+    with pytest.raises(ValueError, match="does not compute MFCC, features not in dB"):
+        A.DpuMelFeatures(FeatureSpec(n_mfcc=13, n_mels=40), nr_dpus=1)
+    with pytest.raises(ValueError, match="does not compute window='hamming'"):
+        DpuMelSpec.from_feature_spec(FeatureSpec(window="hamming", to_db=True))

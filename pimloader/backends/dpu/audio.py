@@ -124,9 +124,15 @@ class DpuMelFeatures:
     """Log-mel dB features of int16 clips on (emulated) DPUs:
     `with DpuMelFeatures(DpuMelSpec(n_mels=40, top_db=80), nr_dpus=4) as mel: feats = mel(waves)`."""
 
-    def __init__(self, spec: Optional[DpuMelSpec] = None, *, nr_dpus: int = 4, nr_tasklets: int = 16,
-                 stack_bytes: int = 1024, profile: str = "", mask_value: float = 0.0,
+    def __init__(self, spec=None, *, nr_dpus: int = 4, nr_tasklets: int = 16,
+                 stack_bytes: int = 1024, profile: str = "", mask_value: Optional[float] = None,
                  count_work: bool = False) -> None:
+        """`spec`: a DpuMelSpec, or a FeatureSpec (backends/audio_spec.py; its mask_value is
+        the default of `mask_value`)."""
+        if spec is not None and not isinstance(spec, DpuMelSpec):
+            mask_value = spec.mask_value if mask_value is None else mask_value
+            spec = DpuMelSpec.from_feature_spec(spec)
+        mask_value = 0.0 if mask_value is None else mask_value
         self.spec = spec or DpuMelSpec()
         if not 1 <= int(nr_tasklets) <= 24:
             raise ValueError(f"nr_tasklets must be 1..24, got {nr_tasklets}")

@@ -24,10 +24,13 @@ This module imports no torch or torchaudio: the float reference lives in the tes
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
+
+from pimloader.transforms._spectral import melscale_fbanks
 
 RADICES = (4, 2, 3, 5)        # the butterflies the kernel has, largest power-of-two first
 MAX_STAGES = 12
@@ -37,38 +40,14 @@ DB_PER_LOG2 = 10.0 * math.log10(2.0)   # 3.0103: dB = DB_PER_LOG2 * log2(power)
 DB_PER_LOG2_FRAC_Q16 = 675    # round((DB_PER_LOG2 - 3) * 2^16): dB = 3 L + (L * 675 >> 16)
 
 
-def _hz_to_mel(f: np.ndarray, scale: str) -> np.ndarray:
-    if scale == "htk":
-        return 2595.0 * np.log10(1.0 + f / 700.0)
-    f = np.asarray(f, np.float64)
-    mel = f / (200.0 / 3)
-    log = f >= 1000.0
-    return np.where(log, 15.0 + np.log(np.maximum(f, 1e-30) / 1000.0) / (math.log(6.4) / 27.0), mel)
-
-
-def _mel_to_hz(m: np.ndarray, scale: str) -> np.ndarray:
-    if scale == "htk":
-        return 700.0 * (10.0 ** (m / 2595.0) - 1.0)
-    hz = (200.0 / 3) * m
-    log = m >= 15.0
-    return np.where(log, 1000.0 * np.exp((math.log(6.4) / 27.0) * (m - 15.0)), hz)
-
-
 def mel_filter_bank(n_freqs: int, f_min: float, f_max: float, n_mels: int, sample_rate: int,
                     norm: Optional[str], mel_scale: str) -> np.ndarray:
-    """torchaudio.functional.melscale_fbanks in float64: [n_freqs, n_mels]."""
-    all_freqs = np.linspace(0, sample_rate // 2, n_freqs)
-    m_pts = np.linspace(_hz_to_mel(np.float64(f_min), mel_scale), _hz_to_mel(np.float64(f_max), mel_scale),
-                        n_mels + 2)
-    f_pts = _mel_to_hz(m_pts, mel_scale)
-    f_diff = f_pts[1:] - f_pts[:-1]
-    slopes = f_pts[None, :] - all_freqs[:, None]
-    down = -slopes[:, :-2] / f_diff[:-1]
-    up = slopes[:, 2:] / f_diff[1:]
-    fb = np.maximum(0.0, np.minimum(down, up))
-    if norm == "slaney":
-        fb *= 2.0 / (f_pts[2:n_mels + 2] - f_pts[:n_mels])
-    return fb
+    """torchaudio's melscale_fbanks (pimloader.transforms' namesake, the CPU kernel's too) as
+    float64 [n_freqs, n_mels]."""
+    with warnings.catch_warnings():   # all-zero filters are allowed: they give the amin floor
+        warnings.simplefilter("ignore", UserWarning)
+        fb = melscale_fbanks(n_freqs, f_min, f_max, n_mels, sample_rate, norm, mel_scale)
+    return fb.double().numpy()
 
 
 @dataclass(frozen=True)
@@ -121,6 +100,26 @@ class DpuMelSpec:
             raise ValueError(f"DPU log-mel: amin={self.amin} and ref_value={self.ref_value} must be > 0")
         if self.top_db is not None and not 0 <= self.top_db < 30000:
             raise ValueError(f"DPU log-mel: top_db={self.top_db} must be None or >= 0")
+
+    @classmethod
+    def from_feature_spec(cls, spec) -> "DpuMelSpec":
+        """The DPU kernel's spec of a `pimloader.backends.audio_spec.FeatureSpec` (what
+        `FeatureSpec.from_transforms` reads off a torchaudio chain), or a ValueError naming what
+        the kernel does not compute."""
+        refused = [what for what, bad in (
+            ("pad", spec.pad != 0), (f"window={spec.window!r}", spec.window != "hann"),
+            (f"normalized={spec.normalized!r}", spec.normalized is not False),
+            ("no mel filter bank (n_mels=None)", spec.n_mels is None), ("MFCC", spec.n_mfcc is not None),
+            ("features not in dB (no AmplitudeToDB)", not spec.to_db),
+            (f"AmplitudeToDB multiplier {spec.multiplier}", spec.multiplier != 10.0),
+            (f"normalize={spec.normalize!r} (the host's step)", spec.normalize is not None)) if bad]
+        if refused:
+            raise ValueError("DPU log-mel: the kernel does not compute " + ", ".join(refused))
+        return cls(sample_rate=spec.sample_rate, n_fft=spec.n_fft, win_length=spec.win_length,
+                   hop_length=spec.hop_length, f_min=spec.f_min, f_max=spec.f_max, n_mels=spec.n_mels,
+                   power=spec.power, center=spec.center, pad_mode=spec.pad_mode, norm=spec.norm,
+                   mel_scale=spec.mel_scale, top_db=spec.top_db, amin=spec.amin,
+                   ref_value=10.0 ** spec.db_multiplier)
 
     @property
     def n_freqs(self) -> int:
