@@ -8,8 +8,9 @@ import shutil
 
 import pytest
 
-from benchmarks import (decode_projection, dpu_projection, imagenet_pipeline, instruction_counts,
-                        kernel_speed, loader_overhead, sample_cache)
+from benchmarks import (audio_dpu_projection, audio_fixed_point, decode_projection, dpu_projection,
+                        imagenet_pipeline, instruction_counts, kernel_speed, loader_overhead,
+                        sample_cache)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -72,3 +73,21 @@ def test_instruction_counts_quick(tmp_path):
     for entry in results["pipelines"]:  # the model, with the counted units, reproduces the count
         assert entry["per_image_model"]["nominal"] == pytest.approx(entry["per_image_counted"]["nominal"], rel=0.15)
     assert all(size["instructions"] < saved["iram_instructions"] for size in saved["static_size"].values())
+
+
+def test_audio_fixed_point_quick(tmp_path):
+    out = tmp_path / "audio.json"
+    audio_fixed_point.main(["--quick", "--out", str(out)])
+    results = json.loads(out.read_text())["results"]
+    kinds = next(iter(results.values()))
+    assert {"white noise", "chirp"} <= set(kinds)
+    assert all(0 <= row["all"]["mean"] <= row["all"]["max"] for row in kinds.values())
+
+
+def test_audio_dpu_projection_quick(tmp_path):
+    out = tmp_path / "audio_projection.json"
+    audio_dpu_projection.main(["--quick", "--out", str(out)])
+    rows = next(iter(json.loads(out.read_text())["results"].values()))["projections"]
+    assert {row["case"] for row in rows} == {"best", "nominal", "worst"}
+    assert all(row["clips_per_s"] > 0 for row in rows)
+
