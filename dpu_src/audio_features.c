@@ -487,7 +487,8 @@ static uint32_t check_sample(const pim_audio_sample_t *s)
 {
     const uint32_t row = pim_audio_row_bytes(DPU_AUDIO_ARGS.n_mels);
     if (s->pcm_off % 8 || s->pcm_off < header.samples_off + header.n_samples * (uint32_t)sizeof(*s) ||
-        s->length == 0 || s->length > PIM_AUDIO_MAX_LENGTH || s->pcm_off + pim_audio_round8(2u * s->length) > header.in_bytes)
+        s->length == 0 || s->length > PIM_AUDIO_MAX_LENGTH ||
+        s->pcm_off + pim_audio_round8(2u * s->length) > header.in_bytes)
         return 1;
     if (s->frames != expected_frames(s->length) || s->frames == 0 ||
         ((DPU_AUDIO_ARGS.flags & PIM_AUDIO_FLAG_REFLECT) && s->length <= DPU_AUDIO_ARGS.pad))
@@ -500,6 +501,18 @@ static uint32_t check_sample(const pim_audio_sample_t *s)
     return 0;
 }
 
+/* Whether every table lies inside the tables block, aligned for its type. */
+static int tables_fit(const pim_audio_args_t *a)
+{
+    const uint64_t size = a->tables_bytes;
+    return a->window_off % 2 == 0 && a->window_off + 2ull * a->n_fft <= size && a->twiddle_off % 2 == 0 &&
+           a->twiddle_off + 4ull * a->n_fft <= size && a->bin_pos_off % 2 == 0 &&
+           a->bin_pos_off + 2ull * a->n_freqs <= size && a->mel_ranges_off % 2 == 0 &&
+           a->mel_ranges_off + 4ull * a->n_mels <= size && a->mel_weights_off % 2 == 0 &&
+           a->mel_weights_off + 2ull * a->n_weights <= size && a->log2_off % 4 == 0 &&
+           a->log2_off + 4ull * PIM_AUDIO_LOG2_ENTRIES <= size;
+}
+
 /* Tasklet 0: the args, the chunk header, then the tables into WRAM; 0 when all hold. */
 static uint32_t load_tables(void)
 {
@@ -509,8 +522,9 @@ static uint32_t load_tables(void)
         product *= a->radices[st] >= 2 && a->radices[st] <= 5 ? a->radices[st] : 0;
     if (a->magic != PIM_AUDIO_MAGIC || a->version != PIM_AUDIO_VERSION || a->n_stages > PIM_AUDIO_MAX_STAGES ||
         product != a->n_fft / 2 || a->n_fft % 2 || a->n_freqs != a->n_fft / 2 + 1 || a->hop == 0 ||
-        a->n_mels == 0 || a->n_mels > 512 || a->mel_q > 30 || a->tables_bytes % 8 || a->chunk_off < a->tables_bytes ||
-        a->chunk_off % 8 || a->power_bits < 8 || a->power_bits > 40 || header.magic != PIM_AUDIO_MAGIC || header.samples_off % 8 || header.out_off % 8 ||
+        a->n_mels == 0 || a->n_mels > 512 || a->mel_q > 30 || a->tables_bytes % 8 ||
+        a->chunk_off < a->tables_bytes || a->chunk_off % 8 || a->power_bits < 8 || a->power_bits > 40 ||
+        !tables_fit(a) || header.magic != PIM_AUDIO_MAGIC || header.samples_off % 8 || header.out_off % 8 ||
         header.out_off < header.in_bytes || header.out_bytes < sizeof(status) ||
         (uint64_t)a->chunk_off + header.out_off + header.out_bytes > PIM_AUDIO_MRAM_BUDGET)
         return PIM_AUDIO_ERR_HEADER;
@@ -606,7 +620,8 @@ int main(void)
         chunk = (uint32_t)DPU_MRAM_HEAP_POINTER + DPU_AUDIO_ARGS.chunk_off;
         status.code = PIM_AUDIO_STATUS_OK;
         status.sample = status.detail = 0;
-        if (DPU_AUDIO_ARGS.chunk_off % 8 || (uint64_t)DPU_AUDIO_ARGS.chunk_off + sizeof(header) > PIM_AUDIO_MRAM_BUDGET) {
+        if (DPU_AUDIO_ARGS.chunk_off % 8 ||
+            (uint64_t)DPU_AUDIO_ARGS.chunk_off + sizeof(header) > PIM_AUDIO_MRAM_BUDGET) {
             status.code = PIM_AUDIO_ERR_HEADER;
         } else {
             mram_read((__mram_ptr void const *)chunk, &header, sizeof(header));

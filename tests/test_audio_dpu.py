@@ -263,3 +263,15 @@ def test_a_torchaudio_chain_runs_on_the_dpu_as_on_the_cpu_backend():
         A.DpuMelFeatures(FeatureSpec(n_mfcc=13, n_mels=40), nr_dpus=1)
     with pytest.raises(ValueError, match="does not compute window='hamming'"):
         DpuMelSpec.from_feature_spec(FeatureSpec(window="hamming", to_db=True))
+
+
+def test_the_kernel_refuses_tables_outside_their_block():
+    spec = DpuMelSpec(n_fft=256, hop_length=128, n_mels=16)
+    with A.DpuMelFeatures(spec, nr_dpus=2, nr_tasklets=3) as mel:
+        good = mel._args.copy()
+        mel._args["log2_off"] = mel._args["tables_bytes"]           # the log table past the block's end
+        with pytest.raises(DpuKernelError, match=r"DPU 0 \(clips 0..0\) refused its chunk: inconsistent arguments"):
+            mel(signals(2, 2000))
+        mel._args, mel._needs_load = good, True
+        pcm, gains = quantize_waveforms(signals(2, 2000))
+        assert_bit_exact(mel.run_pcm(pcm, gains), model_of(spec, pcm, gains))
