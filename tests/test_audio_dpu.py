@@ -215,7 +215,8 @@ def test_clips_are_spread_over_dpus_by_frames():
 
 def test_the_torch_formulation_equals_torchaudio(monkeypatch):
     """The reference's fallback (no torchaudio) computes what torchaudio does."""
-    pytest.importorskip("torchaudio")
+    if audio_reference.which() != "torchaudio":
+        pytest.skip("torchaudio does not import here")
     spec = DpuMelSpec(n_fft=480, win_length=400, hop_length=160, n_mels=40, norm="slaney", mel_scale="slaney",
                       top_db=80.0)
     waves = signals(3, 8000, seed=9).astype(np.float32)
