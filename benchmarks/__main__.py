@@ -10,7 +10,7 @@
                                     # + 1-1.5 minutes for peers, 6 at load 14; + 1-5 minutes
                                     # for audio_fixed_point, the DPU log-mel kernel's dB
                                     # errors, and about 20 s for audio_dpu_projection: PROJECTED)
-    python -m benchmarks --quick    # smoke run, under a minute
+    python -m benchmarks --quick    # smoke run, about 2 minutes (measured at load 4-5)
 """
 from __future__ import annotations
 
