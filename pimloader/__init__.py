@@ -4,10 +4,10 @@ from torch.utils.data import get_worker_info
 from . import datasets, transforms
 from .decode import DecodeError, DecompressionBombError
 from .errors import (DpuBackendError, DpuFaultError, DpuKernelError, LoaderTimeoutError,
-                     WorkerDiedError)
+                     SharedPrepError, WorkerDiedError)
 from .loader import EpochStats, PIMDataLoader
 
 __all__ = ["PIMDataLoader", "EpochStats", "get_worker_info", "datasets", "transforms",
-           "DecodeError", "DecompressionBombError", "WorkerDiedError", "LoaderTimeoutError",
+           "DecodeError", "DecompressionBombError", "WorkerDiedError", "LoaderTimeoutError", "SharedPrepError",
            "DpuBackendError", "DpuFaultError", "DpuKernelError"]
 __version__ = "0.1.0"

@@ -3,6 +3,7 @@
 Exceptions users catch (all exported from `pimloader`):
 - `WorkerDiedError`: a worker process ended while the loader still needed it;
 - `LoaderTimeoutError`: no batch within the loader's `timeout`;
+- `SharedPrepError`: a job sharing batches (`share_with=`) lost the job that prepares them;
 - `DecodeError` (a ValueError, from pimloader.decode): a sample that cannot be decoded,
   naming it and the cause; its `DecompressionBombError`: an image whose header promises
   more than twice `pimloader.decode.MAX_IMAGE_PIXELS` pixels, refused before decoding; its `DecompressionBombError` (also Pillow's): an image whose
@@ -63,6 +64,11 @@ class WorkerDiedError(RuntimeError):
 
 class LoaderTimeoutError(RuntimeError):
     """No batch arrived within the loader's `timeout`."""
+
+
+class SharedPrepError(RuntimeError):
+    """A job of a coordinated-prep group (`share_with=`) gets no more batches: the job that
+    prepares them died or closed the group."""
 
 
 class DpuBackendError(RuntimeError):

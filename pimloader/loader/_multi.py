@@ -226,7 +226,7 @@ class MultiProcessIter(_BaseDataLoaderIter):
 
     def _deliver(self, produced: Produced):
         pin_device = self._pin_memory_device if self._pin_memory else None
-        return deliver(produced, self._pool, self._stats, pin_device)
+        return deliver(produced, self._pool, self._stats, pin_device, self._state.publish)
 
     def _discard(self, data) -> None:
         if isinstance(data, Produced) and isinstance(data.data, SlotBatch):

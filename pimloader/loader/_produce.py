@@ -117,14 +117,19 @@ def make_producer(context: ProducerContext, pipeline=None):
     return producer
 
 
-def deliver(produced: Produced, pool, stats, pin_device: str | None):
+def deliver(produced: Produced, pool, stats, pin_device: str | None, publish=None):
     """What the user gets for a produced batch: views lent from its slot, or the collated
-    data (pinned by copy when pinning is on); the batch is counted in `stats`."""
+    data (pinned by copy when pinning is on); the batch is counted in `stats`.
+    `publish(produced, pool, batch)`, if given, hands it on to the jobs of a coordinated-
+    prep group (_coordinated.py)."""
     start = time.perf_counter()
     shared = isinstance(produced.data, SlotBatch)
     stats.add_batch(produced, shared)
     try:
-        return _handed_over(produced.data, shared, pool, pin_device)
+        batch = _handed_over(produced.data, shared, pool, pin_device)
+        if publish is not None:
+            publish(produced, pool, batch)
+        return batch
     finally:
         stats.deliver_s += time.perf_counter() - start
 

@@ -25,6 +25,7 @@ class SingleProcessIter(_BaseDataLoaderIter):
             torch.utils.data.graph_settings.apply_sharding(
                 self._dataset, self._world_size, self._rank)
         self._pool, writer = state.local_slots(self._pin_memory)
+        self._publish = state.publish
         self._producer = make_producer(ProducerContext(
             self._dataset, self._dataset_kind == _DatasetKind.Iterable, self._auto_collation,
             self._collate_fn, self._drop_last, writer, state.backends), loader._pipeline)
@@ -61,4 +62,4 @@ class SingleProcessIter(_BaseDataLoaderIter):
 
     def _deliver(self, produced: Produced):
         pin_device = self._pin_memory_device if self._pin_memory else None
-        return deliver(produced, self._pool, self._stats, pin_device)
+        return deliver(produced, self._pool, self._stats, pin_device, self._publish)

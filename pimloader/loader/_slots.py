@@ -226,9 +226,14 @@ class SlotPool:
     """The main process's side: every known slot, the flags, and lending slots out."""
 
     def __init__(self, num_producers: int, shared: bool,
-                 register: Callable[[torch.Tensor], None] | None = None) -> None:
-        flags = torch.zeros(num_producers, MAX_SLOTS_PER_PRODUCER, dtype=torch.uint8)
-        self.flags = flags.share_memory_() if shared else flags
+                 register: Callable[[torch.Tensor], None] | None = None,
+                 flags: torch.Tensor | None = None) -> None:
+        """`flags`: given flags (num_producers rows) instead of new ones (coordinated prep
+        lends batches of another job's slots and releases them in a shared array)."""
+        if flags is None:
+            flags = torch.zeros(num_producers, MAX_SLOTS_PER_PRODUCER, dtype=torch.uint8)
+            flags = flags.share_memory_() if shared else flags
+        self.flags = flags
         self.num_producers = num_producers
         self.pinned = register is not None
         self._flag_bytes = self.flags.numpy()
@@ -245,6 +250,10 @@ class SlotPool:
         weakref.finalize(lent, _release, self._flag_bytes, self._lent, key)
         views = layout.lent_views(torch.from_numpy(lent), batch.count)
         return collate_skeletons(batch.skeletons, views)
+
+    def slot(self, batch: SlotBatch) -> tuple[torch.Tensor, Layout]:
+        """The buffer and layout of the slot a batch lent by this pool was written into."""
+        return self._slots[(batch.producer_id, batch.slot_id)]
 
     def discard(self, batch: SlotBatch) -> None:
         """Free the slot of a batch that will never be handed to the user."""

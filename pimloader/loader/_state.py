@@ -26,6 +26,8 @@ class LoaderState:
         self.backends = Backends()
         weakref.finalize(self, _close_quietly, self.backends)  # a safety net: call close()
         self.tracker = None  # the current epoch's position, for state_dict() (_resume.py)
+        self.group = None    # this job's side of a coordinated-prep group (_coordinated.py)
+        self.publish = None  # its producer's hook for each delivered batch
 
     def begin_epoch(self) -> EpochStats:
         self.history.append(EpochStats(epoch=len(self.history)))
@@ -53,12 +55,20 @@ class LoaderState:
         self._shared_pool = pool
 
     def local_slots(self, pinned: bool) -> tuple[SlotPool, SlotWriter]:
-        """The main process's own slots (num_workers=0), kept across epochs."""
-        if self._local is None or self._local[0] != pinned:
+        """The main process's own slots (num_workers=0), kept across epochs; in shared
+        memory when a coordinated-prep group reads them too."""
+        kind = (pinned, self.publish is not None)
+        if self._local is None or self._local[0] != kind:
             pool = SlotPool(1, shared=False)
-            allocate = _allocate_pinned if pinned else _allocate_plain
-            self._local = (pinned, pool, SlotWriter(0, pool.flags, allocate))
+            allocate = _ALLOCATORS[kind]
+            self._local = (kind, pool, SlotWriter(0, pool.flags, allocate))
         return self._local[1], self._local[2]
+
+    def close_group(self) -> None:
+        """Leave the coordinated-prep group, if this loader is in one."""
+        group, self.group, self.publish = self.group, None, None
+        if group is not None:
+            group.close()
 
 
 def _allocate_plain(nbytes: int) -> torch.Tensor:
@@ -67,6 +77,20 @@ def _allocate_plain(nbytes: int) -> torch.Tensor:
 
 def _allocate_pinned(nbytes: int) -> torch.Tensor:
     return torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+
+
+def _allocate_shared(nbytes: int) -> torch.Tensor:
+    return torch.empty(nbytes, dtype=torch.uint8).share_memory_()
+
+
+def _allocate_shared_pinned(nbytes: int) -> torch.Tensor:
+    buffer = _allocate_shared(nbytes)
+    register_slot(buffer)
+    return buffer
+
+
+_ALLOCATORS = {(False, False): _allocate_plain, (True, False): _allocate_pinned,
+               (False, True): _allocate_shared, (True, True): _allocate_shared_pinned}
 
 
 def _close_quietly(backends: Backends) -> None:

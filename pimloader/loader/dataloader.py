@@ -9,6 +9,7 @@ from torch.utils.data import DataLoader
 
 from pimloader.pipelines.select import PipelineOptions, build_pipeline
 
+from . import _coordinated, _group
 from ._multi import MultiProcessIter
 from ._resume import load_loader_state, loader_state_dict, take_pending
 from ._single import SingleProcessIter
@@ -60,20 +61,46 @@ class PIMDataLoader(DataLoader[_T_co]):
         samples (native encoded-image path only; a warning says when it does not apply):
         filled by the first reads, never evicted, shared by all workers and epochs, freed
         by close(). Hits and misses are in stats() (docs/loader.md "Encoded-sample cache").
+    share_with, share_jobs: coordinated prep (docs/loader.md "Coordinated prep"): the name
+        of a group of `share_jobs` (>= 2) jobs on this machine whose loaders are configured
+        alike (dataset, sampler, batching, seeds, workers, transform); at the first iter()
+        the first job to arrive prepares every batch once, the others start no workers and
+        read the same batches, in the same order, from its shared slots. A job whose
+        configuration differs is refused (ValueError); a consuming job that dies is dropped
+        with a warning; the producing job's end raises SharedPrepError in the others.
 
-    Extra methods: `stats()` (per-epoch timings), `close()` (ends persistent workers) and
-    use as a context manager.
+    Extra methods: `stats()` (per-epoch timings), `close()` (ends persistent workers, leaves
+    a coordinated-prep group) and use as a context manager.
     """
 
     def __init__(self, dataset, *args, transform=None, backend: str = "auto",
                  on_error: str = "raise", reduced_dct="auto",
                  memory_format=torch.contiguous_format, nr_dpus: int = 64,
                  nr_tasklets: int = 16, dpu_profile: str = "", cache_bytes: int = 0,
+                 share_with: str | None = None, share_jobs: int | None = None,
                  **kwargs) -> None:
         super().__init__(dataset, *args, **kwargs)
         options = PipelineOptions(backend, on_error, reduced_dct, memory_format, nr_dpus,
                                   nr_tasklets, dpu_profile, cache_bytes)
+        _group.check_share_arguments(share_with, share_jobs)
         self._pipeline = build_pipeline(dataset, transform, options)
+        self._share = None
+        if share_with is not None:
+            self._share = (share_with, share_jobs,
+                           _group.configuration(self, transform, options))
+
+    def __iter__(self):
+        if self.__dict__.get("_share") is None:
+            return super().__iter__()
+        state = self._state
+        if state.group is None:
+            name, jobs, config = self._share
+            state.group = _coordinated.attach(name, jobs, config, self.timeout)
+            if state.group.is_producer:
+                state.publish = state.group.publish
+        if state.group.is_producer:
+            return _coordinated.ProducerIter(super().__iter__(), state.group)
+        return _coordinated.ConsumerIter(self, state.group, state)
 
     def _get_iterator(self):
         resume = take_pending(self)
@@ -89,12 +116,19 @@ class PIMDataLoader(DataLoader[_T_co]):
         between batches, it describes the point after the batches received so far (also
         each producer's random state then); after an epoch's end, the start of the next.
         A plain, versioned dict of Python values and tensors (docs/loader.md)."""
+        self._refuse_in_group("state_dict")
         return loader_state_dict(self)
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Make the next iter() continue from `state_dict` (from state_dict() of a loader
         over the same dataset, sampler and num_workers); persistent workers are restarted."""
+        self._refuse_in_group("load_state_dict")
         load_loader_state(self, state_dict)
+
+    def _refuse_in_group(self, method: str) -> None:
+        if self.__dict__.get("_share") is not None:
+            raise ValueError(f"{method}() is not supported with share_with: the group's "
+                             f"position is its producing job's")
 
     @property
     def _state(self) -> LoaderState:
@@ -116,6 +150,7 @@ class PIMDataLoader(DataLoader[_T_co]):
         self._iterator = None
         if iterator is not None and hasattr(iterator, "_shutdown_workers"):
             iterator._shutdown_workers()
+        self._state.close_group()
         self._state.release_buffers()
         self._state.close_backends()
         if self._pipeline is not None:
@@ -137,7 +172,8 @@ def _signature_with_extras() -> inspect.Signature:
                                     ("on_error", "raise"), ("reduced_dct", "auto"),
                                     ("memory_format", torch.contiguous_format),
                                     ("nr_dpus", 64), ("nr_tasklets", 16),
-                                    ("dpu_profile", ""), ("cache_bytes", 0))]
+                                    ("dpu_profile", ""), ("cache_bytes", 0),
+                                    ("share_with", None), ("share_jobs", None))]
     return torch_signature.replace(
         parameters=[*torch_signature.parameters.values(), *extras])
 
