@@ -9,16 +9,18 @@
                                     # PROJECTED decode on DPUs, with its instruction count;
                                     # + 1-1.5 minutes for peers, 6 at load 14; + 1-5 minutes
                                     # for audio_fixed_point, the DPU log-mel kernel's dB
-                                    # errors, and about 20 s for audio_dpu_projection: PROJECTED)
-    python -m benchmarks --quick    # smoke run, about 2 minutes (measured at load 4-5)
+                                    # errors, and about 20 s for audio_dpu_projection: PROJECTED;
+                                    # + about a minute for coordinated_prep)
+    python -m benchmarks --quick    # smoke run, about 2 minutes (measured at load 4-5; the
+                                    # quick coordinated_prep adds about 20 s)
 """
 from __future__ import annotations
 
 import argparse
 
-from benchmarks import (audio_dpu_projection, audio_fixed_point, decode_projection, dpu_projection,
-                        imagenet_pipeline, instruction_counts, kernel_speed, loader_overhead,
-                        naive_sweep, op_costs, peers, plot, sample_cache, stall, viability)
+from benchmarks import (audio_dpu_projection, audio_fixed_point, coordinated_prep,
+                        decode_projection, dpu_projection, imagenet_pipeline, instruction_counts,
+                        kernel_speed, loader_overhead, naive_sweep, op_costs, peers, plot, sample_cache, stall, viability)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -35,8 +37,8 @@ def main(argv: list[str] | None = None) -> None:
     # naive_sweep reads dpu_projection's JSON, viability that of imagenet_pipeline,
     # kernel_speed, dpu_projection, op_costs and decode_projection: they run after them
     for benchmark in (loader_overhead, imagenet_pipeline, kernel_speed, instruction_counts,
-                      dpu_projection, decode_projection, sample_cache, naive_sweep, stall, op_costs,
-                      viability, peers, audio_fixed_point, audio_dpu_projection):
+                      dpu_projection, decode_projection, sample_cache, coordinated_prep,
+                      naive_sweep, stall, op_costs, viability, peers, audio_fixed_point, audio_dpu_projection):
         print(f"\n== {benchmark.__name__} ==", flush=True)
         benchmark.main(list(flags))
     if not args.quick:  # plot.py's PNGs, from the JSON just written (peers draws its own)

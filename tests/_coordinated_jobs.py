@@ -37,6 +37,8 @@ def make_loader(dataset, num_workers: int, loader_class=PIMDataLoader, **extra):
     """The loader every job builds alike. With num_workers=0 the samples' random numbers
     come from the process's global RNG, which every job (and each oracle) seeds alike."""
     torch.manual_seed(11)
+    if num_workers:  # a spawned job's loader would spawn its workers too (slow here)
+        extra.setdefault("multiprocessing_context", "fork")
     return loader_class(dataset, batch_size=BATCH_SIZE, shuffle=True, num_workers=num_workers,
                         generator=torch.Generator().manual_seed(7), **extra)
 

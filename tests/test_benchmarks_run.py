@@ -8,9 +8,9 @@ import shutil
 
 import pytest
 
-from benchmarks import (audio_dpu_projection, audio_fixed_point, decode_projection, dpu_projection,
-                        imagenet_pipeline, instruction_counts, kernel_speed, loader_overhead,
-                        sample_cache)
+from benchmarks import (audio_dpu_projection, audio_fixed_point, coordinated_prep,
+                        decode_projection, dpu_projection, imagenet_pipeline,
+                        instruction_counts, kernel_speed, loader_overhead, sample_cache)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -62,6 +62,15 @@ def test_sample_cache_quick(tmp_path):
     assert len(results["rows"]) == 3 and "dontneed_effective" in results["dontneed_probe"]
     minio = [row for name, row in results["rows"].items() if name.startswith("MinIO")]
     assert 0 < minio[0]["hit_rate"] < 1
+
+
+def test_coordinated_prep_quick(tmp_path):
+    out = tmp_path / "coordinated.json"
+    coordinated_prep.main(["--quick", "--out", str(out), "--data", str(tmp_path / "data")])
+    rows = json.loads(out.read_text())["rows"]
+    assert [(row["jobs"], row["shared"]) for row in rows] == [(2, False), (2, True)]
+    assert [row["preparing_jobs"] for row in rows] == [2, 1]  # shared: one job prepares
+    assert all(row["images"] == 2 * 48 and row["img_per_s"] > 0 for row in rows)
 
 
 @pytest.mark.skipif(shutil.which("riscv64-unknown-elf-gcc") is None, reason="no riscv64-unknown-elf-gcc")
