@@ -8,8 +8,8 @@ Each job is a process (spawned) that iterates one epoch of the ImageNet-like tra
 pipeline (RandomResizedCrop(224), RandomHorizontalFlip, ToDtype(float32), Normalize) over
 the benchmark's image folder, PIMDataLoader with --workers workers, batch --batch-size,
 the CPU backend, workers forked (as for a job started from a shell: a spawned process's
-loaders would otherwise spawn their workers too), and no training step (the loader alone: the case where preparing batches
-is the bound). "independent": every job runs its own loader and workers; "shared": the jobs
+loaders would otherwise spawn their workers too), and no training step (the loader alone:
+the case where preparing batches is the bound). "independent": every job runs its own loader and workers; "shared": the jobs
 form a group (share_with=..., share_jobs=N), one of them prepares each batch once and all N
 read it. Reported: total images/s delivered to the jobs (N x the epoch's images over the
 wall time from the start barrier to the last job's end), and the CPU seconds of all the

@@ -79,3 +79,16 @@ def _children() -> list[str]:
         with open(path) as f:
             kids += f.read().split()
     return kids
+
+
+class FailingDataset(CountingDataset):
+    """CountingDataset whose sample `bad` raises ValueError."""
+
+    def __init__(self, bad: int, size: int = 30) -> None:
+        super().__init__(size)
+        self.bad = bad
+
+    def __getitem__(self, index: int):
+        if index == self.bad:
+            raise ValueError(f"sample {index} is broken")
+        return super().__getitem__(index)

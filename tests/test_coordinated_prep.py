@@ -6,6 +6,7 @@ must get exactly their batches); a dataset that logs every fetch (each sample is
 once per epoch for the whole group); the process table and /dev/shm (nothing left behind).
 """
 import multiprocessing
+import threading
 from multiprocessing import resource_tracker
 import os
 import time
@@ -14,7 +15,7 @@ import uuid
 import pytest
 import torch
 
-from _coordinated_jobs import (CountingDataset, job, make_loader, reference_batches,
+from _coordinated_jobs import (CountingDataset, FailingDataset, job, make_loader, reference_batches,
                                torch_reference)
 from _helpers import Snapshot, assert_same_batches
 from pimloader import PIMDataLoader, SharedPrepError
@@ -181,3 +182,44 @@ def test_a_job_configured_differently_is_refused(tmp_path):
     producer.close()  # its sentinel pipe
     assert_same_batches(batches, reference_batches(2, 1), "consumer")
     snapshot.assert_clean(what="a refused job")
+
+
+def test_errors_reach_consumers_and_an_early_break_skips_to_the_next_epoch():
+    """Two jobs as threads of this process (the protocol is the same; no process to start):
+    a sample that raises in the producer raises the same type in the consumer, at the same
+    batch; a consumer that breaks out of an epoch gets the next epoch whole."""
+    name, bad = group_name(), 13
+    produced = []
+
+    def producer():
+        with make_loader(FailingDataset(bad), 0, share_with=name, share_jobs=2) as loader:
+            produced.extend([labels_or_error(iter(loader)), labels_or_error(iter(loader))])
+
+    thread = threading.Thread(target=producer)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while f"@pimloader.share.{name}" not in open("/proc/net/unix").read():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    with make_loader(FailingDataset(bad), 0, share_with=name, share_jobs=2) as loader:
+        first = labels_or_error(iter(loader), stop_at_error=True)
+        second = labels_or_error(iter(loader))
+    thread.join(60)
+    assert first == produced[0][:first.index("error") + 1]
+    assert produced[0].count("error") == produced[1].count("error") == 1
+    assert second == produced[1]
+
+
+def labels_or_error(iterator, stop_at_error=False) -> list:
+    """Each batch's labels, or "error" for a batch that raised the broken sample's error."""
+    out = []
+    while True:
+        try:
+            out.append(next(iterator)[1].tolist())
+        except StopIteration:
+            return out
+        except ValueError as error:
+            assert "sample 13 is broken" in str(error)
+            out.append("error")
+            if stop_at_error:
+                return out
