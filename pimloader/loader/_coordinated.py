@@ -96,12 +96,14 @@ class Producer:
             connection.close()
             return
         connection.settimeout(None)
-        reason = self._refusal(hello)
+        pid, uid = _group.peer(connection)
+        reason = self._refusal(hello) or (
+            f"it runs as user {uid}, the group as {os.getuid()}" if uid != os.getuid() else "")
         if reason:
             _send_quietly(connection, ("refused", reason))
             connection.close()
             return
-        member = Member(len(self._members) + 1, hello["pid"], connection)
+        member = Member(len(self._members) + 1, pid, connection)
         _group.send(connection, ("welcome", member.index, WINDOW, os.getpid()),
                     [self._holds_fd])
         self._members.append(member)
@@ -277,7 +279,7 @@ class Consumer:
     def __init__(self, name: str, jobs: int, connection, config: dict,
                  timeout: float) -> None:
         self.name, self._connection, self._timeout = name, connection, timeout
-        _group.send(connection, {"pid": os.getpid(), "jobs": jobs, "config": config,
+        _group.send(connection, {"jobs": jobs, "config": config,
                                  "fingerprint": _group.fingerprint(config)})
         reply, fds = self._message(join=True)
         if reply[0] == "refused":

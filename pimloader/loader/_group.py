@@ -25,6 +25,7 @@ _ADDRESS_PREFIX = b"\0pimloader.share."
 _MAX_NAME_BYTES = 90          # sun_path holds 108 bytes, the prefix included
 _HEADER = struct.Struct("<QI")  # payload bytes, file descriptors
 _MAX_FDS = 4
+_CREDENTIALS = struct.Struct("3i")  # struct ucred: pid, uid, gid
 _CONNECT_RETRY_S = 5.0        # the producer has bound the name but is not listening yet
 
 
@@ -78,6 +79,14 @@ def _connect(name: str) -> socket.socket:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.01)
+
+
+def peer(connection: socket.socket) -> tuple[int, int]:
+    """The pid and user id of the process at the other end (the kernel's word for it)."""
+    credentials = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                        _CREDENTIALS.size)
+    pid, uid, _gid = _CREDENTIALS.unpack(credentials)
+    return pid, uid
 
 
 def send(connection: socket.socket, message, fds=()) -> None:
