@@ -20,8 +20,9 @@ class EpochStats:
     shared_batches:   batches delivered as views over shared slots.
     collated_batches: batches delivered through the ordinary collate_fn path.
     skipped_samples:  samples dropped because they could not be decoded (on_error="skip").
-    kernel_samples:   in-memory images (datasets of tensors, `transform=`) that the fused
-                      kernel transformed; the others of such datasets ran as Python.
+    kernel_samples:   in-memory images (datasets of tensors, `transform=`) and detection
+                      images (COCO datasets) that the fused kernel transformed; the others
+                      of such datasets ran as Python.
     direct_samples:   of those, the ones the kernel rendered straight into their rows of
                       a batch slot (no per-sample output, no stacking copy).
     cache_hits, cache_misses: samples read from the encoded-sample cache, and from their

@@ -16,7 +16,7 @@ from pimloader.backends.select import BACKENDS
 from pimloader.loader._fetch import TransformingFetcher
 from pimloader.loader._produce import BatchProducer, Pipeline
 
-from . import audio, classification, in_memory
+from . import audio, classification, detection, in_memory
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,9 @@ class PipelineOptions:
 
 def build_pipeline(dataset, transform, options: PipelineOptions):
     """The loader's pipeline, or None when torch's own path applies unchanged."""
-    pipeline = classification.build(dataset, transform, options)
+    pipeline = detection.build(dataset, transform, options)
+    if pipeline is None:
+        pipeline = classification.build(dataset, transform, options)
     if pipeline is None:
         pipeline = audio.build(dataset, transform, options)
     if pipeline is None and options.cache_bytes:

@@ -1,0 +1,304 @@
+"""COCO-style detection datasets read as encoded bytes + annotations.
+
+`CocoDetection(root, annFile, transforms=None, target_keys=None)` has the samples of
+`torchvision.tv_tensors.wrap_dataset_for_transforms_v2(torchvision.datasets.CocoDetection(
+root, annFile), target_keys)`: a target dict with `boxes` (tv_tensors.BoundingBoxes, XYXY,
+with the image's canvas_size), `labels`, `image_id` and, when asked for, `masks`
+(tv_tensors.Mask) and COCO's own keys; an image without annotations gets
+`{"image_id": id}` only, as there. Its image is a tv_tensors.Image decoded natively (what
+`ToImage()` makes of torchvision's PIL image), so a pipeline that starts with `ToImage()`
+gives torchvision's samples.
+
+Annotations are parsed once, in the process that builds the dataset, into `CocoIndex`: a
+few numpy arrays (image ids, file names in one buffer, each image's annotation list pickled
+into one byte buffer with offsets). Why: a COCO JSON parsed into Python dicts is millions of
+small objects; a forked worker that merely reads them writes their reference counts, which
+copies every page they sit on into that worker (PyTorch's "copy-on-read" issue 13246), so
+that each worker ends up with its own copy of the whole JSON. A numpy buffer's pages are
+never written by readers and stay shared after fork; under spawn the arrays pickle as a few
+contiguous buffers instead of an object graph. A sample unpickles only its own annotations
+(the same dicts, numbers and strings pycocotools returns).
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torchvision.datasets as tv_datasets
+
+from .folders import EncodedSample, _read_file
+
+AVAILABLE_KEYS = frozenset({"segmentation", "area", "iscrowd", "image_id", "bbox", "category_id",
+                            "boxes", "masks", "labels"})
+DEFAULT_KEYS = frozenset({"image_id", "boxes", "labels"})
+
+
+class CocoIndex:
+    """The images of a COCO instances file, in torchvision's order (sorted image ids), and
+    each image's annotations in pycocotools' order (`loadAnns(getAnnIds(id))`)."""
+
+    def __init__(self, ids, file_names: list[str], annotations: list[list[dict]]) -> None:
+        self.ids = np.asarray(ids, dtype=np.int64)
+        self._names, self._name_offsets = _pack([name.encode() for name in file_names])
+        self._blob, self._offsets = _pack([pickle.dumps(anns, protocol=5)
+                                           for anns in annotations])
+
+    @classmethod
+    def from_file(cls, ann_file) -> "CocoIndex":
+        """Parse `ann_file` as pycocotools' COCO does, with errors that name the file."""
+        try:
+            with open(ann_file, encoding="utf-8") as file:
+                document = json.load(file)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"annFile {os.fspath(ann_file)!r} is not JSON: {error}") from error
+        except UnicodeDecodeError as error:
+            raise ValueError(f"annFile {os.fspath(ann_file)!r} is not JSON text: {error}") \
+                from error
+        if not isinstance(document, dict) or not isinstance(document.get("images"), list):
+            raise ValueError(f"annFile {os.fspath(ann_file)!r} is not a COCO annotation file "
+                             f"(no 'images' list at its top level)")
+        try:
+            images = {image["id"]: image for image in document["images"]}
+            annotations = {ann["id"]: ann for ann in document.get("annotations", [])}
+            by_image = defaultdict(list)
+            for ann in document.get("annotations", []):
+                by_image[ann["image_id"]].append(ann["id"])
+            ids = sorted(images)
+            return cls(ids, [images[i]["file_name"] for i in ids],
+                       [[annotations[a] for a in by_image.get(i, [])] for i in ids])
+        except (KeyError, TypeError) as error:
+            raise ValueError(f"annFile {os.fspath(ann_file)!r} is not a COCO annotation file "
+                             f"(an image or annotation lacks {error})") from error
+
+    @classmethod
+    def from_coco(cls, dataset: tv_datasets.CocoDetection) -> "CocoIndex":
+        """The index of a torchvision CocoDetection (its `ids` and parsed `coco`)."""
+        coco = dataset.coco
+        ids = list(dataset.ids)
+        return cls(ids, [coco.loadImgs(i)[0]["file_name"] for i in ids],
+                   [coco.loadAnns(coco.getAnnIds(i)) for i in ids])
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def file_name(self, index: int) -> str:
+        start, stop = self._name_offsets[index], self._name_offsets[index + 1]
+        return self._names[start:stop].tobytes().decode()
+
+    def annotations(self, index: int) -> list[dict]:
+        start, stop = self._offsets[index], self._offsets[index + 1]
+        return pickle.loads(self._blob[start:stop])
+
+
+def _pack(items: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    offsets = np.zeros(len(items) + 1, dtype=np.int64)
+    np.cumsum([len(item) for item in items], out=offsets[1:])
+    return np.frombuffer(b"".join(items), dtype=np.uint8), offsets
+
+
+class CocoReader:
+    """Bytes and annotation list of a COCO image: index -> EncodedSample."""
+
+    def __init__(self, root, index: CocoIndex) -> None:
+        self.root = root
+        self.index = index
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def image_id(self, index: int) -> int:
+        return int(self.index.ids[index])
+
+    def path(self, index: int) -> str:
+        return os.path.join(self.root, self.index.file_name(index))
+
+    def metadata(self, index: int) -> tuple:
+        """(annotations, name) of a sample, without reading its file."""
+        return self.index.annotations(index), self.path(index)
+
+    def __call__(self, index: int) -> EncodedSample:
+        annotations, path = self.metadata(index)
+        return EncodedSample(_read_file(path), annotations, path)
+
+
+def parse_target_keys(target_keys) -> frozenset:
+    """torchvision's reading of `target_keys` for CocoDetection (None, "all" or names)."""
+    if target_keys is None:
+        return DEFAULT_KEYS
+    if target_keys == "all":
+        return AVAILABLE_KEYS
+    keys = frozenset(target_keys)
+    extra = keys - AVAILABLE_KEYS
+    if extra:
+        raise ValueError(f"Target keys {sorted(extra)} are not available")
+    return keys
+
+
+def wrap_target(image_id: int, annotations: list[dict], canvas_size: tuple[int, int],
+                target_keys: frozenset) -> dict:
+    """torchvision's v2 wrapper of a COCO target: boxes XYXY, labels, masks, COCO's keys."""
+    from torchvision import tv_tensors
+    from torchvision.transforms.v2 import functional as F
+    if not annotations:
+        return dict(image_id=image_id)
+    batched = defaultdict(list)
+    for annotation in annotations:
+        for key, value in annotation.items():
+            batched[key].append(value)
+    target: dict[str, Any] = {}
+    if "image_id" in target_keys:
+        target["image_id"] = image_id
+    if "boxes" in target_keys:
+        target["boxes"] = F.convert_bounding_box_format(
+            tv_tensors.BoundingBoxes(batched["bbox"], format=tv_tensors.BoundingBoxFormat.XYWH,
+                                     canvas_size=canvas_size),
+            new_format=tv_tensors.BoundingBoxFormat.XYXY)
+    if "masks" in target_keys:
+        target["masks"] = tv_tensors.Mask(torch.stack([
+            segmentation_to_mask(segmentation, canvas_size)
+            for segmentation in batched["segmentation"]]))
+    if "labels" in target_keys:
+        target["labels"] = torch.tensor(batched["category_id"])
+    for key in target_keys - {"image_id", "boxes", "masks", "labels"}:
+        target[key] = batched[key]
+    return target
+
+
+def segmentation_to_mask(segmentation, canvas_size: tuple[int, int]) -> torch.Tensor:
+    """A COCO polygon list or RLE as a (height, width) uint8 mask, by pycocotools."""
+    try:
+        from pycocotools import mask
+    except ImportError as error:
+        raise ImportError("target_keys with 'masks' needs pycocotools (pip install "
+                          "pycocotools), as torchvision's wrapper does") from error
+    if isinstance(segmentation, dict):
+        if not isinstance(segmentation["counts"], str):  # uncompressed RLE
+            segmentation = mask.frPyObjects(segmentation, *canvas_size)
+    elif isinstance(segmentation, list):
+        segmentation = mask.merge(mask.frPyObjects(segmentation, *canvas_size))
+    else:
+        raise ValueError(f"COCO segmentation expected to be a dict or a list, "
+                         f"got {type(segmentation)}")
+    return torch.from_numpy(mask.decode(segmentation))
+
+
+class CocoDetection(torch.utils.data.Dataset):
+    """torchvision's v2-wrapped CocoDetection, read natively (see the module's doc).
+
+    `transforms` takes and returns `(image, target)`, as torchvision's `transforms`."""
+
+    def __init__(self, root, annFile, transforms=None, target_keys=None) -> None:  # noqa: N803
+        self.root = root
+        self.annFile = annFile
+        self.target_keys = parse_target_keys(target_keys)
+        self.transforms = transforms
+        self.reader = CocoReader(root, CocoIndex.from_file(annFile))
+
+    @property
+    def ids(self) -> list[int]:
+        return self.reader.index.ids.tolist()
+
+    def __len__(self) -> int:
+        return len(self.reader)
+
+    def target(self, index: int, annotations: list[dict], canvas_size) -> dict:
+        return wrap_target(self.reader.image_id(index), annotations, canvas_size,
+                           self.target_keys)
+
+    def __getitem__(self, index: int):
+        if not isinstance(index, int):
+            raise ValueError(f"Index must be of type integer, got {type(index)} instead.")
+        from pimloader.decode import decode_image
+        from torchvision import tv_tensors
+        sample = self.reader(index)
+        pixels = torch.from_numpy(decode_image(sample.data, name=sample.name))
+        image = tv_tensors.Image(pixels.permute(2, 0, 1))
+        target = self.target(index, sample.target, tuple(pixels.shape[:2]))
+        if self.transforms is not None:
+            image, target = self.transforms(image, target)
+        return image, target
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}(root={self.root!r}, annFile={self.annFile!r}, "
+                f"{len(self)} images, target_keys={sorted(self.target_keys)})")
+
+
+@dataclass
+class CocoSource:
+    """How the loader reads a COCO dataset natively: its reader, how a target is made, the
+    (image, target) transforms it carried, and what type the decoded image enters them as
+    ("image": tv_tensors.Image, what ToImage() makes; "tensor": a plain tensor, what
+    PILToTensor() makes)."""
+
+    reader: CocoReader
+    target_keys: frozenset | None   # None: torchvision's unwrapped list of annotation dicts
+    transforms: Any
+    enters_as: str = "image"
+
+    def target(self, index: int, annotations: list[dict], canvas_size) -> Any:
+        if self.target_keys is None:
+            return annotations
+        return wrap_target(self.reader.image_id(index), annotations, canvas_size,
+                           self.target_keys)
+
+    @classmethod
+    def detect(cls, dataset, transforms=None) -> "CocoSource | None":
+        """The source of a pimloader CocoDetection, or of a torchvision CocoDetection
+        (v2-wrapped or not) whose transforms start by turning the PIL image into a tensor
+        (the decoded image then takes the PIL image's place; any other torchvision
+        CocoDetection yields PIL images, and stays on torch's path). `transforms` (the
+        loader's) stand for the dataset's, which must then have none."""
+        if not is_coco(dataset):
+            return None
+        wrapped = _unwrapped_coco(dataset)
+        own = dataset.transforms
+        if own is not None and transforms is not None:
+            raise ValueError("the transforms are given twice, to the dataset and to "
+                             "PIMDataLoader; give them to one of them")
+        transforms = own if transforms is None else transforms
+        if isinstance(dataset, CocoDetection):
+            return cls(dataset.reader, dataset.target_keys, transforms)
+        enters_as = image_entry(transforms)
+        if enters_as is None:
+            return None
+        coco = dataset if wrapped is None else wrapped
+        keys = None if wrapped is None else parse_target_keys(dataset._target_keys)
+        return cls(CocoReader(coco.root, CocoIndex.from_coco(coco)), keys, transforms,
+                   enters_as)
+
+
+def is_coco(dataset) -> bool:
+    """Whether `dataset` is a COCO detection dataset (pimloader's or torchvision's)."""
+    return (isinstance(dataset, CocoDetection) or _unwrapped_coco(dataset) is not None
+            or type(dataset) is tv_datasets.CocoDetection)
+
+
+def _unwrapped_coco(dataset):
+    """The torchvision CocoDetection inside a v2 wrapper, else None."""
+    from torchvision.tv_tensors._dataset_wrapper import VisionDatasetTVTensorWrapper
+    if isinstance(dataset, VisionDatasetTVTensorWrapper):
+        inner = object.__getattribute__(dataset, "_dataset")
+        if type(inner) is tv_datasets.CocoDetection:
+            return inner
+    return None
+
+
+def image_entry(transforms) -> str | None:
+    """What the first step that sees a PIL image makes of it: "image" (v2.ToImage),
+    "tensor" (v2.PILToTensor), None (anything else, or no transforms)."""
+    import torchvision.transforms.v2 as v2
+    from torchvision.datasets.vision import StandardTransform
+    step = transforms.transform if isinstance(transforms, StandardTransform) else transforms
+    while isinstance(step, v2.Compose) and step.transforms:
+        step = step.transforms[0]
+    if isinstance(step, v2.ToImage):
+        return "image"
+    if isinstance(step, v2.PILToTensor):
+        return "tensor"
+    return None

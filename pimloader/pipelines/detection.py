@@ -1,0 +1,192 @@
+"""Object detection: COCO images + annotations -> (image, target) samples, then collate_fn.
+
+For a COCO dataset the loader reads natively (datasets/coco.py: pimloader's CocoDetection,
+or torchvision's, v2-wrapped or not, whose transforms start with ToImage), a producer no
+longer calls the dataset's `__getitem__`. For each sample it reads the file's bytes and the
+image's annotations, reads the image size from the header and builds the target as
+torchvision's wrapper does. Then:
+
+- when the pipeline lowers (transforms/_probe.py), torchvision's transforms run on the
+  sample with a pixel-less probe for the image: the random draws, boxes, masks and labels
+  are torchvision's own, and the image's pads, crops, resize, flips, dtype and
+  normalisation come back as one Geometry and a lookup table, which the fused kernel runs
+  on the decoded crop (the backends of the loader, the CPU for what a DPU cannot do);
+- otherwise (photometric ops, unknown transforms, a draw that does not fuse, replayed from
+  the same RNG state) the image is decoded natively and the transforms run as Python on it.
+
+Each sample is its own image tensor; the samples go to the loader's collate_fn (the
+detection references' `lambda batch: tuple(zip(*batch))`), or into a slot when the default
+collate meets fixed-size outputs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils._pytree import tree_flatten, tree_unflatten
+from torchvision import tv_tensors
+
+from pimloader import decode
+from pimloader.backends.select import BackendSpec, choose_backend, native_available
+from pimloader.datasets.coco import CocoSource, is_coco
+from pimloader.loader._fetch import Fetcher, TransformingFetcher
+from pimloader.loader._produce import BatchProducer, Pipeline
+from pimloader.transforms._probe import (ImageProbe, apply_elementwise, for_probe, is_probe,
+                                         run_on_probe)
+
+from .runs import RunBatcher
+
+
+@dataclass
+class Detection(Pipeline):
+    """The loader's pipeline for a COCO dataset (picklable: it goes to the workers)."""
+
+    source: CocoSource
+    transforms: Any                # (image, target) -> (image, target), or None
+    on_probe: Any                  # the transforms' copy for probes (None: Python only)
+    backend: BackendSpec
+    skip_errors: bool              # on_error="skip": drop undecodable samples, count them
+    _tables: dict = field(default_factory=dict, repr=False)
+
+    def make_producer(self, context):
+        if context.is_iterable:
+            return None
+        router = context.backends.router(self.backend)
+        fetcher = DetectionFetcher(self, context.auto_collation, router)
+        return BatchProducer(fetcher, context.collate_fn, context.auto_collation,
+                             context.writer)
+
+    def sample(self, index: int, router) -> tuple[Any, bool]:
+        """(sample `index` as the dataset with its transforms gives it, whether the fused
+        kernel made its image)."""
+        encoded = self.source.reader(index)
+        height, width = decode.image_size(encoded.data, name=encoded.name, warn=False)
+        target = self.source.target(index, encoded.target, (height, width))
+        if self.on_probe is None:
+            return self._python(encoded, target), False
+        rng_state = torch.get_rng_state()
+        sample, recording = run_on_probe(self.on_probe, target, height, width)
+        table = self._table(recording.elementwise) if recording.geometry is not None else None
+        try:
+            if table is not None:
+                return self._rendered(encoded, sample, recording.geometry, *table, router), True
+        except decode.DecodeError:
+            torch.set_rng_state(rng_state)   # as under torch: a sample that fails to decode
+            raise                            # has drawn nothing
+        torch.set_rng_state(rng_state)
+        # the probe run may have changed the target in place (e.g. masks): build it again
+        target = self.source.target(index, encoded.target, (height, width))
+        return self._python(encoded, target), False
+
+    def _python(self, encoded, target):
+        pixels = decode.decode_image(encoded.data, name=encoded.name)
+        image = torch.from_numpy(pixels).permute(2, 0, 1)
+        if self.source.enters_as == "image":
+            image = tv_tensors.Image(image)
+        if self.transforms is None:
+            return image, target
+        return self.transforms(image, target)
+
+    def _rendered(self, encoded, sample, geometry, lut, dtype, router):
+        """`sample` with the kernel's image in place of its probe."""
+        out = torch.empty((1, 3, *geometry.size), dtype=dtype)
+        if geometry.padding is not None:
+            pixels = decode.decode_image(encoded.data, name=encoded.name)
+            box = geometry.box
+        else:
+            pixels = decode.decode_image(encoded.data, geometry.box, name=encoded.name)
+            box = (0, 0, *pixels.shape[:2])
+        runs = RunBatcher(router, 1)
+        runs.add(out, 0, pixels, box, geometry, "NCHW", lut)
+        runs.flush()
+        image = out[0]
+        leaves, spec = tree_flatten(sample)
+        leaves = [(tv_tensors.Image(image) if isinstance(leaf, ImageProbe) else image)
+                  if is_probe(leaf) else leaf for leaf in leaves]
+        return tree_unflatten(leaves, spec)
+
+    def _table(self, elementwise: list[tuple]):
+        """(kernel lookup table or None, output dtype) of the elementwise steps, or None
+        when the kernel cannot produce their output."""
+        key = tuple(elementwise)
+        if key not in self._tables:
+            self._tables[key] = _kernel_table(elementwise)
+        return self._tables[key]
+
+
+def _kernel_table(elementwise: list[tuple]):
+    from pimloader.backends.kernels import OUT_DTYPES
+    ramp = torch.arange(256, dtype=torch.uint8).expand(3, 1, 256).contiguous()
+    table = apply_elementwise(elementwise, ramp)[:, 0, :].contiguous()
+    if table.dtype == torch.uint8:
+        return (None, torch.uint8) if torch.equal(table, ramp[:, 0, :]) else None
+    element_size, bits = OUT_DTYPES.get(table.dtype, (None, None))
+    if bits is None:
+        return None
+    as_ints = table.view(torch.int16 if element_size == 2 else torch.int32)
+    return np.ascontiguousarray(as_ints.numpy().view(bits)), table.dtype
+
+
+class DetectionFetcher(Fetcher):
+    """Samples from the detection pipeline, one by one, in the sampler's order."""
+
+    def __init__(self, pipeline: Detection, auto_collation: bool, router) -> None:
+        super().__init__(auto_collation)
+        self.pipeline = pipeline
+        self.router = router
+
+    def fetch(self, index):
+        if not self.auto_collation:
+            return self._sample(index)
+        samples = []
+        for sample_index in index:
+            try:
+                samples.append(self._sample(sample_index))
+            except decode.DecodeError:
+                if not self.pipeline.skip_errors:
+                    raise
+                self.skipped += 1
+        return samples
+
+    def _sample(self, index):
+        self.current = f"sample {index!r}"
+        sample, rendered = self.pipeline.sample(index, self.router)
+        self.kernel_samples += rendered
+        return sample
+
+
+def build(dataset, transform, options) -> Pipeline | None:
+    """The detection pipeline for a COCO dataset the loader reads natively; for another COCO
+    dataset with the loader's `transform`, that transform as Python on whole samples; else
+    None. The loader's `transform` stands for the dataset's (image, target) transforms."""
+    source = CocoSource.detect(dataset, transform)
+    if source is None or not native_available(options.backend):
+        return JointTransform(transform) if transform is not None and is_coco(dataset) else None
+    transforms = source.transforms
+    lowered = source.enters_as == "image" and transforms is not None
+    return Detection(source, transforms, for_probe(transforms) if lowered else None,
+                     choose_backend(options.backend, options.nr_dpus, options.nr_tasklets,
+                                    options.dpu_profile),
+                     options.on_error == "skip")
+
+
+@dataclass
+class JointTransform(Pipeline):
+    """The loader's `transform` as Python on whole (image, target) samples of a COCO
+    dataset the loader does not read natively (it yields PIL images)."""
+
+    transform: Any
+
+    def make_producer(self, context):
+        fetcher = JointFetcher(context.plain_fetcher(), self.transform)
+        return BatchProducer(fetcher, context.collate_fn, context.auto_collation,
+                             context.writer)
+
+
+class JointFetcher(TransformingFetcher):
+    """TransformingFetcher whose transform takes the whole sample, as `transforms` does."""
+
+    def _transformed(self, sample):
+        return self._in_stage(lambda sample: self.transform(*sample), sample)
