@@ -34,9 +34,10 @@ import torchvision.datasets as tv_datasets
 
 from .folders import EncodedSample, _read_file
 
-AVAILABLE_KEYS = frozenset({"segmentation", "area", "iscrowd", "image_id", "bbox", "category_id",
-                            "boxes", "masks", "labels"})
-DEFAULT_KEYS = frozenset({"image_id", "boxes", "labels"})
+# sets built as torchvision builds them, so that the keys of a target come in its order
+AVAILABLE_KEYS = ("segmentation", "area", "iscrowd", "image_id", "bbox", "category_id",
+                  "boxes", "masks", "labels")
+DEFAULT_KEYS = ("image_id", "boxes", "labels")
 
 
 class CocoIndex:
@@ -127,21 +128,21 @@ class CocoReader:
         return EncodedSample(_read_file(path), annotations, path)
 
 
-def parse_target_keys(target_keys) -> frozenset:
+def parse_target_keys(target_keys) -> set:
     """torchvision's reading of `target_keys` for CocoDetection (None, "all" or names)."""
     if target_keys is None:
-        return DEFAULT_KEYS
+        return set(DEFAULT_KEYS)
     if target_keys == "all":
-        return AVAILABLE_KEYS
-    keys = frozenset(target_keys)
-    extra = keys - AVAILABLE_KEYS
+        return set(AVAILABLE_KEYS)
+    keys = set(target_keys)
+    extra = keys - set(AVAILABLE_KEYS)
     if extra:
         raise ValueError(f"Target keys {sorted(extra)} are not available")
     return keys
 
 
 def wrap_target(image_id: int, annotations: list[dict], canvas_size: tuple[int, int],
-                target_keys: frozenset) -> dict:
+                target_keys: set) -> dict:
     """torchvision's v2 wrapper of a COCO target: boxes XYXY, labels, masks, COCO's keys."""
     from torchvision import tv_tensors
     from torchvision.transforms.v2 import functional as F
@@ -237,7 +238,7 @@ class CocoSource:
     PILToTensor() makes)."""
 
     reader: CocoReader
-    target_keys: frozenset | None   # None: torchvision's unwrapped list of annotation dicts
+    target_keys: set | None   # None: torchvision's unwrapped list of annotation dicts
     transforms: Any
     enters_as: str = "image"
 

@@ -1,0 +1,153 @@
+"""COCO detection data: the offline maker, pimloader's CocoDetection against torchvision's
+v2-wrapped one, the takeover of torchvision's datasets, and errors that name the file."""
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from pycocotools.coco import COCO
+from pycocotools import mask as coco_mask
+from torchvision.transforms import v2
+
+from _coco import (assert_same_samples, compare, edit_annotations, make_coco,
+                   torchvision_coco)
+from benchmarks.make_detection_dataset import make_detection_dataset
+from pimloader import DecodeError, PIMDataLoader
+from pimloader.datasets import CocoDetection
+from pimloader.datasets.coco import CocoSource
+
+
+@pytest.fixture(scope="module")
+def coco(tmp_path_factory):
+    return make_coco(tmp_path_factory.mktemp("coco"), count=8, empty=1)
+
+
+# -- the maker --------------------------------------------------------------------------
+
+def test_maker_writes_what_pycocotools_reads(coco):
+    root, ann_file = coco
+    api = COCO(ann_file)
+    assert len(api.imgs) == 9 and api.cats
+    counts = [len(api.getAnnIds(imgIds=i)) for i in sorted(api.imgs)]
+    assert all(1 <= count <= 15 for count in counts[:-1]) and counts[-1] == 0
+    modes = set()
+    for info in api.imgs.values():
+        with Image.open(Path(root) / info["file_name"]) as image:
+            assert image.size == (info["width"], info["height"])
+            modes.add(image.mode)
+        for ann in api.loadAnns(api.getAnnIds(imgIds=info["id"])):
+            mask = api.annToMask(ann)
+            x, y, w, h = ann["bbox"]
+            assert 0 <= x and 0 <= y and x + w <= info["width"] and y + h <= info["height"]
+            if ann["iscrowd"]:   # RLE: the mask is exactly the annotated pixels
+                assert mask.sum() == ann["area"] == coco_mask.area(ann["segmentation"])
+            else:                # polygons traced around the mask: close to its area
+                assert abs(int(mask.sum()) - ann["area"]) <= 0.25 * ann["area"] + 40
+    assert {"RGB", "L", "CMYK"} <= modes
+
+
+def test_maker_is_reproducible_from_its_seed(tmp_path):
+    first = make_detection_dataset(tmp_path / "a", count=3, seed=5)
+    again = make_detection_dataset(tmp_path / "b", count=3, seed=5)
+    other = make_detection_dataset(tmp_path / "c", count=3, seed=6)
+    assert first.read_bytes() != other.read_bytes()
+    assert first.read_text().replace(str(tmp_path / "a"), "") == again.read_text().replace(
+        str(tmp_path / "b"), "")
+    for name in ("000000.jpg", "000002.jpg"):
+        assert (tmp_path / "a/images" / name).read_bytes() == \
+            (tmp_path / "b/images" / name).read_bytes()
+
+
+# -- samples ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("target_keys", [None, ["masks", "boxes", "labels"], "all"])
+def test_samples_are_torchvisions_wrapped_ones(coco, target_keys):
+    root, ann_file = coco
+    ours = CocoDetection(root, ann_file, target_keys=target_keys)
+    theirs = torchvision_coco(root, ann_file, v2.ToImage(), target_keys)
+    assert len(ours) == len(theirs) and ours.ids == theirs.ids
+    for index in range(len(ours)):
+        assert_same_samples(ours[index], theirs[index], f"sample {index}")
+    assert ours[len(ours) - 1][1] == {"image_id": ours.ids[-1]}   # no annotations
+
+
+def test_unknown_target_keys_are_refused_as_torchvision_does(coco):
+    with pytest.raises(ValueError, match=r"Target keys \['mask'\] are not available"):
+        CocoDetection(*coco, target_keys=["mask"])
+
+
+@pytest.mark.parametrize("wrapped", [True, False])
+def test_torchvisions_dataset_is_taken_over_when_its_transforms_start_with_toimage(
+        coco, wrapped):
+    root, ann_file = coco
+    transforms = v2.Compose([v2.ToImage(), v2.RandomHorizontalFlip()])
+    dataset = torchvision_coco(root, ann_file, transforms, wrapped=wrapped)
+    source = CocoSource.detect(dataset)
+    assert source is not None and (source.target_keys is None) == (not wrapped)
+    # the workers get compact arrays, not pycocotools' parsed JSON
+    assert b"pycocotools" not in pickle.dumps(source)
+    stats = compare(dataset, torchvision_coco(root, ann_file, transforms, wrapped=wrapped),
+                    batch_size=3, shuffle=True)
+    assert stats.kernel_samples == len(dataset)   # flips touch no annotation dict
+    # yielding PIL images, it stays on torch's path
+    assert CocoSource.detect(torchvision_coco(root, ann_file, v2.RandomHorizontalFlip())) is None
+
+
+def test_index_holds_numpy_buffers_not_annotation_objects(coco):
+    index = CocoDetection(*coco).reader.index
+    assert all(isinstance(value, np.ndarray) for value in vars(index).values())
+    api = COCO(coco[1])
+    assert index.annotations(0) == api.loadAnns(api.getAnnIds(imgIds=int(index.ids[0])))
+
+
+# -- errors -----------------------------------------------------------------------------
+
+def test_a_bad_annotation_file_is_named(coco, tmp_path):
+    with pytest.raises(FileNotFoundError, match="nowhere.json"):
+        CocoDetection(coco[0], tmp_path / "nowhere.json")
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"images": [')
+    with pytest.raises(ValueError, match="broken.json.*is not JSON"):
+        CocoDetection(coco[0], broken)
+    not_coco = tmp_path / "list.json"
+    not_coco.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="list.json.*not a COCO annotation file"):
+        CocoDetection(coco[0], not_coco)
+    no_id = edit_annotations(coco[1], tmp_path / "no_id.json",
+                             lambda document: document["images"][0].pop("id"))
+    with pytest.raises(ValueError, match="no_id.json.*lacks 'id'"):
+        CocoDetection(coco[0], no_id)
+
+
+def test_missing_and_corrupt_images_are_named_with_their_sample(coco, tmp_path):
+    root, ann_file = coco
+    images = tmp_path / "images"
+    images.mkdir()
+    for path in Path(root).iterdir():
+        (images / path.name).write_bytes(path.read_bytes())
+    corrupt = images / "000002.jpg"
+    corrupt.write_bytes(corrupt.read_bytes()[:600])
+    (images / "000004.jpg").unlink()
+    dataset = CocoDetection(str(images), ann_file,
+                            transforms=v2.Compose([v2.RandomHorizontalFlip(),
+                                                   v2.ToDtype(torch.float32, scale=True)]))
+    for num_workers in (0, 2):
+        loader = PIMDataLoader(dataset, batch_size=1, num_workers=num_workers,
+                               collate_fn=lambda batch: batch)
+        with pytest.raises(DecodeError, match=r"000002\.jpg") as error:
+            list(loader)
+        if num_workers:
+            assert "sample 2" in str(error.value)
+        loader.close()
+    skipping = PIMDataLoader(dataset, batch_size=2, on_error="skip",
+                             collate_fn=lambda batch: batch,
+                             sampler=[0, 1, 2, 3])
+    assert sum(len(batch) for batch in skipping) == 3
+    assert skipping.stats()[-1].skipped_samples == 1
+    with pytest.raises(FileNotFoundError, match=r"000004\.jpg"):
+        list(PIMDataLoader(dataset, batch_size=1, collate_fn=lambda batch: batch,
+                           sampler=[4]))

@@ -1,0 +1,155 @@
+"""PIMDataLoader over COCO datasets against torch's DataLoader over torchvision's v2-wrapped
+CocoDetection with the same transforms and seed: images bit-identical, boxes, labels and
+masks equal, whether the pipeline lowers to the fused kernel or runs as Python."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+from torchvision import tv_tensors
+from torchvision.transforms import v2
+
+from _coco import (assert_same_samples, batches, compare, edit_annotations, make_coco,
+                   torchvision_coco)
+from pimloader import PIMDataLoader
+from pimloader.datasets import CocoDetection
+
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+ZOOM_FILL = {tv_tensors.Image: (123, 117, 104), "others": 0}   # masks are padded with 0
+
+
+def ssd_geometry():
+    return v2.Compose([v2.ToImage(), v2.RandomZoomOut(fill=ZOOM_FILL, side_range=(1.0, 2.0)),
+                       v2.RandomIoUCrop(), v2.RandomHorizontalFlip(), v2.Resize((96, 96)),
+                       v2.ClampBoundingBoxes(), v2.SanitizeBoundingBoxes(),
+                       v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
+
+
+def faster_rcnn():
+    return v2.Compose([v2.ToImage(), v2.RandomHorizontalFlip(), v2.Resize(120, max_size=150),
+                       v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)])
+
+
+def shortest_size():
+    return v2.Compose([v2.ToImage(), v2.RandomShortestSize([64, 80, 96], max_size=120),
+                       v2.RandomVerticalFlip(), v2.SanitizeBoundingBoxes(), v2.ToPureTensor()])
+
+
+def ssd_full():   # photometric distortion first: runs as Python for now
+    return v2.Compose([v2.ToImage(), v2.RandomPhotometricDistort(p=1.0),
+                       *ssd_geometry().transforms[1:]])
+
+
+def crop_then_zoom():   # a zoom-out after a crop does not fuse: those samples replay
+    return v2.Compose([v2.ToImage(), v2.RandomIoUCrop(), v2.RandomZoomOut(fill=ZOOM_FILL),
+                       v2.Resize((64, 64)), v2.SanitizeBoundingBoxes()])
+
+
+def small_crop():   # a corner crop that often holds no box at all
+    return v2.Compose([v2.ToImage(), v2.RandomCrop((48, 48)), v2.ClampBoundingBoxes(),
+                       v2.SanitizeBoundingBoxes()])
+
+
+@pytest.fixture(scope="module")
+def coco(tmp_path_factory):
+    """9 images (one grey, one CMYK) and a tenth without annotations."""
+    return make_coco(tmp_path_factory.mktemp("coco"), count=9, empty=1)
+
+
+@pytest.fixture(scope="module")
+def annotated(coco, tmp_path_factory):
+    """The images with annotations only (RandomIoUCrop refuses a sample without boxes)."""
+    return coco[0], edit_annotations(coco[1], tmp_path_factory.mktemp("ann") / "a.json",
+                                     lambda document: document["images"].pop())
+
+
+def check(dataset_files, make, target_keys=None, **kwargs):
+    root, ann_file = dataset_files
+    ours = CocoDetection(root, ann_file, transforms=make(), target_keys=target_keys)
+    oracle = torchvision_coco(root, ann_file, make(), target_keys)
+    kwargs.setdefault("shuffle", "sampler" not in kwargs)
+    return compare(ours, oracle, batch_size=3, **kwargs), len(ours)
+
+
+@pytest.mark.parametrize("make, target_keys", [
+    (ssd_geometry, ["boxes", "labels", "masks", "image_id"]), (faster_rcnn, None),
+    (shortest_size, ["masks", "boxes", "labels"])])
+def test_lowered_pipelines_give_torchvisions_samples(annotated, make, target_keys):
+    stats, count = check(annotated, make, target_keys)
+    assert stats.kernel_samples == count   # every image made by the fused kernel
+
+
+def test_with_workers(annotated):
+    stats, count = check(annotated, ssd_geometry, num_workers=2)
+    assert stats.kernel_samples == count
+
+
+def test_photometric_pipelines_run_as_python_and_agree(annotated):
+    stats, _ = check(annotated, ssd_full, target_keys="all", sampler=[4, 0])
+    assert stats.kernel_samples == 0
+
+
+def test_draws_that_do_not_fuse_replay_from_the_same_random_state(annotated):
+    stats, count = check(annotated, crop_then_zoom, target_keys=["boxes", "masks", "labels"])
+    assert 0 < stats.kernel_samples < count
+
+
+def test_a_crop_that_removes_every_box(annotated):
+    root, ann_file = annotated
+    oracle = torchvision_coco(root, ann_file, small_crop())
+    want, _ = batches(DataLoader, oracle, batch_size=3, shuffle=True)
+    assert any(len(target["boxes"]) == 0 for _, targets in want for target in targets)
+    compare(CocoDetection(root, ann_file, transforms=small_crop()), oracle,
+            batch_size=3, shuffle=True)
+
+
+def test_degenerate_boxes_and_boxes_on_the_border(annotated, tmp_path):
+    def edit(document):
+        first = document["images"][0]
+        extra = [[0.0, 0.0, 0.0, 5.0], [3.0, 4.0, 7.0, 0.0],          # degenerate
+                 [0.0, 0.0, 10.0, 10.0],                               # in the corner
+                 [first["width"] - 12.0, first["height"] - 9.0, 12.0, 9.0]]   # opposite
+        for bbox in extra:
+            document["annotations"].append({
+                "id": len(document["annotations"]) + 1, "image_id": first["id"],
+                "bbox": bbox, "area": bbox[2] * bbox[3], "iscrowd": 0, "category_id": 1,
+                "segmentation": [[bbox[0], bbox[1], bbox[0] + bbox[2], bbox[1],
+                                  bbox[0] + bbox[2], bbox[1] + bbox[3]]]})
+    edited = annotated[0], edit_annotations(annotated[1], tmp_path / "edges.json", edit)
+    make = lambda: v2.Compose([*faster_rcnn().transforms, v2.SanitizeBoundingBoxes()])  # noqa: E731
+    stats, count = check(edited, make, target_keys=["boxes", "labels", "masks"])
+    assert stats.kernel_samples == count
+
+
+def test_an_image_without_annotations(coco):
+    stats, count = check(coco, faster_rcnn, target_keys=["boxes", "labels", "masks"])
+    assert stats.kernel_samples == count
+
+
+def test_a_sample_without_boxes_fails_as_under_torch(coco):
+    root, ann_file = coco
+    last = len(CocoDetection(root, ann_file)) - 1
+    errors = []
+    for loader_class, dataset in ((DataLoader, torchvision_coco(root, ann_file, ssd_geometry())),
+                                  (PIMDataLoader, CocoDetection(root, ann_file,
+                                                                transforms=ssd_geometry()))):
+        with pytest.raises(TypeError) as error:
+            batches(loader_class, dataset, batch_size=1, sampler=[last])
+        errors.append(str(error.value).split("\n")[0])
+    assert errors[0] == errors[1]
+
+
+def test_emulated_dpus_give_the_cpu_backends_samples(annotated):
+    root, ann_file = annotated
+    flip_resize = lambda: v2.Compose([v2.ToImage(), v2.RandomHorizontalFlip(),  # noqa: E731
+                                      v2.RandomIoUCrop(), v2.Resize((64, 80)),
+                                      v2.ToDtype(torch.float16, scale=True)])
+    results = []
+    for backend in ("cpu", "emulator"):
+        dataset = CocoDetection(root, ann_file, transforms=flip_resize())
+        got, loader = batches(PIMDataLoader, dataset, batch_size=3, backend=backend,
+                              nr_dpus=3, nr_tasklets=4)
+        assert loader.stats()[-1].kernel_samples == len(dataset)
+        loader.close()
+        results.append(got)
+    assert_same_samples(results[1], results[0], "emulator vs cpu")
