@@ -3,6 +3,8 @@ CocoDetection with the same transforms and seed: images bit-identical, boxes, la
 masks equal, whether the pipeline lowers to the fused kernel or runs as Python."""
 from __future__ import annotations
 
+from collections import defaultdict
+
 import pytest
 import torch
 from torch.utils.data import DataLoader
@@ -153,3 +155,13 @@ def test_emulated_dpus_give_the_cpu_backends_samples(annotated):
         loader.close()
         results.append(got)
     assert_same_samples(results[1], results[0], "emulator vs cpu")
+
+
+def test_a_defaultdict_fill_is_looked_up_as_torchvision_does(annotated):
+    # torchvision's SSD reference: images get no fill from the default (torchvision pads
+    # them with 0); the probe must pad the same
+    fill = defaultdict(lambda: (123, 117, 104), {tv_tensors.Mask: 0})
+    make = lambda: v2.Compose([v2.ToImage(), v2.RandomZoomOut(fill=fill, p=1.0),  # noqa: E731
+                               v2.Resize((40, 40))])
+    stats, _ = check(annotated, make, sampler=[1, 3])
+    assert stats.kernel_samples == 2
