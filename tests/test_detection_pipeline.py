@@ -13,7 +13,7 @@ from torchvision.transforms import v2
 
 from _coco import (assert_same_samples, batches, compare, edit_annotations, make_coco,
                    torchvision_coco)
-from pimloader import PIMDataLoader
+from pimloader import PaddedBatch, PIMDataLoader
 from pimloader.datasets import CocoDetection
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
@@ -165,3 +165,31 @@ def test_a_defaultdict_fill_is_looked_up_as_torchvision_does(annotated):
                                v2.Resize((40, 40))])
     stats, _ = check(annotated, make, sampler=[1, 3])
     assert stats.kernel_samples == 2
+
+
+def test_padded_batches(annotated):
+    root, ann_file = annotated
+    padded = PaddedBatch(size_divisibility=32, fill=-1.0)
+    stats = compare(CocoDetection(root, ann_file, transforms=faster_rcnn()),
+                    torchvision_coco(root, ann_file, faster_rcnn()), batch_size=4,
+                    num_workers=2, collate_fn=padded)
+    assert stats.kernel_samples == len(CocoDetection(root, ann_file))
+    listed, _ = batches(PIMDataLoader, CocoDetection(root, ann_file, transforms=faster_rcnn()),
+                        batch_size=4)
+    got, _ = batches(PIMDataLoader, CocoDetection(root, ann_file, transforms=faster_rcnn()),
+                     batch_size=4, collate_fn=padded)
+    for (images, _), (batch, targets) in zip(listed, got):
+        assert batch.tensors.shape[2] % 32 == 0 and batch.tensors.shape[3] % 32 == 0
+        for image, size, row in zip(images, batch.image_sizes, batch.tensors):
+            assert size == tuple(image.shape[1:])
+            assert torch.equal(row[:, :size[0], :size[1]], image)
+            assert (row[:, size[0]:] == -1).all() and (row[:, :, size[1]:] == -1).all()
+
+
+def test_padded_batch_refuses_what_it_cannot_pad():
+    with pytest.raises(ValueError, match="size_divisibility"):
+        PaddedBatch(0)
+    with pytest.raises(ValueError, match="sample 1 .* shape"):
+        PaddedBatch()([(torch.zeros(3, 4, 4), {}), (torch.zeros(1, 4, 4), {})])
+    with pytest.raises(ValueError, match="sample 0 .*pair"):
+        PaddedBatch()([torch.zeros(3, 4, 4)])

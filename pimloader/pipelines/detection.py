@@ -21,14 +21,12 @@ collate meets fixed-size outputs.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 from torch.utils._pytree import tree_flatten, tree_unflatten
-from torch.utils.data import get_worker_info
 from torchvision import tv_tensors
 
 from pimloader import decode
@@ -39,6 +37,7 @@ from pimloader.loader._produce import BatchProducer, Pipeline
 from pimloader.transforms._probe import (ImageProbe, apply_elementwise, for_probe, is_probe,
                                          run_on_probe)
 
+from .padded import worker_tensor
 from .runs import RunBatcher
 
 
@@ -94,7 +93,7 @@ class Detection(Pipeline):
 
     def _rendered(self, encoded, sample, geometry, lut, dtype, router):
         """`sample` with the kernel's image in place of its probe."""
-        out = _output_tensor((1, 3, *geometry.size), dtype)
+        out = worker_tensor((1, 3, *geometry.size), dtype)
         if geometry.padding is not None:
             pixels = decode.decode_image(encoded.data, name=encoded.name)
             box = geometry.box
@@ -117,16 +116,6 @@ class Detection(Pipeline):
         if key not in self._tables:
             self._tables[key] = _kernel_table(elementwise)
         return self._tables[key]
-
-
-def _output_tensor(shape: tuple, dtype: torch.dtype) -> torch.Tensor:
-    """An uninitialised tensor; in a worker, over shared memory from the start, so that
-    sending it to the main process passes its handle instead of copying it there."""
-    if get_worker_info() is None:
-        return torch.empty(shape, dtype=dtype)
-    element_size = torch.empty((), dtype=dtype).element_size()
-    storage = torch.UntypedStorage._new_shared(max(1, math.prod(shape) * element_size))
-    return torch.tensor([], dtype=dtype).set_(storage, 0, shape)
 
 
 def _kernel_table(elementwise: list[tuple]):
