@@ -10,10 +10,12 @@ from __future__ import annotations
 import math
 import weakref
 
+import numpy as np
 import torch
 import torchvision.transforms.v2 as v2
+from torchvision import tv_tensors
 from torchvision.transforms.v2 import functional as F
-from torchvision.transforms.v2._utils import _get_fill
+from torchvision.transforms.v2._utils import _get_fill, get_bounding_boxes, query_size
 from torchvision.transforms.v2.functional._geometry import (
     _center_crop_compute_crop_anchor, _center_crop_compute_padding,
     _center_crop_parse_output_size, _compute_resized_output_size, _parse_pad_padding)
@@ -245,3 +247,57 @@ def _fill_values(step) -> tuple[int, ...]:
     if isinstance(fill, Exception):
         raise NotFusable(f"fill {step.fill!r}: {fill}")
     return fill
+
+
+def iou_crop_params(step: v2.RandomIoUCrop, flat_inputs: list) -> dict:
+    """`step.make_params(flat_inputs)` with the very same torch RNG calls in the same order
+    (so the same draws and the same result), its box tests in numpy float32 on boxes
+    converted once instead of torch ops on tv_tensors in every trial (float32 arithmetic,
+    one IEEE-rounded operation at a time, in torchvision's order: the same bits). Boxes
+    that are not a float32 (N, 4) tensor get torchvision's own make_params."""
+    bboxes = get_bounding_boxes(flat_inputs)
+    if bboxes.dtype != torch.float32 or bboxes.dim() != 2:
+        return v2.RandomIoUCrop.make_params(step, flat_inputs)
+    orig_h, orig_w = query_size(flat_inputs)
+    xyxy = F.convert_bounding_box_format(bboxes.as_subclass(torch.Tensor), bboxes.format,
+                                         tv_tensors.BoundingBoxFormat.XYXY).numpy()
+    half = np.float32(0.5)
+    cx, cy = half * (xyxy[..., 0] + xyxy[..., 2]), half * (xyxy[..., 1] + xyxy[..., 3])
+    areas = (xyxy[..., 2] - xyxy[..., 0]) * (xyxy[..., 3] - xyxy[..., 1])
+    while True:
+        idx = int(torch.randint(low=0, high=len(step.options), size=(1,)))
+        min_jaccard_overlap = step.options[idx]
+        if min_jaccard_overlap >= 1.0:
+            return dict()
+        for _ in range(step.trials):
+            r = step.min_scale + (step.max_scale - step.min_scale) * torch.rand(2)
+            new_w = int(orig_w * r[0])
+            new_h = int(orig_h * r[1])
+            if not (step.min_aspect_ratio <= new_w / new_h <= step.max_aspect_ratio):
+                continue
+            r = torch.rand(2)
+            left = int((orig_w - new_w) * r[0])
+            top = int((orig_h - new_h) * r[1])
+            right, bottom = left + new_w, top + new_h
+            if left == right or top == bottom:
+                continue
+            within = (left < cx) & (cx < right) & (top < cy) & (cy < bottom)
+            if not within.any():
+                continue
+            if _max_iou(xyxy[within], areas[within], left, top, right, bottom) < np.float32(
+                    min_jaccard_overlap):
+                continue
+            return dict(top=top, left=left, height=new_h, width=new_w,
+                        is_within_crop_area=torch.from_numpy(within))
+
+
+def _max_iou(boxes: np.ndarray, areas: np.ndarray, left, top, right, bottom) -> np.float32:
+    """torchvision.ops.box_iou(boxes, [[left, top, right, bottom]]).max(), in float32."""
+    crop = np.array([left, top, right, bottom], dtype=np.float32)
+    crop_area = (crop[2] - crop[0]) * (crop[3] - crop[1])
+    lt = np.maximum(boxes[:, :2], crop[:2])
+    rb = np.minimum(boxes[:, 2:], crop[2:])
+    wh = np.maximum(rb - lt, np.float32(0))
+    inter = wh[:, 0] * wh[:, 1]
+    union = areas + crop_area - inter
+    return (inter / union).max()

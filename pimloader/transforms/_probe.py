@@ -16,7 +16,9 @@ caller replays the sample as Python from the same RNG state.
 
 Only pipelines made of `LOWERABLE` transforms run on a probe (any other transform could
 compute on the stand-in's pixels), and on a copy (`for_probe`) in which what is given per
-type for tv_tensors.Image (a fill, a dtype) is given to ImageProbe too. Colour ops slot in as more probe kernels
+type for tv_tensors.Image (a fill, a dtype) is given to ImageProbe too, and whose
+RandomIoUCrops draw with _draw.iou_crop_params (torchvision's RNG calls and result, the box
+tests in numpy). Colour ops slot in as more probe kernels
 (adjust_brightness, ..., adjust_hue, permute_channels) that record colour ops into the
 Geometry, once the kernel can run colour before geometry.
 """
@@ -34,6 +36,7 @@ from torchvision.transforms.v2 import functional as F
 from torchvision.transforms.v2.functional._geometry import (
     _check_interpolation, _compute_resized_output_size, _parse_pad_padding)
 
+from ._draw import iou_crop_params
 from ._params import Geometry, NotFusable
 
 LOWERABLE = (v2.Compose, v2.ToImage, v2.Identity, v2.RandomHorizontalFlip,
@@ -119,6 +122,8 @@ def for_probe(transforms):
         return None   # a plain tensor after it would meet torch.Tensor's kernels
     transforms = copy.deepcopy(transforms)
     for step in _flatten(transforms):
+        if type(step) is v2.RandomIoUCrop:
+            step.__class__ = RandomIoUCrop
         for per_type in (getattr(step, "_fill", None), getattr(step, "dtype", None)):
             if isinstance(per_type, dict) and tv_tensors.Image in per_type:
                 per_type[ImageProbe] = per_type[tv_tensors.Image]
@@ -131,6 +136,15 @@ def _flatten(transform) -> list:
     if isinstance(transform, v1.Compose):
         return [transform]   # v1's Compose calls each step with one argument: not a sample
     return [transform]
+
+
+class RandomIoUCrop(v2.RandomIoUCrop):
+    """RandomIoUCrop whose make_params is _draw.iou_crop_params: the same RNG calls and
+    result, its box tests in numpy (most of a lowered SSD sample's host time otherwise).
+    Named as torchvision's, whose messages name `type(self).__name__`."""
+
+    def make_params(self, flat_inputs):
+        return iou_crop_params(self, flat_inputs)
 
 
 # -- the probe's kernels --------------------------------------------------------------------
