@@ -13,7 +13,9 @@ from pycocotools.coco import COCO
 from pycocotools import mask as coco_mask
 from torchvision.transforms import v2
 
-from _coco import (assert_same_samples, compare, edit_annotations, make_coco,
+from torch.utils.data import DataLoader
+
+from _coco import (assert_same_samples, batches, compare, edit_annotations, make_coco,
                    torchvision_coco)
 from benchmarks.make_detection_dataset import make_detection_dataset
 from pimloader import DecodeError, PIMDataLoader
@@ -151,3 +153,16 @@ def test_missing_and_corrupt_images_are_named_with_their_sample(coco, tmp_path):
     with pytest.raises(FileNotFoundError, match=r"000004\.jpg"):
         list(PIMDataLoader(dataset, batch_size=1, collate_fn=lambda batch: batch,
                            sampler=[4]))
+
+
+def test_the_loaders_transform_stands_for_the_datasets_transforms(coco):
+    root, ann_file = coco
+    flip = v2.Compose([v2.ToImage(), v2.RandomHorizontalFlip(),
+                       v2.ToDtype(torch.float32, scale=True)])
+    want, _ = batches(DataLoader, torchvision_coco(root, ann_file, flip), batch_size=2,
+                      sampler=[0, 3, 5])
+    got, _ = batches(PIMDataLoader, CocoDetection(root, ann_file), batch_size=2,
+                     sampler=[0, 3, 5], transform=flip)
+    assert_same_samples(got, want)
+    with pytest.raises(ValueError, match="given twice"):
+        PIMDataLoader(CocoDetection(root, ann_file, transforms=flip), transform=flip)
