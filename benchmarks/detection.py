@@ -153,7 +153,9 @@ def _timed_sample(dataset, index: int) -> float:
     if id(dataset) not in pipelines:
         pipelines[id(dataset)] = build(dataset, None, PipelineOptions(backend="cpu"))
     started = time.perf_counter()
-    pipelines[id(dataset)].sample(index, backends.router(CPU))
+    pipeline = pipelines[id(dataset)]
+    _, pending = pipeline.prepare(index)
+    pipeline.render([pending] if pending is not None else [], backends.router(CPU))
     return time.perf_counter() - started
 
 

@@ -60,27 +60,29 @@ class Detection(Pipeline):
         return BatchProducer(fetcher, context.collate_fn, context.auto_collation,
                              context.writer)
 
-    def sample(self, index: int, router) -> tuple[Any, bool]:
-        """(sample `index` as the dataset with its transforms gives it, whether the fused
-        kernel made its image)."""
+    def prepare(self, index: int) -> tuple[Any, "Pending | None"]:
+        """Sample `index` as the dataset with its transforms gives it, made as Python:
+        (sample, None); or its targets and decoded pixels, waiting for the kernel: (None,
+        Pending). Its random draws are made either way, in the sample's turn."""
         encoded = self.source.reader(index)
         height, width = decode.image_size(encoded.data, name=encoded.name, warn=False)
         target = self.source.target(index, encoded.target, (height, width))
         if self.on_probe is None:
-            return self._python(encoded, target), False
+            return self._python(encoded, target), None
         rng_state = torch.get_rng_state()
         sample, recording = run_on_probe(self.on_probe, target, height, width)
         table = self._table(recording.elementwise) if recording.geometry is not None else None
-        try:
-            if table is not None:
-                return self._rendered(encoded, sample, recording.geometry, *table, router), True
-        except decode.DecodeError:
-            torch.set_rng_state(rng_state)   # as under torch: a sample that fails to decode
-            raise                            # has drawn nothing
+        if table is not None:
+            try:
+                return None, Pending(sample, recording.geometry, *table,
+                                     *_decoded(encoded, recording.geometry))
+            except decode.DecodeError:
+                torch.set_rng_state(rng_state)   # as under torch: a sample that fails to
+                raise                            # decode has drawn nothing
         torch.set_rng_state(rng_state)
         # the probe run may have changed the target in place (e.g. masks): build it again
         target = self.source.target(index, encoded.target, (height, width))
-        return self._python(encoded, target), False
+        return self._python(encoded, target), None
 
     def _python(self, encoded, target):
         pixels = decode.decode_image(encoded.data, name=encoded.name)
@@ -91,23 +93,24 @@ class Detection(Pipeline):
             return image, target
         return self.transforms(image, target)
 
-    def _rendered(self, encoded, sample, geometry, lut, dtype, router):
-        """`sample` with the kernel's image in place of its probe."""
-        out = worker_tensor((1, 3, *geometry.size), dtype)
-        if geometry.padding is not None:
-            pixels = decode.decode_image(encoded.data, name=encoded.name)
-            box = geometry.box
+    def render(self, pending: list["Pending"], router) -> list:
+        """The pending samples with their images made by the kernel. Images of one size
+        and dtype are rows of one batch tensor (in a worker, one shared segment), so that
+        the kernel runs them in runs of many rows, on the DPUs too."""
+        if not pending:
+            return []
+        shapes = {(item.geometry.size, item.dtype) for item in pending}
+        if len(shapes) == 1:
+            out = worker_tensor((len(pending), 3, *pending[0].geometry.size), pending[0].dtype)
+            rows = [(out, row) for row in range(len(pending))]
         else:
-            pixels = decode.decode_image(encoded.data, geometry.box, name=encoded.name)
-            box = (0, 0, *pixels.shape[:2])
-        runs = RunBatcher(router, 1)
-        runs.add(out, 0, pixels, box, geometry, "NCHW", lut)
+            rows = [(worker_tensor((1, 3, *item.geometry.size), item.dtype), 0)
+                    for item in pending]
+        runs = RunBatcher(router, len(pending))
+        for (out, row), item in zip(rows, pending):
+            runs.add(out, row, item.pixels, item.box, item.geometry, "NCHW", item.lut)
         runs.flush()
-        image = out[0]
-        leaves, spec = tree_flatten(sample)
-        leaves = [(tv_tensors.Image(image) if isinstance(leaf, ImageProbe) else image)
-                  if is_probe(leaf) else leaf for leaf in leaves]
-        return tree_unflatten(leaves, spec)
+        return [item.with_image(out[row]) for (out, row), item in zip(rows, pending)]
 
     def _table(self, elementwise: list[tuple]):
         """(kernel lookup table or None, output dtype) of the elementwise steps, or None
@@ -116,6 +119,34 @@ class Detection(Pipeline):
         if key not in self._tables:
             self._tables[key] = _kernel_table(elementwise)
         return self._tables[key]
+
+
+@dataclass
+class Pending:
+    """A sample whose targets are made and whose image waits for the kernel."""
+
+    sample: Any            # the transformed sample, with probes for its image
+    geometry: Any          # transforms._params.Geometry
+    lut: Any               # the kernel's lookup table (None: uint8 as it is)
+    dtype: torch.dtype
+    pixels: Any            # the decoded pixels the geometry needs
+    box: tuple             # the geometry's box within them
+
+    def with_image(self, image: torch.Tensor):
+        """The sample with `image` in place of its probes (a tv_tensors.Image where the
+        probe was one; a plain tensor where ToPureTensor had made it one)."""
+        leaves, spec = tree_flatten(self.sample)
+        leaves = [(tv_tensors.Image(image) if isinstance(leaf, ImageProbe) else image)
+                  if is_probe(leaf) else leaf for leaf in leaves]
+        return tree_unflatten(leaves, spec)
+
+
+def _decoded(encoded, geometry):
+    """(pixels, box): what the geometry's box needs of the image, decoded."""
+    if geometry.padding is not None:   # the box is within the padded image: decode it whole
+        return decode.decode_image(encoded.data, name=encoded.name), geometry.box
+    pixels = decode.decode_image(encoded.data, geometry.box, name=encoded.name)
+    return pixels, (0, 0, *pixels.shape[:2])
 
 
 def _kernel_table(elementwise: list[tuple]):
@@ -141,22 +172,34 @@ class DetectionFetcher(Fetcher):
 
     def fetch(self, index):
         if not self.auto_collation:
-            return self._sample(index)
-        samples = []
-        for sample_index in index:
+            self.current = f"sample {index!r}"
+            sample, waiting = self.pipeline.prepare(index)
+            if waiting is None:
+                return sample
+            self.kernel_samples += 1
+            return self.pipeline.render([waiting], self.router)[0]
+        return self._fetch(index)
+
+    def _fetch(self, indices) -> list:
+        samples, pending, places = [], [], []
+        for sample_index in indices:
+            self.current = f"sample {sample_index!r}"
             try:
-                samples.append(self._sample(sample_index))
+                sample, waiting = self.pipeline.prepare(sample_index)
             except decode.DecodeError:
                 if not self.pipeline.skip_errors:
                     raise
                 self.skipped += 1
+                continue
+            if waiting is not None:
+                pending.append(waiting)
+                places.append(len(samples))
+            samples.append(sample)
+        self.current = f"the fused kernel's run over samples {list(indices)!r}"
+        for place, sample in zip(places, self.pipeline.render(pending, self.router)):
+            samples[place] = sample
+        self.kernel_samples += len(pending)
         return samples
-
-    def _sample(self, index):
-        self.current = f"sample {index!r}"
-        sample, rendered = self.pipeline.sample(index, self.router)
-        self.kernel_samples += rendered
-        return sample
 
 
 def build(dataset, transform, options) -> Pipeline | None:
