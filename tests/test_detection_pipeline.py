@@ -11,8 +11,8 @@ from torch.utils.data import DataLoader
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
-from _coco import (assert_same_samples, batches, compare, edit_annotations, make_coco,
-                   torchvision_coco)
+from _coco import (assert_same_samples, batches, collate_list, compare, edit_annotations,
+                   make_coco, torchvision_coco)
 from pimloader import PaddedBatch, PIMDataLoader
 from pimloader.datasets import CocoDetection
 
@@ -193,3 +193,18 @@ def test_padded_batch_refuses_what_it_cannot_pad():
         PaddedBatch()([(torch.zeros(3, 4, 4), {}), (torch.zeros(1, 4, 4), {})])
     with pytest.raises(ValueError, match="sample 0 .*pair"):
         PaddedBatch()([torch.zeros(3, 4, 4)])
+
+
+def test_the_encoded_sample_cache_serves_detection_sets(annotated):
+    root, ann_file = annotated
+    torch.manual_seed(7)
+    want = list(DataLoader(torchvision_coco(root, ann_file, faster_rcnn()), batch_size=3,
+                           collate_fn=collate_list))
+    loader = PIMDataLoader(CocoDetection(root, ann_file, transforms=faster_rcnn()),
+                           batch_size=3, collate_fn=collate_list, cache_bytes=1 << 24)
+    for _ in range(2):
+        torch.manual_seed(7)
+        assert_same_samples(list(loader), want)
+    first, second = loader.stats()
+    loader.close()
+    assert first.cache_misses == second.cache_hits == len(loader.dataset) > 0

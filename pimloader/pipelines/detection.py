@@ -14,10 +14,12 @@ torchvision's wrapper does. Then:
 - otherwise (photometric ops, unknown transforms, a draw that does not fuse, replayed from
   the same RNG state) the image is decoded natively and the transforms run as Python on it.
 
-Each sample is its own image tensor (in a worker, made in shared memory: sending it to the
-main process passes a handle, not the pixels); the samples go to the loader's collate_fn (the
-detection references' `lambda batch: tuple(zip(*batch))`), or into a slot when the default
-collate meets fixed-size outputs.
+A batch's samples are prepared in order (targets, draws, decodes), then the kernel renders
+their images together: images of one size are rows of one batch tensor (in a worker, one
+shared-memory segment, so that the result queue passes a handle, not the pixels). The
+samples go to the loader's collate_fn (the detection references' `lambda batch:
+tuple(zip(*batch))`, or pimloader.PaddedBatch), or into a slot when the default collate
+meets fixed-size samples.
 """
 from __future__ import annotations
 
@@ -31,12 +33,14 @@ from torchvision import tv_tensors
 
 from pimloader import decode
 from pimloader.backends.select import BackendSpec, choose_backend, native_available
+from pimloader.datasets.cache import CachedReader, SampleCache
 from pimloader.datasets.coco import CocoSource, is_coco
 from pimloader.loader._fetch import Fetcher, TransformingFetcher
 from pimloader.loader._produce import BatchProducer, Pipeline
 from pimloader.transforms._probe import (ImageProbe, apply_elementwise, for_probe, is_probe,
                                          run_on_probe)
 
+from .classification import CacheCountingProducer
 from .padded import worker_tensor
 from .runs import RunBatcher
 
@@ -50,21 +54,39 @@ class Detection(Pipeline):
     on_probe: Any                  # the transforms' copy for probes (None: Python only)
     backend: BackendSpec
     skip_errors: bool              # on_error="skip": drop undecodable samples, count them
+    read: Any = None               # index -> EncodedSample: the source's reader, or a
+                                   # CachedReader over it (cache_bytes > 0)
     _tables: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.read is None:
+            self.read = self.source.reader
 
     def make_producer(self, context):
         if context.is_iterable:
             return None
         router = context.backends.router(self.backend)
         fetcher = DetectionFetcher(self, context.auto_collation, router)
-        return BatchProducer(fetcher, context.collate_fn, context.auto_collation,
-                             context.writer)
+        producer = BatchProducer(fetcher, context.collate_fn, context.auto_collation,
+                                 context.writer)
+        if isinstance(self.read, CachedReader):
+            producer = CacheCountingProducer(producer, self.read)
+        return producer
+
+    def open_shared(self) -> None:
+        """Allocate the sample cache's segment (main process, before workers start)."""
+        if isinstance(self.read, CachedReader):
+            self.read.cache.open()
+
+    def close_shared(self) -> None:
+        if isinstance(self.read, CachedReader):
+            self.read.cache.close()
 
     def prepare(self, index: int) -> tuple[Any, "Pending | None"]:
         """Sample `index` as the dataset with its transforms gives it, made as Python:
         (sample, None); or its targets and decoded pixels, waiting for the kernel: (None,
         Pending). Its random draws are made either way, in the sample's turn."""
-        encoded = self.source.reader(index)
+        encoded = self.read(index)
         height, width = decode.image_size(encoded.data, name=encoded.name, warn=False)
         target = self.source.target(index, encoded.target, (height, width))
         if self.on_probe is None:
@@ -211,10 +233,13 @@ def build(dataset, transform, options) -> Pipeline | None:
         return JointTransform(transform) if transform is not None and is_coco(dataset) else None
     transforms = source.transforms
     lowered = source.enters_as == "image" and transforms is not None
+    read = source.reader
+    if options.cache_bytes:
+        read = CachedReader(read, SampleCache(options.cache_bytes, len(read)))
     return Detection(source, transforms, for_probe(transforms) if lowered else None,
                      choose_backend(options.backend, options.nr_dpus, options.nr_tasklets,
                                     options.dpu_profile),
-                     options.on_error == "skip")
+                     options.on_error == "skip", read)
 
 
 @dataclass
