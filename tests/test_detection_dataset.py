@@ -166,3 +166,8 @@ def test_the_loaders_transform_stands_for_the_datasets_transforms(coco):
     assert_same_samples(got, want)
     with pytest.raises(ValueError, match="given twice"):
         PIMDataLoader(CocoDetection(root, ann_file, transforms=flip), transform=flip)
+
+
+def test_options_that_do_not_apply_yet_say_so(coco):
+    with pytest.warns(UserWarning, match="channels_last does not apply to detection"):
+        PIMDataLoader(CocoDetection(*coco), memory_format=torch.channels_last)

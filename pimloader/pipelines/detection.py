@@ -23,6 +23,7 @@ meets fixed-size samples.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -231,6 +232,7 @@ def build(dataset, transform, options) -> Pipeline | None:
     source = CocoSource.detect(dataset, transform)
     if source is None or not native_available(options.backend):
         return JointTransform(transform) if transform is not None and is_coco(dataset) else None
+    _warn_unused(options)
     transforms = source.transforms
     lowered = source.enters_as == "image" and transforms is not None
     read = source.reader
@@ -240,6 +242,17 @@ def build(dataset, transform, options) -> Pipeline | None:
                      choose_backend(options.backend, options.nr_dpus, options.nr_tasklets,
                                     options.dpu_profile),
                      options.on_error == "skip", read)
+
+
+def _warn_unused(options) -> None:
+    unused = [name for name, used in (
+        ("memory_format=torch.channels_last", options.memory_format == torch.channels_last),
+        ("reduced_dct=True", options.reduced_dct is True)) if used]
+    if unused:
+        verb = "does" if len(unused) == 1 else "do"
+        warnings.warn(f"pimloader: {' and '.join(unused)} {verb} not apply to detection sets yet "
+                      f"(their images are decoded at full scale into contiguous CHW tensors)",
+                      stacklevel=4)
 
 
 @dataclass
