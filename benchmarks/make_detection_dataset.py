@@ -99,7 +99,8 @@ def object_library() -> list[tuple[int, np.ndarray, np.ndarray]]:
 def _background(rng: np.random.Generator, width: int, height: int) -> Image.Image:
     photo = load_photo(BACKGROUNDS[int(rng.integers(len(BACKGROUNDS)))]).convert("RGB")
     scale = max(width / photo.width, height / photo.height) * rng.uniform(1.0, 1.5)
-    crop_w, crop_h = min(photo.width, round(width / scale)), min(photo.height, round(height / scale))
+    crop_w = min(photo.width, round(width / scale))
+    crop_h = min(photo.height, round(height / scale))
     left = int(rng.integers(0, photo.width - crop_w + 1))
     top = int(rng.integers(0, photo.height - crop_h + 1))
     return photo.crop((left, top, left + crop_w, top + crop_h)).resize(
