@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torchvision
 from PIL import Image
 from pycocotools.coco import COCO
 from pycocotools import mask as coco_mask
@@ -171,3 +172,12 @@ def test_the_loaders_transform_stands_for_the_datasets_transforms(coco):
 def test_options_that_do_not_apply_yet_say_so(coco):
     with pytest.warns(UserWarning, match="channels_last does not apply to detection"):
         PIMDataLoader(CocoDetection(*coco), memory_format=torch.channels_last)
+
+
+def test_a_transform_of_the_image_alone_lowers_too(coco):
+    root, ann_file = coco
+    make = lambda: v2.Compose([v2.ToImage(), v2.RandomHorizontalFlip(),  # noqa: E731
+                               v2.Resize(64), v2.ToDtype(torch.float32, scale=True)])
+    theirs = lambda: torchvision.datasets.CocoDetection(root, ann_file, transform=make())  # noqa: E731
+    stats = compare(theirs(), theirs(), batch_size=3, shuffle=True)
+    assert stats.kernel_samples == len(theirs())

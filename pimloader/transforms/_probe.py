@@ -131,6 +131,9 @@ def for_probe(transforms):
 
 
 def _flatten(transform) -> list:
+    from torchvision.datasets.vision import StandardTransform
+    if isinstance(transform, StandardTransform) and transform.target_transform is None:
+        return _flatten(transform.transform)   # a dataset's transform= on the image alone
     if isinstance(transform, v2.Compose):
         return [step for inner in transform.transforms for step in _flatten(inner)]
     if isinstance(transform, v1.Compose):
