@@ -93,12 +93,11 @@ class Detection(Pipeline):
         if self.on_probe is None:
             return self._python(encoded, target), None
         rng_state = torch.get_rng_state()
-        sample, recording = run_on_probe(self.on_probe, target, height, width)
-        table = self._table(recording.elementwise) if recording.geometry is not None else None
-        if table is not None:
+        lowered = self._on_probe(target, height, width)
+        if lowered is not None:
+            sample, geometry, table = lowered
             try:
-                return None, Pending(sample, recording.geometry, *table,
-                                     *_decoded(encoded, recording.geometry))
+                return None, Pending(sample, geometry, *table, *_decoded(encoded, geometry))
             except decode.DecodeError:
                 torch.set_rng_state(rng_state)   # as under torch: a sample that fails to
                 raise                            # decode has drawn nothing
@@ -106,6 +105,20 @@ class Detection(Pipeline):
         # the probe run may have changed the target in place (e.g. masks): build it again
         target = self.source.target(index, encoded.target, (height, width))
         return self._python(encoded, target), None
+
+    def _on_probe(self, target, height: int, width: int):
+        """(sample with probes, Geometry, (lut, dtype)) of the transforms' run on a probe,
+        or None when it does not fuse or the run raised: the sample is then replayed as
+        Python, where torchvision's own error (e.g. RandomIoUCrop without boxes) is raised
+        as under torch, and where a probe's own failure cannot change the result."""
+        try:
+            sample, recording = run_on_probe(self.on_probe, target, height, width)
+        except Exception:  # noqa: BLE001 - replayed as Python by the caller
+            return None
+        if recording.geometry is None:
+            return None
+        table = self._table(recording.elementwise)
+        return None if table is None else (sample, recording.geometry, table)
 
     def _python(self, encoded, target):
         pixels = decode.decode_image(encoded.data, name=encoded.name)
