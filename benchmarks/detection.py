@@ -7,8 +7,7 @@ torchvision v2 pipelines (the detection references' recipes, at their sizes):
   ToDtype(float32, scale=True), Normalize (what GeneralizedRCNNTransform then does);
 - "ssd": ToImage, RandomPhotometricDistort, RandomZoomOut(fill per type), RandomIoUCrop,
   RandomHorizontalFlip, Resize((300, 300)), SanitizeBoundingBoxes, ToDtype, Normalize;
-- "ssd-geometry": the same without RandomPhotometricDistort (what lowers whole today; the
-  photometric ops run as Python until the kernel runs colour before geometry).
+- "ssd-geometry": the same without RandomPhotometricDistort.
 
 Contenders, all with the references' `collate_fn=lambda batch: tuple(zip(*batch))`, the
 same sampler and batch size: "torchvision" (torch's DataLoader over torchvision's

@@ -8,11 +8,11 @@ torchvision's wrapper does. Then:
 
 - when the pipeline lowers (transforms/_probe.py), torchvision's transforms run on the
   sample with a pixel-less probe for the image: the random draws, boxes, masks and labels
-  are torchvision's own, and the image's pads, crops, resize, flips, dtype and
+  are torchvision's own, and the image's colour ops, pads, crops, resize, flips, dtype and
   normalisation come back as one Geometry and a lookup table, which the fused kernel runs
   on the decoded crop (the backends of the loader, the CPU for what a DPU cannot do);
-- otherwise (photometric ops, unknown transforms, a draw that does not fuse, replayed from
-  the same RNG state) the image is decoded natively and the transforms run as Python on it.
+- otherwise (unknown transforms, a draw that does not fuse, replayed from the same RNG
+  state) the image is decoded natively and the transforms run as Python on it.
 
 A batch's samples are prepared in order (targets, draws, decodes), then the kernel renders
 their images together: images of one size are rows of one batch tensor (in a worker, one
@@ -179,7 +179,8 @@ class Pending:
 
 def _decoded(encoded, geometry):
     """(pixels, box): what the geometry's box needs of the image, decoded."""
-    if geometry.padding is not None:   # the box is within the padded image: decode it whole
+    if geometry.padding is not None or geometry.reads_whole_source:
+        # the box is within the padded image, or a contrast reads the whole image's mean
         return decode.decode_image(encoded.data, name=encoded.name), geometry.box
     pixels = decode.decode_image(encoded.data, geometry.box, name=encoded.name)
     return pixels, (0, 0, *pixels.shape[:2])

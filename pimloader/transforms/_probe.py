@@ -8,7 +8,7 @@ mask kernels), on the sample whose image is replaced by an `ImageProbe`: a tv_te
 of the decoded image's shape and no pixels (a zero-stride view of one element). The probe
 has kernels of its own, registered with torchvision's `register_kernel`, for the pixel ops
 that lower: each returns a probe of the op's output shape and folds the op into a
-`Recording`'s Geometry (pad, crop, resize, flip) or its elementwise steps (ToDtype,
+`Recording`'s Geometry (pad, crop, resize, flip, colour) or its elementwise steps (ToDtype,
 Normalize). After the run, the targets are torchvision's by construction and the Recording
 says how the fused kernel makes the pixels; a draw the Geometry cannot fuse (two resizes, a
 crop beyond the image, nearest interpolation) leaves `Recording.geometry` None, and the
@@ -18,9 +18,9 @@ Only pipelines made of `LOWERABLE` transforms run on a probe (any other transfor
 compute on the stand-in's pixels), and on a copy (`for_probe`) in which what is given per
 type for tv_tensors.Image (a fill, a dtype) is given to ImageProbe too, and whose
 RandomIoUCrops draw with _draw.iou_crop_params (torchvision's RNG calls and result, the box
-tests in numpy). Colour ops slot in as more probe kernels
-(adjust_brightness, ..., adjust_hue, permute_channels) that record colour ops into the
-Geometry, once the kernel can run colour before geometry.
+tests in numpy). Colour ops (adjust_brightness, adjust_contrast, adjust_saturation,
+adjust_hue, permute_channels: RandomPhotometricDistort, ColorJitter) are probe kernels too,
+recorded into the Geometry before or after its geometric steps.
 """
 from __future__ import annotations
 
@@ -39,7 +39,8 @@ from torchvision.transforms.v2.functional._geometry import (
 from ._draw import iou_crop_params
 from ._params import Geometry, NotFusable
 
-LOWERABLE = (v2.Compose, v2.ToImage, v2.Identity, v2.RandomHorizontalFlip,
+LOWERABLE = (v2.Compose, v2.ToImage, v2.Identity, v2.RandomPhotometricDistort,
+             v2.ColorJitter, v2.RandomHorizontalFlip,
              v2.RandomVerticalFlip, v2.Resize, v2.RandomShortestSize, v2.RandomZoomOut,
              v2.RandomIoUCrop, v2.RandomCrop, v2.Pad, v2.ClampBoundingBoxes,
              v2.SanitizeBoundingBoxes, v2.ConvertBoundingBoxFormat, v2.ToDtype, v2.Normalize,
@@ -194,6 +195,39 @@ def _pad(probe, padding, fill=None, padding_mode="constant"):
         values = pad_fill(fill, channels) if padding_mode == "constant" else (0,) * channels
         _recording().fuse(lambda g: g.pad(left, top, right, bottom, padding_mode, values))
     return make_probe((channels, height + top + bottom, width + left + right), probe.dtype)
+
+
+def _colour(probe, op) -> ImageProbe:
+    if probe.dtype != torch.uint8:
+        _recording().fail(f"{op[0]} of a {probe.dtype} image")
+    else:
+        _recording().fuse(lambda g: g.adjust_colour([op], False))
+    return make_probe(probe.shape, probe.dtype)
+
+
+@F.register_kernel(F.adjust_brightness, ImageProbe)
+def _brightness(probe, brightness_factor):
+    return _colour(probe, ("brightness", brightness_factor))
+
+
+@F.register_kernel(F.adjust_contrast, ImageProbe)
+def _contrast(probe, contrast_factor):
+    return _colour(probe, ("contrast", contrast_factor))
+
+
+@F.register_kernel(F.adjust_saturation, ImageProbe)
+def _saturation(probe, saturation_factor):
+    return _colour(probe, ("saturation", saturation_factor))
+
+
+@F.register_kernel(F.adjust_hue, ImageProbe)
+def _hue(probe, hue_factor):
+    return _colour(probe, ("hue", hue_factor))
+
+
+@F.register_kernel(F.permute_channels, ImageProbe)
+def _permute(probe, permutation):
+    return _colour(probe, ("permute", tuple(int(c) for c in permutation)))
 
 
 @F.register_kernel(F.to_dtype, ImageProbe)
