@@ -131,14 +131,30 @@ class CocoReader:
 def parse_target_keys(target_keys) -> set:
     """torchvision's reading of `target_keys` for CocoDetection (None, "all" or names)."""
     if target_keys is None:
-        return set(DEFAULT_KEYS)
+        return _like_torchvisions(DEFAULT_KEYS)
     if target_keys == "all":
-        return set(AVAILABLE_KEYS)
+        return _like_torchvisions(AVAILABLE_KEYS)
     keys = set(target_keys)
     extra = keys - set(AVAILABLE_KEYS)
     if extra:
         raise ValueError(f"Target keys {sorted(extra)} are not available")
     return keys
+
+
+def _like_torchvisions(keys: tuple) -> set:
+    """The set `keys`, built as torchvision's wrapper builds its own from a set literal, so
+    that a target's extra keys (iterated from it) come in torchvision's order. A string
+    set's order depends on the process's hash seed and, where hashes collide, on insertion
+    order; CPython builds a constant set literal by updating an empty set from a frozenset
+    constant of the function's code, so the same update from that very constant gives the
+    same table. Without it (another torchvision), the keys are inserted in `keys`' order."""
+    from torchvision.tv_tensors import _dataset_wrapper
+    factory = getattr(_dataset_wrapper, "coco_dectection_wrapper_factory", None)
+    constants = getattr(getattr(factory, "__code__", None), "co_consts", ())
+    source = next((c for c in constants if isinstance(c, frozenset) and c == set(keys)), keys)
+    built = set()
+    built.update(source)
+    return built
 
 
 def wrap_target(image_id: int, annotations: list[dict], canvas_size: tuple[int, int],
