@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import argparse
 
-from benchmarks import (audio_dpu_projection, audio_fixed_point, coordinated_prep,
-                        decode_projection, dpu_projection, imagenet_pipeline, instruction_counts,
-                        kernel_speed, loader_overhead, naive_sweep, op_costs, peers, plot,
-                        sample_cache, stall, viability)
+from benchmarks import (audio, audio_dpu_projection, audio_fixed_point, coordinated_prep,
+                        decode_projection, detection, dpu_projection, imagenet_pipeline,
+                        instruction_counts, kernel_speed, loader_overhead, naive_sweep, op_costs,
+                        peers, plot, sample_cache, stall, viability)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -39,8 +39,8 @@ def main(argv: list[str] | None = None) -> None:
     # kernel_speed, dpu_projection, op_costs and decode_projection: they run after them
     for benchmark in (loader_overhead, imagenet_pipeline, kernel_speed, instruction_counts,
                       dpu_projection, decode_projection, sample_cache, coordinated_prep,
-                      naive_sweep, stall, op_costs, viability, peers, audio_fixed_point,
-                      audio_dpu_projection):
+                      naive_sweep, stall, op_costs, viability, peers, detection, audio,
+                      audio_fixed_point, audio_dpu_projection):
         print(f"\n== {benchmark.__name__} ==", flush=True)
         benchmark.main(list(flags))
     if not args.quick:  # plot.py's PNGs, from the JSON just written (peers draws its own)

@@ -233,7 +233,8 @@ def run(args: argparse.Namespace) -> dict:
 
 def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--root", type=Path, default=DATA_DIR / "speech_commands_like")
+    parser.add_argument("--root", type=Path, default=None,
+                        help="the speech dataset (default: benchmarks/results/data/speech_commands_like[_quick])")
     parser.add_argument("--per-word", type=int, default=Params.per_word)
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--batch-size", type=int, default=64)
@@ -246,7 +247,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.quick:
         for name, value in QUICK.items():
             setattr(args, name, value)
-        args.root = DATA_DIR / "speech_commands_like_quick"
+    if args.root is None:
+        args.root = DATA_DIR / ("speech_commands_like_quick" if args.quick else "speech_commands_like")
     return args
 
 

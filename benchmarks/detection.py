@@ -168,6 +168,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--pipelines", nargs="+", default=list(PIPELINES))
     parser.add_argument("--root", default=str(DEFAULT_ROOT))
     parser.add_argument("--quick", action="store_true", help="tiny settings (a smoke run)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="JSON results (default: benchmarks/results/detection[.quick].json)")
     args = parser.parse_args(argv)
     if args.quick:
         args.count, args.epochs, args.warmup, args.workers = 16, 1, 0, [0]
@@ -193,8 +195,9 @@ def main(argv=None) -> dict:
                                            for stage, ms in report["stages"][name].items()))
     print(f"  * {EMULATOR}: the DPU kernel on pimloader's libdpu emulator (a test bed, not "
           "DPU speed); samples that pad run on the CPU kernel")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    out = args.out or RESULTS.with_suffix(".quick.json" if args.quick else ".json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1, default=str) + "\n")
     return report
 
 

@@ -727,6 +727,8 @@ int main(void)
     if (chunk_status.code != PIM_JPEG_STATUS_OK)
         goto done;
     uint8_t *arena = (uint8_t *)mem_alloc(arena_bytes);
+    for (uint32_t k = 0; k < arena_bytes; k += 4) /* row padding goes to MRAM: no stale WRAM in it */
+        *(uint32_t *)(arena + k) = 0;
     if (header.debug == PIM_JPEG_DEBUG_HALT && id == 0)
         halt();
     for (uint32_t i = 0; i < header.n_images; i++) {

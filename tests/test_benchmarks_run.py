@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 
-from benchmarks import (audio_dpu_projection, audio_fixed_point, coordinated_prep,
-                        decode_projection, dpu_projection, imagenet_pipeline,
+from benchmarks import (audio, audio_dpu_projection, audio_fixed_point, coordinated_prep,
+                        decode_projection, detection, dpu_projection, imagenet_pipeline,
                         instruction_counts, kernel_speed, loader_overhead, sample_cache)
 
 pytestmark = pytest.mark.timeout(300)
@@ -100,3 +100,23 @@ def test_audio_dpu_projection_quick(tmp_path):
     assert {row["case"] for row in rows} == {"best", "nominal", "worst"}
     assert all(row["clips_per_s"] > 0 for row in rows)
 
+
+
+# the emulator contender routes the SSD samples that pad or adjust colours to the CPU kernel,
+# which pimloader warns about once per loader (asserted in test_colour_pad.py)
+@pytest.mark.filterwarnings("ignore:pimloader. the DPU kernel does not")
+def test_detection_quick(tmp_path):
+    out = tmp_path / "detection.json"
+    report = detection.main(["--quick", "--out", str(out), "--root", str(tmp_path / "coco")])
+    saved = json.loads(out.read_text())
+    assert {g["pipeline"] for g in saved["groups"]} == set(detection.PIPELINES)
+    assert all({"torchvision", "pimloader"} <= set(g["images_per_s"]) for g in report["groups"])
+
+
+@pytest.mark.skipif(shutil.which("espeak-ng") is None or shutil.which("sox") is None,
+                    reason="the speech dataset needs espeak-ng and sox")
+def test_audio_quick(tmp_path):
+    out = tmp_path / "audio.json"
+    audio.main(["--quick", "--out", str(out), "--root", str(tmp_path / "speech")])
+    saved = json.loads(out.read_text())
+    assert saved["rows"] and saved["ms_per_clip_by_stage"]

@@ -96,7 +96,7 @@ struct dpu_t {
 
     void *xfer_buffer;
     struct dpuemu_counters ctr;
-    uint64_t host_mram_end, kernel_mram_end; /* for DPUEMU_TRACE_DIR: MRAM bytes written, from its start */
+    uint64_t host_mram_end, kernel_mram_end; /* for DPUEMU_TRACE_DIR: MRAM written so far by the host, by kernels */
 };
 
 struct emu_job;
@@ -388,7 +388,8 @@ static void raise_end(uint64_t *end, uint64_t value)
 }
 
 /* With DPUEMU_TRACE_DIR set, each run of a DPU leaves its MRAM before and after the run, up
- * to the last byte the host or the kernel wrote: launchN-rankR-dpuD-{in,out}.bin, and the
+ * to the last byte the host or any kernel run wrote so far (a run may read what an earlier
+ * run left, and leaves unwritten bytes as they were): launchN-rankR-dpuD-{in,out}.bin, and the
  * run's tasklet count in launchN-rankR-dpuD.tasklets.  csrc/proxy's instruction counts
  * replay them (pimloader/costmodel/counted.py).  WRAM transfers are not traced. */
 static void trace_mram(struct dpu_t *d, const char *stage, uint64_t end)
@@ -1913,9 +1914,8 @@ static void run_dpu(struct dpu_t *d)
     d->heap_cur = d->heap_start;
     d->ctr.launches++;
     d->ctr.nr_tasklets = nt;
-    d->kernel_mram_end = 0;
     pthread_mutex_unlock(&d->mtx);
-    trace_mram(d, "in", d->host_mram_end);
+    trace_mram(d, "in", d->kernel_mram_end > d->host_mram_end ? d->kernel_mram_end : d->host_mram_end);
     uint32_t started = 0;
     if (ts == NULL) {
         pthread_mutex_lock(&d->mtx);
