@@ -590,6 +590,8 @@ static void make_row(uint32_t row, const row_bufs_t *b)
         if (image.n_comp == 1) {
             for (uint32_t i = 0; i < n; i++)
                 b->out[i] = l[i];
+            for (uint32_t i = n; i < round8(n); i++) /* the row's padding: zeros, not stale WRAM */
+                b->out[i] = 0;
             write_big(b->out, out_row + x0, round8(n));
             continue;
         }
@@ -601,7 +603,10 @@ static void make_row(uint32_t row, const row_bufs_t *b)
             b->out[3 * i + 1] = clamp_sample(l_i + ((cb_g[cb] + cr_g[cr]) >> 16));
             b->out[3 * i + 2] = clamp_sample(l_i + cb_b[cb]);
         }
-        write_big(b->out, out_row + 3 * x0, min_u32(3 * b->seg_w, image.out_pitch - 3 * x0));
+        const uint32_t bytes = min_u32(3 * b->seg_w, image.out_pitch - 3 * x0);
+        for (uint32_t i = 3 * n; i < bytes; i++) /* the row's padding: zeros, not stale WRAM */
+            b->out[i] = 0;
+        write_big(b->out, out_row + 3 * x0, bytes);
     }
 }
 
