@@ -36,12 +36,12 @@
 #include <mutex.h>
 
 #include "pim_audio_dpu.h"
+#include "pim_dpu_mram.h"
 
 #ifndef NR_TASKLETS
 #define NR_TASKLETS 1
 #endif
 
-#define DMA_MAX 2048u
 #define INPUT_BITS 28          /* frames are scaled to |v| <= 2^28 */
 #define HEADROOM (1u << 30)    /* a stage's outputs stay below 2^30 */
 #define DB_PER_LOG2_FRAC_Q16 675 /* 10 log10(2) = 3 + 675 / 2^16 */
@@ -93,29 +93,7 @@ static void fail(uint32_t code, uint32_t sample, uint32_t detail)
     mutex_unlock(status_mutex);
 }
 
-static void read_big(uint32_t from, void *to, uint32_t n)
-{
-    uint8_t *d = (uint8_t *)to;
-    while (n) {
-        const uint32_t k = n > DMA_MAX ? DMA_MAX : n;
-        mram_read((__mram_ptr void const *)from, d, k);
-        from += k;
-        d += k;
-        n -= k;
-    }
-}
 
-static void write_big(const void *from, uint32_t to, uint32_t n)
-{
-    const uint8_t *s = (const uint8_t *)from;
-    while (n) {
-        const uint32_t k = n > DMA_MAX ? DMA_MAX : n;
-        mram_write(s, (__mram_ptr void *)to, k);
-        s += k;
-        to += k;
-        n -= k;
-    }
-}
 
 /* ---- integer arithmetic (audio_model.py names the same steps) ------------------------- */
 

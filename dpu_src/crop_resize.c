@@ -34,6 +34,7 @@
 
 #define PIM_MUL_8X8 1 /* weight x pixel from two 8x8-bit multiplies (native on DPUs) */
 #include "pim_dpu_layout.h"
+#include "pim_dpu_mram.h"
 #include "pim_resample.h"
 
 #ifndef NR_TASKLETS
@@ -65,29 +66,7 @@ static void fail(uint32_t code, uint32_t sample, uint32_t detail)
     mutex_unlock(status_mutex);
 }
 
-static void read_big(uint32_t from, void *to, uint32_t n)
-{
-    uint8_t *d = (uint8_t *)to;
-    while (n) {
-        const uint32_t k = n > PIM_DPU_DMA_MAX ? PIM_DPU_DMA_MAX : n;
-        mram_read((__mram_ptr void const *)from, d, k);
-        from += k;
-        d += k;
-        n -= k;
-    }
-}
 
-static void write_big(const void *from, uint32_t to, uint32_t n)
-{
-    const uint8_t *s = (const uint8_t *)from;
-    while (n) {
-        const uint32_t k = n > PIM_DPU_DMA_MAX ? PIM_DPU_DMA_MAX : n;
-        mram_write(s, (__mram_ptr void *)to, k);
-        s += k;
-        to += k;
-        n -= k;
-    }
-}
 
 /* The parts of an arena for one sample (head: descriptor, job, axis headers). */
 typedef struct {

@@ -36,6 +36,7 @@
 #include <mutex.h>
 
 #include "pim_jpeg.h"
+#include "pim_dpu_mram.h"
 
 #ifndef NR_TASKLETS
 #define NR_TASKLETS 1
@@ -70,23 +71,7 @@ static inline uint32_t min_u32(uint32_t a, uint32_t b) { return a < b ? a : b; }
 static inline int32_t clamp_index(int32_t i, int32_t n) { return i < 0 ? 0 : i >= n ? n - 1 : i; }
 static inline uint8_t clamp_sample(int32_t v) { return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v); }
 
-static void read_big(uint32_t from, void *to, uint32_t n)
-{
-    uint8_t *d = (uint8_t *)to;
-    for (uint32_t k; n; from += k, d += k, n -= k) {
-        k = min_u32(n, PIM_JPEG_DMA_MAX);
-        mram_read((__mram_ptr void const *)from, d, k);
-    }
-}
 
-static void write_big(const void *from, uint32_t to, uint32_t n)
-{
-    const uint8_t *s = (const uint8_t *)from;
-    for (uint32_t k; n; s += k, to += k, n -= k) {
-        k = min_u32(n, PIM_JPEG_DMA_MAX);
-        mram_write(s, (__mram_ptr void *)to, k);
-    }
-}
 
 static void fail_image(uint32_t code, uint32_t interval, uint32_t detail)
 {

@@ -64,7 +64,6 @@
 #define PIM_DPU_WRAM_RESERVE 2048     /* globals of the kernel and the runtime (assumed) */
 #define PIM_DPU_LUT_MAX 3072          /* 3 channels x 256 x 4 bytes */
 #define PIM_DPU_ARENA_HEAD 120        /* descriptor 64 + job 24 + two axis headers 16 */
-#define PIM_DPU_DMA_MAX 2048
 #define PIM_DPU_MRAM_BUDGET 66060288 /* bytes of MRAM a chunk may use: 63 MB of the 64 */
 
 typedef struct pim_dpu_header {

@@ -61,7 +61,6 @@
 #define PIM_JPEG_WRAM_BYTES 65536
 #define PIM_JPEG_WRAM_RESERVE 2048    /* the runtime's globals (assumed, as pim_dpu_layout.h) */
 #define PIM_JPEG_GLOBALS 8192         /* the kernel's globals: tables, colour tables, headers */
-#define PIM_JPEG_DMA_MAX 2048
 #define PIM_JPEG_MRAM_BUDGET 66060288 /* bytes of MRAM a chunk may use: 63 MB of the 64 */
 
 typedef struct pim_jpeg_header {
