@@ -24,7 +24,7 @@ import torch
 from pimloader.decode.audio import decode_audio
 from pimloader.transforms._resample import resample
 
-from .folders import EncodedSample, _read_file
+from .folders import FolderReader, _read_file
 
 AUDIO_EXTENSIONS = (".wav", ".flac")
 NOISE_FOLDER = "_background_noise_"
@@ -46,28 +46,6 @@ class AudioDecoding:
         if self.sample_rate is not None and rate != self.sample_rate:
             waveform = resample(waveform, rate, self.sample_rate)
         return waveform
-
-
-class AudioReader:
-    """Bytes and (target-transformed) target of an AudioFolder's sample (picklable)."""
-
-    def __init__(self, samples: list, target_transform=None) -> None:
-        self.samples = samples
-        self.target_transform = target_transform
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def metadata(self, index: int) -> tuple:
-        """(target, name) of a sample, without reading its file."""
-        path, target = self.samples[index]
-        if self.target_transform is not None:
-            target = self.target_transform(target)
-        return target, str(path)
-
-    def __call__(self, index: int) -> EncodedSample:
-        target, name = self.metadata(index)
-        return EncodedSample(_read_file(self.samples[index][0]), target, name)
 
 
 class AudioFolder(torch.utils.data.Dataset):
@@ -109,7 +87,7 @@ class AudioFolder(torch.utils.data.Dataset):
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
         self.samples = self._find_samples(allow_empty, self._split_filter(split))
         self.targets = [target for _, target in self.samples]
-        self.reader = AudioReader(self.samples, target_transform)
+        self.reader = FolderReader(self)  # bytes and target of a sample, as for image folders
 
     @property
     def sample_rate(self) -> Optional[int]:

@@ -33,7 +33,7 @@ from .classification import CacheCountingProducer
 class AudioClips(Pipeline):
     """The loader's pipeline for an AudioFolder (picklable: it goes to workers)."""
 
-    reader: Any          # index -> EncodedSample: an AudioReader, or a CachedReader over one
+    reader: Any          # index -> EncodedSample: a FolderReader, or a CachedReader over one
     decoding: Any        # datasets.audio.AudioDecoding: bytes -> waveform
     transform: Any       # waveform -> features (any callable)
     skip_errors: bool
