@@ -42,6 +42,7 @@ import soundfile
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from benchmarks import peer_dali_audio
 from benchmarks.make_speech_dataset import DATA_DIR, Params, ensure_dataset
 from pimloader import PIMDataLoader
 from pimloader import transforms as T
@@ -102,6 +103,7 @@ def make_loaders(root: Path, workers: int, batch_size: int) -> dict:
                               generator=torch.Generator().manual_seed(0), **common),
         PIMLOADER: PIMDataLoader(folder, transform=keyword_transform(noise, spectral_module()),
                                  generator=torch.Generator().manual_seed(0), **common),
+        **peer_dali_audio.contender(folder, workers, batch_size, MEL),
     }
 
 

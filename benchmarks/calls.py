@@ -75,3 +75,36 @@ def _text(value) -> str:
         inner = ", ".join(_text(item) for item in value)
         return f"[{inner}]" if isinstance(value, list) else f"({inner})"
     return repr(value)
+
+
+@dataclass(frozen=True)
+class Let:
+    """`targets = call`: one line of a pipeline written as a graph rather than a chain
+    (DALI's detection reader gives images, boxes and labels that later steps take apart).
+    Running it binds the targets in the namespace, so later calls name them with Name."""
+
+    targets: tuple
+    call: Call
+
+    def __init__(self, targets: str, call: Call):
+        object.__setattr__(self, "targets", tuple(name.strip() for name in targets.split(",")))
+        object.__setattr__(self, "call", call)
+
+    def run(self, namespace: dict) -> None:
+        result = self.call.run(namespace)
+        values = tuple(result) if len(self.targets) > 1 else (result,)
+        if len(values) != len(self.targets):
+            raise ValueError(f"{self.text()}: {len(values)} outputs for "
+                             f"{len(self.targets)} names")
+        namespace.update(zip(self.targets, values))
+
+    def text(self) -> str:
+        return f"{', '.join(self.targets)} = {self.call.text()}"
+
+
+def run_program(program, namespace: dict) -> dict:
+    """Run Let lines in order; the namespace, with every name they bound."""
+    namespace = dict(namespace)
+    for line in program:
+        line.run(namespace)
+    return namespace

@@ -34,6 +34,7 @@ from torch.utils.data import DataLoader
 from torchvision import tv_tensors
 from torchvision.transforms import v2
 
+from benchmarks import peer_dali_detection as dali_detection
 from benchmarks.make_detection_dataset import DEFAULT_ROOT, make_detection_dataset
 from pimloader import PIMDataLoader, decode
 from pimloader.datasets import CocoDetection
@@ -78,6 +79,8 @@ def make_loader(contender: str, root: str, ann_file: str, make, workers: int, ba
         dataset = torchvision.datasets.wrap_dataset_for_transforms_v2(
             torchvision.datasets.CocoDetection(root, ann_file, transforms=make()))
         return DataLoader(dataset, **common)
+    if contender == dali_detection.NAME:
+        return dali_detection.loader(make, root, ann_file, workers, batch_size, len(sampler))
     backend = "emulator" if contender == EMULATOR else "cpu"
     return PIMDataLoader(CocoDetection(root, ann_file, transforms=make()), backend=backend,
                          **common)
@@ -182,7 +185,8 @@ def main(argv=None) -> dict:
     for name in args.pipelines:
         make = PIPELINES[name]
         for workers in args.workers:
-            contenders = ["torchvision", "pimloader"] + ([EMULATOR] if workers == 0 else [])
+            contenders = (["torchvision", "pimloader"] + ([EMULATOR] if workers == 0 else [])
+                          + dali_detection.contenders(make))
             rates, kernel = run_group(contenders, root, ann_file, make, workers, args)
             base = rates["torchvision"]
             cells = ", ".join(f"{c} {rates[c]:.1f} ({rates[c] / base:.2f}x)" for c in contenders)

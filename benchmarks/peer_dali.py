@@ -90,25 +90,16 @@ def describe(plan: dict) -> str:
             f"epoch_size, the padded last batch cut; no run scheduled past an epoch's end")
 
 
-class DaliLoader:
-    """(images, labels) batches of one DALI pipeline, one epoch per iteration."""
+class DaliEpochs:
+    """Epochs of a built DALI pipeline whose reader is named READER: iterating gives one
+    epoch, `convert(outputs, keep, copy)` per batch, where `keep` is how many of the batch's
+    samples are not the reader's padding of the last batch, and `copy` says whether the
+    outputs' buffers go back to DALI when the batch is released (then `convert` must copy
+    what it keeps; with DALI's dynamic executor they stay the caller's)."""
 
-    def __init__(self, root: Path, pipeline: str, batch_size: int, threads: int, seed: int,
-                 shuffle: bool = True):
-        from nvidia.dali import Pipeline, fn, types
-
-        namespace = {"fn": fn, "types": types, "Pipeline": Pipeline}
-        self.plan = calls(root, pipeline, batch_size, threads, seed, shuffle)
-        self.text = describe(self.plan)
-        self.batch_size = batch_size
-        self._pipe = self.plan["pipeline"].run(namespace)
-        with self._pipe:
-            images, labels = self.plan["reader"].run(namespace)
-            for step in self.plan["steps"]:
-                images = step.run(namespace, images)
-            self._pipe.set_outputs(images, labels)
-        self._pipe.build()
-        self.samples = self._pipe.epoch_size(READER)
+    def __init__(self, pipe, batch_size: int, convert):
+        self._pipe, self.batch_size, self._convert = pipe, batch_size, convert
+        self.samples = pipe.epoch_size(READER)
         self.batches = math.ceil(self.samples / batch_size)
         if self.batches < PREFETCH:
             raise ValueError(f"DALI: {self.samples} samples make {self.batches} batches of "
@@ -127,23 +118,68 @@ class DaliLoader:
     def __iter__(self):
         if self._broken:
             raise RuntimeError("DALI: an earlier epoch was left before its end, so runs of "
-                               "it are still queued; make a new DaliLoader")
+                               "it are still queued; make a new loader")
         self._schedule_first_runs()
         scheduled, delivered = PREFETCH, 0
         self._broken = True
         for _ in range(self.batches):
-            images, labels = (torch.from_dlpack(out.as_tensor())
-                              for out in self._pipe.share_outputs())
-            if not self._pipe.exec_dynamic:  # the buffers go back to DALI on release
-                images, labels = images.clone(), labels.clone()
+            keep = min(self.batch_size, self.samples - delivered)
+            batch = self._convert(self._pipe.share_outputs(), keep,
+                                  not self._pipe.exec_dynamic)
             self._pipe.release_outputs()
             if scheduled < self.batches:
                 self._pipe.schedule_run()
                 scheduled += 1
-            keep = min(self.batch_size, self.samples - delivered)
             delivered += keep
-            yield images[:keep], labels.view(-1)[:keep]
+            yield batch
         self._broken = False
 
+
+def build_pipeline(plan_pipeline: Call, namespace: dict, outputs):
+    """The DALI Pipeline `plan_pipeline` makes, its graph set by `outputs(namespace)` (the
+    nodes to output), built."""
+    pipe = plan_pipeline.run(namespace)
+    with pipe:
+        pipe.set_outputs(*outputs(namespace))
+    pipe.build()
+    return pipe
+
+
+def dense(output, copy: bool) -> torch.Tensor:
+    """A batch output of equal-shape samples as one torch tensor (DLPack)."""
+    tensor = torch.from_dlpack(output.as_tensor())
+    return tensor.clone() if copy else tensor
+
+
+def images_and_labels(outputs, keep: int, copy: bool):
+    """Dense (images, labels) torch tensors of a batch, the padding cut."""
+    images, labels = (dense(output, copy) for output in outputs)
+    return images[:keep], labels.view(-1)[:keep]
+
+
+class DaliLoader:
+    """(images, labels) batches of one DALI pipeline, one epoch per iteration."""
+
+    def __init__(self, root: Path, pipeline: str, batch_size: int, threads: int, seed: int,
+                 shuffle: bool = True):
+        from nvidia.dali import Pipeline, fn, types
+
+        self.plan = calls(root, pipeline, batch_size, threads, seed, shuffle)
+        self.text = describe(self.plan)
+        self.batch_size = batch_size
+        self._epochs = DaliEpochs(build_pipeline(self.plan["pipeline"], {
+            "fn": fn, "types": types, "Pipeline": Pipeline}, self._graph), batch_size,
+            images_and_labels)
+        self.samples, self.batches = self._epochs.samples, self._epochs.batches
+
+    def _graph(self, namespace: dict):
+        images, labels = self.plan["reader"].run(namespace)
+        for step in self.plan["steps"]:
+            images = step.run(namespace, images)
+        return images, labels
+
+    def __iter__(self):
+        return iter(self._epochs)
+
     def close(self) -> None:
-        self._pipe = None
+        self._epochs = None
