@@ -39,10 +39,12 @@ def channel_permutation(probability):
 
 
 def window(audio, length: int):
-    """`length` samples from a uniformly drawn whole-sample offset of a longer clip; a shorter
-    clip lands at a uniformly drawn offset within `length` samples of zeros."""
-    size = audio.shape(dtype=types.FLOAT)
-    offset = dmath.floor(fn.random.uniform(range=[0.0, 1.0]) * (size - length + 1))
+    """`length` samples of the clip at a whole-sample offset drawn uniformly: of a longer
+    clip, a window starting at 0..excess; a shorter one lands after 0..missing zeros, zeros
+    after it too."""
+    excess = audio.shape(dtype=types.FLOAT) - length
+    steps = dmath.floor(fn.random.uniform(range=[0.0, 1.0]) * (dmath.abs(excess) + 1))
+    offset = steps * ((excess >= 0) * 2 - 1)
     return fn.slice(audio, start=fn.cast(offset, dtype=types.INT32), shape=[length], axes=[0],
                     out_of_bounds_policy="pad", fill_values=0.0)
 
@@ -50,8 +52,8 @@ def window(audio, length: int):
 def time_shift(audio, max_shift: int):
     """The clip moved by a whole number of samples drawn in [-max_shift, max_shift],
     zeros entering, its length kept."""
-    shift = fn.random.uniform(range=[-max_shift, max_shift + 1], dtype=types.INT32)
-    return fn.slice(audio, start=-shift, shape=audio.shape(dtype=types.INT32), axes=[0],
+    shift = fn.random.uniform(values=[float(step) for step in range(-max_shift, max_shift + 1)])
+    return fn.slice(audio, start=fn.cast(-shift, dtype=types.INT32), shape=audio.shape(dtype=types.INT32), axes=[0],
                     out_of_bounds_policy="pad", fill_values=0.0)
 
 

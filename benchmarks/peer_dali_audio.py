@@ -17,9 +17,9 @@ Where it differs from the torch/torchaudio reference:
 - Random draws: DALI's generators, not torch's; the distributions are the reference's (the
   masks' are torchaudio's mask_along_axis formulas). `readers.file`'s shuffle draws from a
   buffer (`initial_fill` 1024 samples; the whole set here), not a permutation of the epoch.
-- Decoding and resampling: DALI's own resampler (windowed sinc) for the 8 and 44.1 kHz
-  clips, not torchaudio's `resample` (Hann-windowed sinc, 6 zero crossings): those clips'
-  waveforms differ slightly; 16 kHz clips are decoded by libsndfile in both.
+- Decoding and resampling: both decode with libsndfile; the 8 and 44.1 kHz clips go
+  through DALI's windowed-sinc resampler (`quality` 50: 16 lobes), not torchaudio's
+  `resample` (Hann-windowed sinc, 6 zero crossings), so their waveforms differ slightly.
 - Noise: each clip reads and decodes one whole noise file (DALI has no in-memory noise bank
   without a Python source); the reference keeps the decoded noises in memory. The noise is
   a stretch of one file, never repeated end to end (the files are longer than 1 s).

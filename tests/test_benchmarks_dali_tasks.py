@@ -212,3 +212,27 @@ def test_a_missing_dali_is_skipped_with_a_printed_line(monkeypatch, capsys):
     assert peer_dali_detection.contenders(detection.ssd) == []
     assert peer_dali_audio.contender(None, 2, 8, audio.MEL) == {}
     assert capsys.readouterr().out == "  DALI: skipped, not installed: (this test)\n" * 2
+
+
+@needs_dali
+def test_dali_window_and_time_shift_draw_every_legal_offset_and_only_those():
+    from nvidia.dali import Pipeline, fn
+
+    from benchmarks import dali_draws
+    clips = [np.arange(1, 6, dtype=np.float32), np.arange(1, 10, dtype=np.float32)]
+    pipe = Pipeline(batch_size=2, num_threads=1, device_id=None, seed=5)
+    with pipe:
+        clip = fn.external_source(source=lambda: clips, batch=True, layout="t")
+        pipe.set_outputs(dali_draws.window(clip, 7), dali_draws.time_shift(clip, 2))
+    pipe.build()
+    seen = [set(), set(), set()]
+    for _ in range(150):
+        windows, shifted = pipe.run()
+        for index in range(2):
+            seen[index].add(tuple(np.array(windows[index]).tolist()))
+        seen[2].add(tuple(np.array(shifted[0]).tolist()))
+    short, long = (clip.tolist() for clip in clips)
+    assert seen[0] == {tuple([0.0] * before + short + [0.0] * (2 - before)) for before in range(3)}
+    assert seen[1] == {tuple(long[start:start + 7]) for start in range(3)}
+    padded = [0.0, 0.0] + short + [0.0, 0.0]
+    assert seen[2] == {tuple(padded[2 - shift:7 - shift]) for shift in range(-2, 3)}
