@@ -55,6 +55,11 @@ STEPS = {
 }
 
 
+def prefetch_for(samples: int, batch_size: int) -> int:
+    """PREFETCH, or fewer for an epoch of fewer batches (no run may spill into the next)."""
+    return max(1, min(PREFETCH, math.ceil(samples / batch_size)))
+
+
 def missing() -> str | None:
     """Why DALI cannot run here, or None."""
     try:
@@ -101,18 +106,20 @@ class DaliEpochs:
         self._pipe, self.batch_size, self._convert = pipe, batch_size, convert
         self.samples = pipe.epoch_size(READER)
         self.batches = math.ceil(self.samples / batch_size)
-        if self.batches < PREFETCH:
+        self._prefetch = pipe.prefetch_queue_depth
+        if self.batches < self._prefetch:
             raise ValueError(f"DALI: {self.samples} samples make {self.batches} batches of "
-                             f"{batch_size}, fewer than the {PREFETCH} prefetched")
+                             f"{batch_size}, fewer than the {self._prefetch} prefetched")
         self._started = self._broken = False
 
     def _schedule_first_runs(self) -> None:
-        """PREFETCH runs: DALI's first schedule_run prefetches them all, later ones run one."""
+        """The prefetched runs: DALI's first schedule_run prefetches them all, later ones run
+        one each."""
         if not self._started:
             self._pipe.schedule_run()
             self._started = True
             return
-        for _ in range(PREFETCH):
+        for _ in range(self._prefetch):
             self._pipe.schedule_run()
 
     def __iter__(self):
@@ -120,7 +127,7 @@ class DaliEpochs:
             raise RuntimeError("DALI: an earlier epoch was left before its end, so runs of "
                                "it are still queued; make a new loader")
         self._schedule_first_runs()
-        scheduled, delivered = PREFETCH, 0
+        scheduled, delivered = self._prefetch, 0
         self._broken = True
         for _ in range(self.batches):
             keep = min(self.batch_size, self.samples - delivered)

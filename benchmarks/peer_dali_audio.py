@@ -118,7 +118,8 @@ class DaliAudioLoader:
         self.dataset = samples  # what audio.py counts an epoch against
         self._lines = program(mel)
         pipeline = Call("Pipeline", batch_size=batch_size, num_threads=threads, device_id=None,
-                        seed=seed, prefetch_queue_depth=peer_dali.PREFETCH)
+                        seed=seed,
+                        prefetch_queue_depth=peer_dali.prefetch_for(len(samples), batch_size))
         self.text = describe(pipeline, self._lines, len(samples), len(noise_files))
         namespace = {"fn": fn, "types": types, "Pipeline": Pipeline,
                      "files": [str(path) for path, _ in samples],

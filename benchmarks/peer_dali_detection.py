@@ -124,14 +124,15 @@ OUTPUTS = ("images", "boxes", "labels", "image_ids")
 HELPERS = ("maybe", "grey_mean", "channel_permutation")
 
 
-def plan(root: str, ann_file: str, pipeline: str, batch_size: int, threads: int,
-         seed: int) -> dict:
+def plan(root: str, ann_file: str, pipeline: str, batch_size: int, threads: int, seed: int,
+         count: int) -> dict:
     if pipeline not in PIPELINES:
         raise ValueError(f"DALI: unknown detection pipeline {pipeline!r} "
                          f"(known: {', '.join(PIPELINES)})")
     steps, sanitize = PIPELINES[pipeline]
     return {"pipeline": Call("Pipeline", batch_size=batch_size, num_threads=threads,
-                             device_id=None, seed=seed, prefetch_queue_depth=peer_dali.PREFETCH),
+                             device_id=None, seed=seed,
+                             prefetch_queue_depth=peer_dali.prefetch_for(count, batch_size)),
             "program": (reader(root, ann_file), *steps), "sanitize": sanitize}
 
 
@@ -187,7 +188,8 @@ class DaliDetectionLoader:
         from benchmarks import dali_draws
 
         names = image_names(ann_file, count)
-        self.plan = plan(str(root), str(ann_file), pipeline, batch_size, threads, seed)
+        self.plan = plan(str(root), str(ann_file), pipeline, batch_size, threads, seed,
+                         len(names))
         self.text = describe(self.plan, len(names))
         self._sanitize = v2.SanitizeBoundingBoxes() if self.plan["sanitize"] else None
         namespace = {"fn": fn, "types": types, "Pipeline": Pipeline, "image_names": names,
