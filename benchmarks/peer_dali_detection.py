@@ -141,9 +141,9 @@ def helper_source(names) -> str:
     return "\n".join(inspect.getsource(getattr(dali_draws, name)) for name in names)
 
 
-def describe(plan_: dict, count: int, helpers=HELPERS) -> str:
+def describe(plan_: dict, count: int) -> str:
     lines = "\n".join(f"    {line.text()}" for line in plan_["program"])
-    used = [name for name in helpers if f"{name}(" in lines]
+    used = [name for name in HELPERS if f"{name}(" in lines]
     tail = ("; then torchvision's v2.SanitizeBoundingBoxes() on each delivered sample"
             if plan_["sanitize"] else "")
     text = (f"nvidia.dali {plan_['pipeline'].text()}, image_names = the first {count} file "
@@ -172,7 +172,7 @@ def sample(images, boxes, labels, image_id, index: int, copy: bool) -> tuple:
     scale = torch.tensor([width, height, width, height], dtype=torch.float32)
     target = {"boxes": tv_tensors.BoundingBoxes(torch.from_dlpack(boxes[index]) * scale,
                                                 format="XYXY", canvas_size=(height, width)),
-              "labels": torch.from_dlpack(labels[index]).to(torch.int64).view(-1).clone(),
+              "labels": torch.from_dlpack(labels[index]).view(-1).to(torch.int64, copy=True),
               "image_id": int(torch.from_dlpack(image_id[index]).view(-1)[0])}
     return image, target
 
