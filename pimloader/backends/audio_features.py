@@ -27,7 +27,7 @@ from pimloader.transforms._spectral import create_dct, melscale_fbanks
 
 from ._audio_draw import draw_masks
 from ._audio_read import WINDOWS
-from .audio_spec import FeatureSpec, MaskSpec
+from .audio_spec import PER_SAMPLE_EPS, FeatureSpec, MaskSpec
 
 __all__ = ["FeatureSpec", "MaskSpec", "cpu_features", "draw_masks", "kernel_window",
            "mel_filters", "simd_level"]
@@ -35,7 +35,6 @@ __all__ = ["FeatureSpec", "MaskSpec", "cpu_features", "draw_masks", "kernel_wind
 ffi, lib = _audio.ffi, _audio.lib
 PAD_MODES = {"constant": lib.PIM_AUDIO_PAD_CONSTANT, "reflect": lib.PIM_AUDIO_PAD_REFLECT,
              "replicate": lib.PIM_AUDIO_PAD_REPLICATE, "circular": lib.PIM_AUDIO_PAD_CIRCULAR}
-PER_SAMPLE_EPS = 1e-5   # 'per_sample' normalisation: (x - mean) / (std + PER_SAMPLE_EPS)
 LOG_MELS_OFFSET = 1e-6  # MFCC(log_mels=True): log(mel + LOG_MELS_OFFSET), torchaudio's
 
 

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
+import numpy as np
 import torch
 
 from ._audio_read import WINDOWS, read_chain
@@ -19,6 +20,7 @@ from ._audio_read import WINDOWS, read_chain
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
 MAX_RADIX = 64  # the FFT's largest prime factor (PIM_AUDIO_MAX_RADIX, csrc/include/pim_audio.h)
 NORMALIZED = (False, True, "window", "frame_length")
+PER_SAMPLE_EPS = 1e-5   # 'per_sample' normalisation: (x - mean) / (std + PER_SAMPLE_EPS)
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,27 @@ class FeatureSpec:
         args = read_chain(_steps(transforms))
         masks = tuple(MaskSpec(**mask) for mask in args.pop("masks"))
         return cls(**args, masks=masks, normalize=normalize, mask_value=mask_value)
+
+
+def normalise_features(features, normalize: Normalize):
+    """FeatureSpec's `normalize` applied on the host to float32 features [N, ...] in place,
+    each example on its own, with the CPU kernel's arithmetic (csrc/audio_features.c
+    `normalise`): the mean and the std (n - 1) in float64, then (x - mean) * (1 / (std +
+    1e-5)) in float32; (mean, std) constants: (x - mean) / std in float32. For a backend
+    whose kernel stops before the normalisation (the DPU kernel)."""
+    if normalize is None:
+        return features
+    for example in features:
+        if normalize == "per_sample":
+            values = example.astype(np.float64)
+            mean = values.mean()
+            std = values.std(ddof=1) if values.size > 1 else 0.0
+            example -= np.float32(mean)
+            example *= np.float32(1.0 / (std + PER_SAMPLE_EPS))
+        else:
+            example -= np.float32(normalize[0])
+            example /= np.float32(normalize[1])
+    return features
 
 
 def _steps(transforms) -> list:

@@ -6,6 +6,11 @@ The CPU backend computes inside `submit` (its handle is complete); a DPU backend
 transfers and the launch and lets the host go on decoding. Pipelines never ask which
 backend they have: they hand runs to a `Backends` router (backends/select.py), which sends
 each sample to the first backend of its chain that supports it.
+
+A second kind of run, for audio: a `FeatureRun` (clips of one shape -> log-mel / MFCC
+features, backends/audio_spec.py's `FeatureSpec`). A backend that computes features says
+which clips it cannot take (`unsupported_features`) and runs them (`submit_features`); the
+default is a backend that computes none, so the router sends every clip past it.
 """
 from __future__ import annotations
 
@@ -49,6 +54,26 @@ class KernelRun:
         return arguments
 
 
+@dataclass
+class FeatureRun:
+    """One feature-kernel call: equal-shape clips through a `FeatureSpec` (frames, window,
+    FFT, power, mel, dB / log, DCT, the masks drawn on the host, normalisation), as
+    `backends.audio_features.cpu_features` takes them. `clips` names each clip for errors
+    ("sample 17 (go/a.wav)"). The handle's `wait()` returns the features, float32
+    [N, C, rows, frames]."""
+
+    waveforms: np.ndarray                 # float32 [N, C, L]
+    spec: Any                             # backends.audio_spec.FeatureSpec
+    freq_masks: np.ndarray | None         # int32 [N, C, K, 2] [start, end) rows; None: no mask
+    time_masks: np.ndarray | None         # int32 [N, C, K, 2] [start, end) frames
+    clips: list                           # each clip's name, in order
+
+    @property
+    def clip_shape(self) -> tuple:
+        """(channels, samples) of every clip of the run."""
+        return tuple(self.waveforms.shape[1:])
+
+
 class Handle(ABC):
     """A submitted run: `wait()` returns once its rows are written (and raises its error)."""
 
@@ -84,6 +109,15 @@ class Backend(ABC):
     def run_rows(self, batch_rows: int) -> int:
         """How many rows a run should have in a batch of `batch_rows`."""
         return 32
+
+    def unsupported_features(self, spec, clip_shape: tuple) -> str:
+        """What of a `FeatureRun` of `spec` over clips of `clip_shape` ([channels, samples])
+        the backend cannot do ("" when it runs them); by default it computes no features."""
+        return "compute audio features"
+
+    def submit_features(self, run: FeatureRun) -> Handle:
+        """Start a feature run; `wait()` returns its features (errors as for `submit`)."""
+        raise NotImplementedError(f"{self.kernel} computes no audio features")
 
     def close(self) -> None:
         """Free what the backend holds (DPU sets); runs in flight are dropped."""

@@ -1,7 +1,8 @@
-"""The CPU backend: the fused kernel of csrc/cpu_kernels.c, run in the calling thread."""
+"""The CPU backend: the fused kernel of csrc/cpu_kernels.c, and the audio feature kernel of
+csrc/audio_features.c, run in the calling thread."""
 from __future__ import annotations
 
-from .base import Backend, Done, KernelRun
+from .base import Backend, Done, FeatureRun, KernelRun
 from .kernels import resized_crop_batch
 
 
@@ -21,3 +22,10 @@ class CpuBackend(Backend):
 
     def run_rows(self, batch_rows: int) -> int:
         return self.RUN_ROWS
+
+    def unsupported_features(self, spec, clip_shape: tuple) -> str:
+        return ""
+
+    def submit_features(self, run: FeatureRun) -> Done:
+        from .audio_features import cpu_features   # pimloader._audio: built with _kernels
+        return Done(cpu_features(run.waveforms, run.spec, run.freq_masks, run.time_masks))

@@ -142,6 +142,21 @@ class Router:
         raise ValueError("no backend runs this sample: " +
                          "; ".join(f"{b.kernel} does not {what}" for b, what in refused))
 
+    def backend_for_features(self, spec, clip_shape: tuple) -> Backend:
+        """The first backend of the chain that computes `spec`'s features of a clip of
+        `clip_shape` ([channels, samples]); the others are said once, as for images."""
+        refused = []
+        for backend in self.chain:
+            missing = backend.unsupported_features(spec, clip_shape)
+            if not missing:
+                for other, what in refused:
+                    self._warn_once(f"pimloader: {other.kernel} does not {what}; such "
+                                    f"clips run on {backend.kernel}")
+                return backend
+            refused.append((backend, missing))
+        raise ValueError("no backend computes these features: " +
+                         "; ".join(f"{b.kernel} does not {what}" for b, what in refused))
+
     def _warn_once(self, message: str) -> None:
         if message not in self._warned:
             self._warned.add(message)

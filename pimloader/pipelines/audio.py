@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from pimloader import decode
+from pimloader.backends.select import CPU, choose_backend
 from pimloader.datasets.cache import CachedReader, SampleCache
 from pimloader.loader._fetch import Fetcher
 from pimloader.loader._produce import BatchProducer, Pipeline
@@ -38,11 +39,12 @@ class AudioClips(Pipeline):
     transform: Any       # waveform -> features (any callable)
     skip_errors: bool
     fused: Optional[FusedFeatures] = None   # the transform lowered to the feature kernel
+    backend: Any = CPU                      # backends.select.BackendSpec of the feature runs
 
     def make_producer(self, context):
         if context.is_iterable:
             return None
-        fetcher = AudioFetcher(self, context.auto_collation)
+        fetcher = AudioFetcher(self, context.auto_collation, context.backends.router(self.backend))
         producer = BatchProducer(fetcher, context.collate_fn, context.auto_collation,
                                  context.writer)
         if isinstance(self.reader, CachedReader):
@@ -64,22 +66,27 @@ class AudioClips(Pipeline):
         waveform = self.decoding(encoded.data, encoded.name)
         if self.fused is None:
             return self.transform(waveform), encoded.target
-        return self.fused.prepare(waveform), encoded.target
+        item = self.fused.prepare(waveform)
+        if isinstance(item, Pending):
+            item.name = f"sample {index!r} ({encoded.name})"
+        return item, encoded.target
 
-    def finished(self, prepared: list) -> list:
-        """The (features, target) items of prepared samples, in order."""
+    def finished(self, prepared: list, router) -> list:
+        """The (features, target) items of prepared samples, in order; the kernel's runs go
+        to the backends `router` chooses."""
         if self.fused is None:
             return prepared
-        features = self.fused.finish([item for item, _ in prepared])
+        features = self.fused.finish([item for item, _ in prepared], router)
         return [(row, target) for row, (_, target) in zip(features, prepared)]
 
 
 class AudioFetcher(Fetcher):
     """Samples of an AudioClips pipeline, one by one, in index order."""
 
-    def __init__(self, pipeline: AudioClips, auto_collation: bool) -> None:
+    def __init__(self, pipeline: AudioClips, auto_collation: bool, router) -> None:
         super().__init__(auto_collation)
         self.pipeline = pipeline
+        self.router = router
 
     def fetch(self, index, each=None):
         if not self.auto_collation:
@@ -102,7 +109,7 @@ class AudioFetcher(Fetcher):
 
     def _finished(self, samples: list) -> list:
         self.kernel_samples += sum(isinstance(item, Pending) for item, _ in samples)
-        return self.pipeline.finished(samples)
+        return self.pipeline.finished(samples, self.router)
 
 
 def build(dataset, transform, options) -> AudioClips | None:
@@ -122,7 +129,9 @@ def build(dataset, transform, options) -> AudioClips | None:
     if options.cache_bytes:
         reader = CachedReader(reader, SampleCache(options.cache_bytes, len(reader)))
     return AudioClips(reader, dataset.decoding, transform, options.on_error == "skip",
-                      FusedFeatures.lower(transform))
+                      FusedFeatures.lower(transform),
+                      choose_backend(options.backend, options.nr_dpus, options.nr_tasklets,
+                                     options.dpu_profile))
 
 
 def _reads_its_own_way(dataset, base) -> bool:

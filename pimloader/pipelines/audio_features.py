@@ -1,7 +1,10 @@
 """The fused feature kernel's part of the audio pipeline: a transform split at its first
 spectral step, the waveform steps run per clip as Python, the spectral steps (Spectrogram /
-MelSpectrogram / MFCC, AmplitudeToDB, FrequencyMasking, TimeMasking) lowered to one call of
-`backends.audio_features.cpu_features` per run of equal-length clips.
+MelSpectrogram / MFCC, AmplitudeToDB, FrequencyMasking, TimeMasking) lowered to one
+`FeatureRun` per run of consecutive clips of one shape and one backend: the router
+(backends/select.py) gives each clip the loader's backend where it computes the clip's
+features (the DPU log-mel kernel takes mono clips of the specs it computes), else the CPU
+backend's kernel (`backends.audio_features.cpu_features`).
 
 Random numbers stay where the transform draws them: per clip, the waveform steps draw
 theirs, then the clip's masks are drawn with torchaudio's calls (`draw_masks`, per channel
@@ -17,6 +20,8 @@ from typing import Any, Optional
 
 import numpy as np
 import torch
+
+from pimloader.backends.base import FeatureRun
 
 _SPECTRAL_FIRST = ("Spectrogram", "MelSpectrogram", "MFCC")
 
@@ -48,6 +53,7 @@ class Pending:
     waveform: torch.Tensor
     freq_masks: np.ndarray   # int32 [C, K, 2]
     time_masks: np.ndarray
+    name: str = "a clip"     # what errors call it
 
 
 @dataclass
@@ -93,29 +99,33 @@ class FusedFeatures:
         return (isinstance(waveform, torch.Tensor) and waveform.dim() == 2
                 and waveform.dtype == torch.float32 and not waveform.requires_grad)
 
-    def finish(self, prepared: list) -> list:
-        """Each clip's features: Pending ones computed by the kernel, one call per run of
-        consecutive clips of one shape; the others as they are."""
+    def finish(self, prepared: list, router) -> list:
+        """Each clip's features: Pending ones computed by the backend `router` gives them
+        (backends.select.Router), one run per stretch of consecutive clips of one shape and
+        one backend; the others as they are."""
         out = list(prepared)
+        backends = [router.backend_for_features(self.spec, tuple(item.waveform.shape))
+                    if isinstance(item, Pending) else None for item in out]
         start = 0
         while start < len(out):
-            if not isinstance(out[start], Pending):
+            if backends[start] is None:
                 start += 1
                 continue
             shape, stop = out[start].waveform.shape, start + 1
-            while (stop < len(out) and isinstance(out[stop], Pending)
+            while (stop < len(out) and backends[stop] is backends[start]
                    and out[stop].waveform.shape == shape):
                 stop += 1
-            out[start:stop] = self._run(out[start:stop])
+            out[start:stop] = self._run(out[start:stop], backends[start])
             start = stop
         return out
 
-    def _run(self, run: list) -> list:
-        """Features [C, rows, frames] of clips of one shape [C, L], in one kernel call."""
-        waves = torch.stack([clip.waveform for clip in run]).numpy()
-        freq = _stacked([clip.freq_masks for clip in run])
-        time = _stacked([clip.time_masks for clip in run])
-        features = kernel_module().cpu_features(waves, self.spec, freq, time)
+    def _run(self, run: list, backend) -> list:
+        """Features [C, rows, frames] of clips of one shape [C, L], in one kernel run."""
+        feature_run = FeatureRun(torch.stack([clip.waveform for clip in run]).numpy(), self.spec,
+                                 _stacked([clip.freq_masks for clip in run]),
+                                 _stacked([clip.time_masks for clip in run]),
+                                 [clip.name for clip in run])
+        features = backend.submit_features(feature_run).wait()
         return list(torch.from_numpy(features))
 
 

@@ -35,6 +35,7 @@ KERNEL_INCLUDES = (os.path.join(_REPO, "include"),)
 MAGIC, VERSION, STATUS_OK = 0x50494D41, 1, 0x600D600D
 FLAG_REFLECT = 1
 WRAM_BYTES, WRAM_RESERVE, CACHE_BYTES = 65536, 2048, 256
+DEFAULT_STACK_BYTES = 1024
 MRAM_BUDGET = 63 << 20          # PIM_AUDIO_MRAM_BUDGET
 MAX_LENGTH = 1 << 24            # PIM_AUDIO_MAX_LENGTH
 DEBUG_HALT, DEBUG_BAD_DMA = 1, 2
@@ -111,6 +112,18 @@ def mask_q16(value: float) -> int:
     return q
 
 
+def wram_shortfall(spec: DpuMelSpec, tables_bytes: int, nr_tasklets: int,
+                   stack_bytes: int = DEFAULT_STACK_BYTES) -> str:
+    """Why the kernel's WRAM does not hold `spec` at `nr_tasklets` ("" when it does)."""
+    need = tables_bytes + nr_tasklets * tasklet_wram(spec)
+    have = WRAM_BYTES - WRAM_RESERVE - nr_tasklets * stack_bytes
+    if need <= have:
+        return ""
+    return (f"n_fft={spec.n_fft}, n_mels={spec.n_mels} need {need} B of WRAM ({tables_bytes} B of "
+            f"tables + {nr_tasklets} tasklets x {tasklet_wram(spec)} B) but {have} B are left after "
+            f"{nr_tasklets} stacks of {stack_bytes} B: use fewer tasklets")
+
+
 def split_clips(frames: np.ndarray, nr_dpus: int) -> list:
     """Contiguous runs of clips, one per DPU, cut where the running frame count crosses
     d / nr_dpus of the total (a DPU may get none)."""
@@ -125,7 +138,7 @@ class DpuMelFeatures:
     `with DpuMelFeatures(DpuMelSpec(n_mels=40, top_db=80), nr_dpus=4) as mel: feats = mel(waves)`."""
 
     def __init__(self, spec=None, *, nr_dpus: int = 4, nr_tasklets: int = 16,
-                 stack_bytes: int = 1024, profile: str = "", mask_value: Optional[float] = None,
+                 stack_bytes: int = DEFAULT_STACK_BYTES, profile: str = "", mask_value: Optional[float] = None,
                  count_work: bool = False) -> None:
         """`spec`: a DpuMelSpec, or a FeatureSpec (backends/audio_spec.py; its mask_value is
         the default of `mask_value`)."""
@@ -150,16 +163,12 @@ class DpuMelFeatures:
         self.nr_dpus = self._dpus.nr_dpus
         self._batch_id = 0
         self._needs_load = True
+        self._names: Optional[list] = None
 
     def _check_wram(self, stack_bytes: int) -> None:
-        shared = len(self._tables_blob)
-        need = shared + self.nr_tasklets * tasklet_wram(self.spec)
-        have = WRAM_BYTES - WRAM_RESERVE - self.nr_tasklets * stack_bytes
-        if need > have:
-            raise ValueError(
-                f"DPU log-mel: n_fft={self.spec.n_fft}, n_mels={self.spec.n_mels} need {need} B of WRAM "
-                f"({shared} B of tables + {self.nr_tasklets} tasklets x {tasklet_wram(self.spec)} B) but "
-                f"{have} B are left after {self.nr_tasklets} stacks of {stack_bytes} B: use fewer tasklets")
+        shortfall = wram_shortfall(self.spec, len(self._tables_blob), self.nr_tasklets, stack_bytes)
+        if shortfall:
+            raise ValueError(f"DPU log-mel: {shortfall}")
 
     # -- lifetime ------------------------------------------------------------------------
     def close(self) -> None:
@@ -197,10 +206,12 @@ class DpuMelFeatures:
         return self._dpus
 
     # -- running -------------------------------------------------------------------------
-    def __call__(self, waveforms, freq_masks=None, time_masks=None, out: Optional[np.ndarray] = None) -> np.ndarray:
-        """Float waveforms [N, L] (full scale 1.0) -> float32 dB [N, n_mels, frames]."""
+    def __call__(self, waveforms, freq_masks=None, time_masks=None, out: Optional[np.ndarray] = None,
+                 names: Optional[list] = None) -> np.ndarray:
+        """Float waveforms [N, L] (full scale 1.0) -> float32 dB [N, n_mels, frames]; `names`
+        (one per clip) are what errors call the clips (default "clip i")."""
         pcm, gains = quantize_waveforms(np.asarray(waveforms))
-        rows = self.run_pcm(pcm, gains, freq_masks=freq_masks, time_masks=time_masks)
+        rows = self.run_pcm(pcm, gains, freq_masks=freq_masks, time_masks=time_masks, names=names)
         frames = self.spec.frames(pcm.shape[1])
         if out is None:
             out = np.empty((len(pcm), self.spec.n_mels, frames), np.float32)
@@ -211,11 +222,13 @@ class DpuMelFeatures:
         return out
 
     def run_pcm(self, pcm, gains=None, lengths=None, *, freq_masks=None, time_masks=None,
-                debug: int = 0, debug_dpu: int = -1) -> list:
+                debug: int = 0, debug_dpu: int = -1, names: Optional[list] = None) -> list:
         """int16 PCM [N, L] (clip i: pcm[i, :lengths[i]], the waveform x 2^(15 + gains[i])) ->
         each clip's int32 dB in Q16, [frames, n_mels]: what the kernel wrote, bit for bit.
-        `debug`/`debug_dpu` are test hooks (DEBUG_HALT, DEBUG_BAD_DMA)."""
+        `debug`/`debug_dpu` are test hooks (DEBUG_HALT, DEBUG_BAD_DMA); `names` as for
+        `__call__`."""
         pcm = np.asarray(pcm)
+        self._names = list(names) if names is not None else None
         if pcm.ndim != 2 or pcm.dtype != np.int16:
             raise ValueError(f"DPU log-mel: pcm must be int16 [N, L], got {pcm.dtype} {pcm.shape}")
         n = len(pcm)
@@ -288,7 +301,7 @@ class DpuMelFeatures:
         for d, (a, b) in enumerate(runs):
             detail = self._dpus.fault_message(d)
             if detail:
-                return DpuFaultError(f"DPU log-mel: DPU {d} (clips {a}..{b - 1}) faulted in dpu_launch: {detail}",
+                return DpuFaultError(f"DPU log-mel: DPU {d} ({self._clips(a, b)}) faulted in dpu_launch: {detail}",
                                      error.code, d)
         return DpuFaultError(f"DPU log-mel: dpu_launch failed: {error}", error.code, None)
 
@@ -314,9 +327,18 @@ class DpuMelFeatures:
                                   code, d)
         what = ERRORS.get(code, f"status 0x{code:x}")
         if code == 4:
-            clip = a + int(status["sample"])
-            what = f"clip {clip}: {what} ({SAMPLE_CHECKS.get(int(status['detail']), status['detail'])})"
-        return DpuKernelError(f"DPU log-mel: DPU {d} (clips {a}..{b - 1}) refused its chunk: {what}", code, d)
+            clip = self._clip(a + int(status["sample"]))
+            what = f"{clip}: {what} ({SAMPLE_CHECKS.get(int(status['detail']), status['detail'])})"
+        return DpuKernelError(f"DPU log-mel: DPU {d} ({self._clips(a, b)}) refused its chunk: {what}", code, d)
+
+    def _clip(self, index: int) -> str:
+        return self._names[index] if self._names is not None else f"clip {index}"
+
+    def _clips(self, a: int, b: int) -> str:
+        """The clips a..b-1 of the batch, as errors name them."""
+        if self._names is None:
+            return f"clips {a}..{b - 1}"
+        return ", ".join(self._names[a:b]) or "no clip"
 
 
 __all__ = ["DpuMelFeatures", "DpuMelSpec", "split_clips"]

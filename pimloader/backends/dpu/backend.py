@@ -1,7 +1,10 @@
 """The DPU backend behind the one backend interface: runs on a DPU set through the driver."""
 from __future__ import annotations
 
-from ..base import Backend, KernelRun
+from typing import Optional
+
+from ..base import Backend, FeatureRun, Handle, KernelRun
+from .audio_backend import DpuFeatureRuns
 from .driver import DpuBatch, DpuDriver
 
 
@@ -9,7 +12,10 @@ class DpuBackend(Backend):
     """The fused kernel on `nr_dpus` DPUs (`emulated`: pimloader's libdpu emulator).
 
     The DPU kernel crops, resizes, flips and converts; it neither pads nor adjusts colours
-    (`unsupported` says so, and the router sends those samples to the CPU backend).
+    (`unsupported` says so, and the router sends those samples to the CPU backend). Audio
+    feature runs go to the DPU log-mel kernel (`DpuFeatureRuns`, audio_backend.py, with what
+    it does not take). Each kernel's DPU set is allocated when its first run comes, so that
+    a loader of images allocates no audio DPUs and one of clips no image DPUs.
 
     Run size (`run_rows`): at least one row per DPU, since the driver gives each DPU a
     contiguous run of whole samples and a DPU without one idles through the launch (a real
@@ -24,8 +30,18 @@ class DpuBackend(Backend):
 
     def __init__(self, nr_dpus: int = 64, nr_tasklets: int = 16, profile: str = "",
                  emulated: bool = True) -> None:
-        self.driver = DpuDriver(nr_dpus, nr_tasklets, profile, emulated=emulated)
+        self._settings = (nr_dpus, nr_tasklets, profile, emulated)
+        self._driver: Optional[DpuDriver] = None
+        self.features = DpuFeatureRuns(nr_dpus, nr_tasklets, profile, emulated)
         self.name = "emulator" if emulated else "upmem"
+
+    @property
+    def driver(self) -> DpuDriver:
+        """The image kernel's DPU set, allocated on first use."""
+        if self._driver is None:
+            nr_dpus, nr_tasklets, profile, emulated = self._settings
+            self._driver = DpuDriver(nr_dpus, nr_tasklets, profile, emulated=emulated)
+        return self._driver
 
     @property
     def nr_dpus(self) -> int:
@@ -47,5 +63,16 @@ class DpuBackend(Backend):
     def run_rows_for(cls, nr_dpus: int, batch_rows: int) -> int:
         return max(1, min(max(nr_dpus, cls.MIN_RUN_ROWS), -(-batch_rows // 2)))
 
+    def unsupported_features(self, spec, clip_shape: tuple) -> str:
+        return self.features.unsupported(spec, clip_shape)
+
+    def submit_features(self, run: FeatureRun) -> Handle:
+        return self.features.submit(run)
+
     def close(self) -> None:
-        self.driver.close()
+        driver, self._driver = self._driver, None
+        try:
+            self.features.close()
+        finally:
+            if driver is not None:
+                driver.close()

@@ -67,8 +67,11 @@ def driver_module(emulated: bool):
 
 
 def emulator_live_dpus() -> int:
-    """DPUs this process allocated on the emulator through the driver and has not freed."""
-    return int(driver_module(True).lib.pim_dpu_emulator_live_dpus())
+    """DPUs this process allocated on the emulator and has not freed: through the driver (the
+    image kernel) and through `emulator.DpuSet` (the audio kernel), two builds of the
+    emulator that count apart."""
+    from .emulator import live_dpus
+    return int(driver_module(True).lib.pim_dpu_emulator_live_dpus()) + live_dpus()
 
 
 def build_kernel(nr_tasklets: int, stack_bytes: int, emulated: bool, source: str = KERNEL_SOURCE) -> str:

@@ -149,6 +149,14 @@ def _check(call: str, code: int, dpu_set=None) -> None:
     raise cls(call, code, detail)
 
 
+def live_dpus() -> int:
+    """DPUs allocated through `DpuSet`s of this process and not freed (the emulator's count;
+    the image driver's module counts its own: driver.emulator_live_dpus adds both)."""
+    n = ffi.new("uint32_t *")
+    _check("dpuemu_live_dpus", lib.dpuemu_live_dpus(n))
+    return int(n[0])
+
+
 class DpuSet:
     """Emulated DPUs driven through the libdpu API (`with DpuSet(n) as dpus: ...`)."""
 
