@@ -46,6 +46,7 @@ from benchmarks import peer_dali_audio
 from benchmarks.make_speech_dataset import DATA_DIR, Params, ensure_dataset
 from pimloader import PIMDataLoader
 from pimloader import transforms as T
+from pimloader.backends.select import CPU, Backends
 from pimloader.datasets import AudioFolder
 from pimloader.pipelines.audio_features import FusedFeatures, flattened, kernel_module
 
@@ -195,8 +196,9 @@ def stage_breakdown(root: Path, clips: int = 64, repeats: int = 3) -> dict:
         lambda: [_apply(reference_features, w) for w in augmented], repeats)
     fused = FusedFeatures.lower(T.Compose(steps[4:]))
     if fused is not None:
+        router = Backends().router(CPU)
         stage["features (fused kernel: masks drawn, one call)"], _ = timed(
-            lambda: fused.finish([fused.prepare(w) for w in augmented]), repeats)
+            lambda: fused.finish([fused.prepare(w) for w in augmented], router), repeats)
     else:
         stage["features (pimloader, torch route)"], _ = timed(
             lambda: [_apply(steps[4:], w) for w in augmented], repeats)
