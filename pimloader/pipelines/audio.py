@@ -11,8 +11,9 @@ DecodeError naming it, or is skipped and counted with on_error="skip".
 
 Where the fused audio feature kernel is built (backends/audio_features.py), the spectral
 steps (Spectrogram / MelSpectrogram / MFCC, AmplitudeToDB, the masks; pimloader's or
-torchaudio's objects) lower to one kernel call per batch (audio_features.py here), the masks
-drawn per clip with torchaudio's calls; otherwise, and for steps that do not lower, the
+torchaudio's objects) lower to feature runs (audio_features.py here) on the loader's backend
+(the DPU log-mel kernel with backend="emulator") or the CPU backend, as the router says, the
+masks drawn per clip with torchaudio's calls; otherwise, and for steps that do not lower, the
 transform runs in torch, per clip.
 """
 from __future__ import annotations
