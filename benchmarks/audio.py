@@ -15,8 +15,12 @@ Contenders, `shuffle=True`, the same batch size and seeds:
   transform with torchaudio's MelSpectrogram, AmplitudeToDB and masks (pimloader's waveform
   augmentations, which torchaudio lacks): what a PyTorch user writes;
 - "pimloader": PIMDataLoader(AudioFolder(root, sample_rate=16000, downmix=True),
-  transform=<the same Compose>), the spectral steps through the fused feature kernel where
-  this build has it (else in torch: the "route" column says which).
+  transform=<the same Compose>, backend="cpu"), the spectral steps through the fused feature
+  kernel where this build has it (else in torch: the "route" column says which);
+- "pimloader emulator (not DPU speed)": the same with backend="emulator" (--emulator-dpus
+  DPUs of 16 tasklets; 0 leaves it out): the spectral steps on the DPU log-mel kernel, run
+  by pimloader's libdpu emulator on this machine's cores. Its clips/s are the emulator's,
+  not a DPU's: what DPUs would do is benchmarks.audio_dpu_projection's PROJECTED figure.
 
 Each group (workers) runs its contenders in the same process, one epoch each in rotating
 order; figures are medians over the timed epochs after a warm-up epoch. This process runs
@@ -61,6 +65,7 @@ RATE = 16000
 MEL = dict(sample_rate=RATE, n_fft=480, hop_length=160, n_mels=40)
 QUICK = {"per_word": 8, "epochs": 2, "batch_size": 16}
 REFERENCE, PIMLOADER = "torch + torchaudio", "pimloader"
+EMULATOR = "pimloader emulator (not DPU speed)"
 
 
 def keyword_transform(noise: list, spectral) -> T.Compose:
@@ -93,19 +98,26 @@ class ReferenceClips(Dataset):
         return self.transform(audio_functional.resample(waveform, rate, RATE)), target
 
 
-def make_loaders(root: Path, workers: int, batch_size: int) -> dict:
+def make_loaders(root: Path, workers: int, batch_size: int, emulator_dpus: int = 0) -> dict:
     folder = AudioFolder(root, sample_rate=RATE, downmix=True)
     noise = folder.background_noise()
     common = dict(batch_size=batch_size, shuffle=True, num_workers=workers,
                   persistent_workers=workers > 0)
-    return {
+    loaders = {
         REFERENCE: DataLoader(ReferenceClips(folder.samples,
                                              keyword_transform(noise, audio_transforms)),
                               generator=torch.Generator().manual_seed(0), **common),
         PIMLOADER: PIMDataLoader(folder, transform=keyword_transform(noise, spectral_module()),
-                                 generator=torch.Generator().manual_seed(0), **common),
+                                 generator=torch.Generator().manual_seed(0), backend="cpu",
+                                 **common),
         **peer_dali_audio.contender(folder, workers, batch_size, MEL),
     }
+    if emulator_dpus:
+        loaders[EMULATOR] = PIMDataLoader(
+            folder, transform=keyword_transform(noise, spectral_module()),
+            generator=torch.Generator().manual_seed(0), backend="emulator",
+            nr_dpus=emulator_dpus, nr_tasklets=16, **common)
+    return loaders
 
 
 def run_epoch(loader) -> float:
@@ -130,10 +142,11 @@ def close(loader) -> None:
         iterator._shutdown_workers()
 
 
-def measure(root: Path, workers: int, batch_size: int, epochs: int, warmup: int = 1) -> dict:
+def measure(root: Path, workers: int, batch_size: int, epochs: int, warmup: int = 1,
+            emulator_dpus: int = 0) -> dict:
     """One epoch of each contender in turn, the order rotating, so that they share the
     machine's noise epoch by epoch (the load here changes within seconds)."""
-    loaders = make_loaders(root, workers, batch_size)
+    loaders = make_loaders(root, workers, batch_size, emulator_dpus)
     names = list(loaders)
     seconds = {name: [] for name in names}
     try:
@@ -143,7 +156,8 @@ def measure(root: Path, workers: int, batch_size: int, epochs: int, warmup: int 
                 elapsed = run_epoch(loaders[name])
                 if repeat >= warmup:
                     seconds[name].append(elapsed)
-        kernel_clips = loaders[PIMLOADER].stats()[-1].kernel_samples
+        kernel_clips = {name: loader.stats()[-1].kernel_samples
+                        for name, loader in loaders.items() if isinstance(loader, PIMDataLoader)}
     finally:
         for loader in loaders.values():
             close(loader)
@@ -155,7 +169,8 @@ def measure(root: Path, workers: int, batch_size: int, epochs: int, warmup: int 
     base = row["contenders"][REFERENCE]["median_clips_s"]
     for entry in row["contenders"].values():
         entry["ratio"] = entry["median_clips_s"] / base
-    row["contenders"][PIMLOADER]["kernel_clips_last_epoch"] = kernel_clips
+    for name, clips_run in kernel_clips.items():
+        row["contenders"][name]["kernel_clips_last_epoch"] = clips_run
     return row
 
 
@@ -212,10 +227,10 @@ def _apply(steps: list, waveform):
 
 
 def format_rows(rows: list) -> str:
-    lines = [f"{'workers':>7}  {'contender':<20} {'clips/s':>9} {'ratio':>6}"]
+    lines = [f"{'workers':>7}  {'contender':<36} {'clips/s':>9} {'ratio':>6}"]
     for row in rows:
         for name, entry in row["contenders"].items():
-            lines.append(f"{row['workers']:>7}  {name:<20} {entry['median_clips_s']:>9.1f} "
+            lines.append(f"{row['workers']:>7}  {name:<36} {entry['median_clips_s']:>9.1f} "
                          f"{entry['ratio']:>6.2f}")
     return "\n".join(lines)
 
@@ -226,12 +241,16 @@ def run(args: argparse.Namespace) -> dict:
                          "(pip install --no-deps torchaudio)")
     torch.set_num_threads(args.threads)
     root = ensure_dataset(args.root, Params(per_word=args.per_word))
-    rows = [measure(root, workers, args.batch_size, args.epochs) for workers in args.workers]
+    rows = [measure(root, workers, args.batch_size, args.epochs, emulator_dpus=args.emulator_dpus)
+            for workers in args.workers]
     return {"benchmark": "audio", "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
             "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                         "load_average_1m": os.getloadavg()[0]},
             "route": "fused kernel" if kernel_module() is not None else "torch",
             "batch_size": args.batch_size, "rows": rows,
+            "emulator": {"nr_dpus": args.emulator_dpus, "nr_tasklets": 16,
+                         "note": "pimloader's libdpu emulator on this machine's cores: "
+                                 "not DPU speed (see benchmarks.audio_dpu_projection)"},
             "ms_per_clip_by_stage": stage_breakdown(root)}
 
 
@@ -244,6 +263,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--workers", type=int, nargs="+", default=[0, 2])
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--emulator-dpus", type=int, default=16,
+                        help="DPUs of the emulator contender (0: leave it out)")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=None,
                         help="JSON results (default: benchmarks/results/audio[.quick].json)")
