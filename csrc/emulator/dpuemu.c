@@ -66,6 +66,12 @@ struct emu_image { /* one DPU's private copy of the kernel */
     int nr_wram_ranges;
 };
 
+#define MAX_HOST_WRAM_WRITES 32
+struct host_wram_write { /* [offset, offset + length) of the image, a WRAM symbol the host wrote */
+    uintptr_t offset;
+    uint32_t length;
+};
+
 struct dpu_t {
     struct dpu_rank_t *rank;
     uint32_t index;     /* in the rank */
@@ -97,6 +103,9 @@ struct dpu_t {
     void *xfer_buffer;
     struct dpuemu_counters ctr;
     uint64_t host_mram_end, kernel_mram_end; /* for DPUEMU_TRACE_DIR: MRAM written so far by the host, by kernels */
+    struct host_wram_write host_wram[MAX_HOST_WRAM_WRITES]; /* WRAM the host wrote since the load, for the trace */
+    uint32_t nr_host_wram;
+    bool host_wram_overflow;
 };
 
 struct emu_job;
@@ -387,18 +396,60 @@ static void raise_end(uint64_t *end, uint64_t value)
     while (seen < value && !__atomic_compare_exchange_n(end, &seen, value, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
 }
 
+/* Notes that the host wrote [p, p + length) of a WRAM symbol (a __host variable). */
+static void note_host_wram(struct dpu_t *d, const uint8_t *p, uint32_t length)
+{
+    const uintptr_t offset = (uintptr_t)p - d->image.base;
+    for (uint32_t i = 0; i < d->nr_host_wram; ++i)
+        if (d->host_wram[i].offset == offset && d->host_wram[i].length == length) return;
+    if (d->nr_host_wram == MAX_HOST_WRAM_WRITES) {
+        d->host_wram_overflow = true;
+        return;
+    }
+    d->host_wram[d->nr_host_wram++] = (struct host_wram_write){ offset, length };
+}
+
+/* launchN-rankR-dpuD-wram.txt: each WRAM range the host wrote since the load, as the run
+ * starts with it, one line "SYMBOL OFFSET HEXBYTES" (the symbol the range lies in, the
+ * offset into it); "overflow" when more ranges were written than are kept. */
+static void trace_host_wram(struct dpu_t *d, const char *dir, uint64_t launch)
+{
+    if (d->nr_host_wram == 0 && !d->host_wram_overflow) return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/launch%06llu-rank%u-dpu%u-wram.txt", dir, (unsigned long long)launch,
+        d->rank->id, d->index);
+    FILE *f = fopen(path, "w");
+    if (f == NULL) return;
+    if (d->host_wram_overflow) fprintf(f, "overflow\n");
+    for (uint32_t i = 0; i < d->nr_host_wram; ++i) {
+        const uint8_t *p = (const uint8_t *)(d->image.base + d->host_wram[i].offset);
+        Dl_info info;
+        const bool named = dladdr(p, &info) && info.dli_sname != NULL && info.dli_saddr != NULL;
+        fprintf(f, "%s %llu ", named ? info.dli_sname : "?",
+            named ? (unsigned long long)(p - (const uint8_t *)info.dli_saddr) : 0ull);
+        for (uint32_t k = 0; k < d->host_wram[i].length; ++k) fprintf(f, "%02x", p[k]);
+        fprintf(f, "\n");
+    }
+    fclose(f);
+}
+
 /* With DPUEMU_TRACE_DIR set, each run of a DPU leaves its MRAM before and after the run, up
  * to the last byte the host or any kernel run wrote so far (a run may read what an earlier
  * run left, and leaves unwritten bytes as they were): launchN-rankR-dpuD-{in,out}.bin, and the
- * run's tasklet count in launchN-rankR-dpuD.tasklets.  csrc/proxy's instruction counts
- * replay them (pimloader/costmodel/counted.py).  WRAM transfers are not traced. */
+ * run's tasklet count in launchN-rankR-dpuD.tasklets.  The WRAM symbols the host wrote since
+ * the program was loaded (__host variables: a kernel's arguments) go, as the run starts with
+ * them, to launchN-rankR-dpuD-wram.txt (trace_host_wram).  csrc/proxy's instruction counts
+ * replay them (pimloader/costmodel/proxy.py).  WRAM the kernel leaves is not traced. */
 static void trace_mram(struct dpu_t *d, const char *stage, uint64_t end)
 {
     static uint64_t launches;
     static __thread uint64_t launch;
     const char *dir = getenv("DPUEMU_TRACE_DIR");
     if (dir == NULL) return;
-    if (strcmp(stage, "in") == 0) launch = __atomic_fetch_add(&launches, 1, __ATOMIC_RELAXED);
+    if (strcmp(stage, "in") == 0) {
+        launch = __atomic_fetch_add(&launches, 1, __ATOMIC_RELAXED);
+        trace_host_wram(d, dir, launch);
+    }
     char path[4096];
     snprintf(path, sizeof path, "%s/launch%06llu-rank%u-dpu%u-%s.bin", dir, (unsigned long long)launch, d->rank->id,
         d->index, stage);
@@ -1487,6 +1538,8 @@ static dpu_error_t load_one(struct dpu_t *d, const uint8_t *buf, size_t size, co
     d->wram = calloc(1, WRAM_SIZE);
     if (d->wram == NULL) return DPU_ERR_SYSTEM;
     d->load_id = load_id;
+    d->nr_host_wram = 0;
+    d->host_wram_overflow = false;
     d->faulted = false;
     d->fault_msg[0] = 0;
     d->log_len = 0;
@@ -1699,6 +1752,7 @@ static dpu_error_t run_transfer(struct dpu_rank_t *r, struct emu_job *j)
         if (j->to_dpu) memcpy(p, host, j->length);
         else memcpy(host, p, j->length);
         if (j->to_dpu && p >= d->image.mram && p < d->image.mram_end) raise_end(&d->host_mram_end, p + j->length - d->image.mram);
+        else if (j->to_dpu) note_host_wram(d, p, (uint32_t)j->length);
         count_host(d, j->length, j->to_dpu);
     }
     return DPU_OK;

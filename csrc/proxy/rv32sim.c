@@ -15,9 +15,12 @@
  * that the caller maps to functions with the ELF's symbols) and per instruction class.
  *
  * Usage: rv32sim ELF --harts N [--mram-in FILE] [--mram-out FILE BYTES] [--histogram FILE]
- *                [--budget INSTRUCTIONS]  (default 2e10: beyond it the run is taken for a hang)
+ *                [--wram-in FILE] [--budget INSTRUCTIONS]  (default 2e10: beyond it the run
+ *                is taken for a hang)
  * The MRAM image is loaded at MRAM_BASE (the start of the kernel's MRAM) and, after the run,
- * the first BYTES of MRAM are written out.  A JSON summary goes to stdout. */
+ * the first BYTES of MRAM are written out.  --wram-in writes what the host put in WRAM
+ * symbols (a kernel's __host arguments) over the loaded program: records of a little-endian
+ * uint32 address, a uint32 length and the bytes.  A JSON summary goes to stdout. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -246,6 +249,24 @@ static uint32_t load_elf(struct machine *m, const char *path)
     return entry;
 }
 
+/* Writes the --wram-in records (address, length, bytes) into program memory. */
+static void load_wram(struct machine *m, const char *path)
+{
+    size_t n;
+    uint8_t *records = read_file(path, &n);
+    for (size_t at_byte = 0; at_byte < n;) {
+        if (n - at_byte < 8) { fprintf(stderr, "rv32sim: %s: truncated record\n", path); exit(1); }
+        const uint32_t address = u32(records + at_byte), length = u32(records + at_byte + 4);
+        if (n - at_byte - 8 < length || (uint64_t)address + length > PROG_BYTES) {
+            fprintf(stderr, "rv32sim: %s: record of %u bytes at 0x%08x out of range\n", path, length, address);
+            exit(1);
+        }
+        memcpy(m->prog + address, records + at_byte + 8, length);
+        at_byte += 8 + (size_t)length;
+    }
+    free(records);
+}
+
 static void run(struct machine *m, uint64_t budget)
 {
     uint64_t executed = 0;
@@ -280,7 +301,7 @@ static void report(const struct machine *m)
 int main(int argc, char **argv)
 {
     static struct machine m;
-    const char *elf = NULL, *mram_in = NULL, *mram_out = NULL, *histogram = NULL;
+    const char *elf = NULL, *mram_in = NULL, *mram_out = NULL, *histogram = NULL, *wram_in = NULL;
     unsigned long out_bytes = 0;
     uint64_t budget = 20000000000ull;
     m.nr_harts = 1;
@@ -289,6 +310,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--mram-in") && i + 1 < argc) mram_in = argv[++i];
         else if (!strcmp(argv[i], "--mram-out") && i + 2 < argc) mram_out = argv[++i], out_bytes = strtoul(argv[++i], 0, 0);
         else if (!strcmp(argv[i], "--histogram") && i + 1 < argc) histogram = argv[++i];
+        else if (!strcmp(argv[i], "--wram-in") && i + 1 < argc) wram_in = argv[++i];
         else if (!strcmp(argv[i], "--budget") && i + 1 < argc) budget = strtoull(argv[++i], 0, 0);
         else if (!elf && argv[i][0] != '-') elf = argv[i];
         else { fprintf(stderr, "rv32sim: unknown argument %s\n", argv[i]); return 1; }
@@ -310,6 +332,7 @@ int main(int argc, char **argv)
         memcpy(m.mram, image, n);
         free(image);
     }
+    if (wram_in) load_wram(&m, wram_in);
     for (int i = 0; i < m.nr_harts; i++) m.harts[i].pc = entry;
     run(&m, budget);
     if (mram_out) {

@@ -6,8 +6,10 @@ are compiled, unchanged, for a 32-bit integer ISA that Debian's packages carry: 
 tasklet is a hart of csrc/proxy/rv32sim.c, an instruction-counting simulator; the DPU
 runtime (mram_read/write, barriers, mutexes, mem_alloc) is csrc/proxy/proxy_rt.c, which
 checks the DMA rules as the emulator does. A launch is replayed from the MRAM the emulator
-traced (DPUEMU_TRACE_DIR) and its MRAM afterwards must equal the emulator's byte for byte,
-so the counts are those of a run that computed the right output.
+traced (DPUEMU_TRACE_DIR), with what the host had written into the kernel's WRAM symbols
+(its `__host` arguments) written into the proxy build's same symbols, and its MRAM
+afterwards must equal the emulator's byte for byte, so the counts are those of a run that
+computed the right output.
 
 What is counted per tasklet: every instruction executed in the kernel's own functions
 (libgcc's helpers included: they are software on a DPU too), plus one per MRAM transfer
@@ -129,12 +131,27 @@ def static_size(elf: str) -> dict:
             "by_function": {s.name: s.size // 4 for s in sorted(kernel, key=lambda s: -s.size)}}
 
 
+def data_symbols(elf: str) -> dict:
+    """The ELF's data objects (nm's data and bss symbols): name -> (address, size)."""
+    nm = require_cross_compiler().replace("gcc", "nm")
+    lines = subprocess.run([nm, "-S", "--defined-only", elf], check=True, capture_output=True,
+                           text=True).stdout.splitlines()
+    found = {}
+    for line in lines:
+        parts = line.split()
+        if len(parts) == 4 and parts[2] in "bBdDgGsSrR":
+            found[parts[3]] = (int(parts[0], 16), int(parts[1], 16))
+    return found
+
+
 @dataclass
 class Launch:
-    """One DPU run the emulator traced: its MRAM before and after, and its tasklets."""
+    """One DPU run the emulator traced: its MRAM before and after, its tasklets, and what
+    the host had written into WRAM symbols (the -wram.txt lines, or None)."""
     mram_in: Path
     mram_out: Path
     nr_tasklets: int
+    wram: Optional[Path] = None
 
 
 def traced_launches(trace_dir: str) -> list[Launch]:
@@ -142,8 +159,31 @@ def traced_launches(trace_dir: str) -> list[Launch]:
     found = []
     for meta in sorted(Path(trace_dir).glob("*.tasklets")):
         stem = str(meta)[:-len(".tasklets")]
-        found.append(Launch(Path(stem + "-in.bin"), Path(stem + "-out.bin"), int(meta.read_text())))
+        wram = Path(stem + "-wram.txt")
+        found.append(Launch(Path(stem + "-in.bin"), Path(stem + "-out.bin"), int(meta.read_text()),
+                            wram if wram.exists() else None))
     return found
+
+
+def wram_records(elf: str, trace: Path) -> bytes:
+    """The emulator's host->WRAM writes of a launch (`trace`, its -wram.txt) as rv32sim's
+    --wram-in records, at the addresses the proxy build `elf` gives the same symbols."""
+    symbols = data_symbols(elf)
+    records = bytearray()
+    for line in trace.read_text().splitlines():
+        if line == "overflow":
+            raise ProxyMismatch(f"{trace.name}: the host wrote more WRAM ranges than the trace keeps")
+        name, offset, data = line.split(" ")
+        payload = bytes.fromhex(data)
+        if name not in symbols:
+            raise ProxyMismatch(f"{trace.name}: the host wrote WRAM symbol {name!r}, which the proxy build "
+                                f"{Path(elf).name} lacks")
+        address, size = symbols[name]
+        if int(offset) + len(payload) > size:
+            raise ProxyMismatch(f"{trace.name}: {len(payload)} bytes at offset {offset} of {name!r} "
+                                f"overrun its {size} bytes in the proxy build")
+        records += (address + int(offset)).to_bytes(4, "little") + len(payload).to_bytes(4, "little") + payload
+    return bytes(records)
 
 
 @dataclass
@@ -169,10 +209,14 @@ def replay(elf: str, launch: Launch, *, simulator: Optional[str] = None, budget:
     simulator = simulator or build_simulator()
     expected = launch.mram_out.read_bytes()
     out, histogram = Path(str(launch.mram_out) + ".proxy"), Path(str(launch.mram_out) + ".histogram")
+    wram = Path(str(launch.mram_out) + ".wram")
+    command = [simulator, elf, "--harts", str(launch.nr_tasklets), "--mram-in", str(launch.mram_in),
+               "--mram-out", str(out), str(len(expected)), "--histogram", str(histogram), "--budget", str(budget)]
     try:
-        done = subprocess.run([simulator, elf, "--harts", str(launch.nr_tasklets), "--mram-in", str(launch.mram_in),
-                               "--mram-out", str(out), str(len(expected)), "--histogram", str(histogram),
-                               "--budget", str(budget)], capture_output=True, text=True)
+        if launch.wram is not None:
+            wram.write_bytes(wram_records(elf, launch.wram))
+            command += ["--wram-in", str(wram)]
+        done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode != 0:
             raise ProxyMismatch(f"{launch.mram_in.name}: the proxy run failed: {done.stderr.strip()}")
         if out.read_bytes() != expected:
@@ -180,7 +224,7 @@ def replay(elf: str, launch: Launch, *, simulator: Optional[str] = None, budget:
         summary = json.loads(done.stdout)
         counts = np.fromfile(histogram, dtype=np.uint64).reshape(launch.nr_tasklets, -1).astype(np.int64)
     finally:
-        for path in (out, histogram):
+        for path in (out, histogram, wram):
             path.unlink(missing_ok=True)
     return _attribute(counts, summary["text"][0], functions(elf), instruction_classes(elf, summary["text"][0],
                                                                                       counts.shape[1]))
