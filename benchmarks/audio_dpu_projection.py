@@ -6,7 +6,8 @@
 A batch of 1 s clips at 16 kHz (4 per DPU on 16 emulated DPUs x 16 tasklets by default) runs
 through the kernel on the emulator, which counts its DMA and transfer bytes; the kernel's
 work is counted from its loops (`pimloader.costmodel.audio.frame_work`, checked against an
-instrumented build by tests/test_audio_dpu.py) and priced by assumed instruction costs; the
+instrumented build by tests/test_audio_dpu.py) and priced by instruction costs counted on the
+RV32 proxy (`cost.AudioCosts`, benchmarks.audio_instruction_counts); the
 published figures of real systems (PrIM) turn both into time per launch, by weak scaling to
 one rank, 640 and 2,560 DPUs. For scale, the float reference's time per clip on this host
 (torchaudio, or the torch formulation, one thread) is measured too: that one *is* measured,

@@ -67,3 +67,23 @@ def test_a_wram_symbol_the_proxy_build_lacks_is_refused(traced, tmp_path):
     elf = proxy.build_kernel(KERNEL_SOURCE, nr_tasklets=TASKLETS, defines={"STACK_SIZE_DEFAULT": 1024})
     with pytest.raises(proxy.ProxyMismatch, match="NOT_A_SYMBOL"):
         proxy.replay(elf, launches[0])
+
+
+@needs_proxy
+def test_the_cost_models_counted_figures_still_describe_the_kernel():
+    """AudioCosts holds instructions per unit counted by benchmarks.audio_instruction_counts;
+    a launch outside that fit (n_fft 400, 64 mels, top_db, masks), counted now, is within 10%
+    of what they give in each case. If the kernel changes, count again."""
+    from dataclasses import fields
+
+    from benchmarks.audio_instruction_counts import STACK_BYTES, TASKLETS as FIT_TASKLETS, count_launch
+    from pimloader.costmodel import audio as cost
+    from pimloader.costmodel import audio_counted as ac
+    elves = {isa: proxy.build_kernel(KERNEL_SOURCE, nr_tasklets=FIT_TASKLETS, isa=isa,
+                                     defines={"STACK_SIZE_DEFAULT": STACK_BYTES}) for isa in proxy.ISAS}
+    launch = count_launch((400, 64, 80.0, True), elves, seed=11)
+    for case in ("best", "nominal", "worst"):
+        units = {f.name: getattr(cost.AudioCosts(), f.name).at(case) for f in fields(cost.AudioCosts)}
+        counted = sum(launch["parts"][case].values())
+        model = ac.predicted(launch["work"], units)
+        assert abs(model / counted - 1) < 0.10, (case, counted, model)

@@ -1,8 +1,9 @@
 """PROJECTED speed of the DPU log-mel kernel (dpu_src/audio_features.c). Nothing here is a
 measurement: the work is counted exactly from the kernel's loops for a spec and clip lengths,
-the DMA and transfer bytes are the emulator's counts for a real batch, and the rest are the
-assumptions below (instruction costs per unit of work, read off the kernel) and the
-published figures of `assumptions.Assumptions` (PrIM). docs/audio.md, "DPU kernel".
+the DMA and transfer bytes are the emulator's counts for a real batch, the instructions per
+unit of work are counted on the RV32 proxy (`AudioCosts`, benchmarks.audio_instruction_counts)
+and the rest are the published figures of `assumptions.Assumptions` (PrIM). docs/audio.md,
+"DPU kernel".
 
 Units of work (what each counts, per frame unless said):
   sample      n_fft: framed samples (cache read, reflection, window product, peak)
@@ -30,42 +31,45 @@ from pimloader.backends.dpu import audio as host
 from .assumptions import CASES, SYSTEMS, Assumptions, Param, System
 from .model import dma_cycles
 
-KERNEL = "assumed: counted by reading dpu_src/audio_features.c"
-MUL16 = ("a 16x16-bit product is four of the DPU's native 8x8 multiplies and three shift-adds "
-         "(~7 instructions); worst: the compiler emits a mul_step chain (~20)")
+COUNTED = ("counted: dpu_src/audio_features.c on the RV32 proxy (python -m benchmarks.audio_instruction_counts, "
+           "2026-12-01: 8 launches, n_fft 240-1024, 40-128 mels, fitted per part; products at AUDIO_MUL)")
+
+
+def _counted(best: float, nominal: float, worst: float, unit: str, what: str, before: tuple) -> Param:
+    return Param(best, nominal, worst, unit, COUNTED,
+                 f"{what}; assumed before it was counted: {before[0]} / {before[1]} / {before[2]}")
 
 
 @dataclass(frozen=True)
 class AudioCosts:
-    """Instructions per unit of the log-mel kernel's work (best / nominal / worst)."""
-    sample: Param = Param(14, 22, 45, "instr/sample", KERNEL,
-                          "sample_at (address, cache bounds test, load), reflection tests, window load, "
-                          "one 16x16 product, abs and max, store, loop. " + MUL16)
-    scale: Param = Param(4, 5, 8, "instr/value", KERNEL, "rshift_round: load, add the half, shift, store")
-    peak: Param = Param(3, 5, 7, "instr/component", KERNEL, "peak_of: load, abs, compare-select")
-    bf2: Param = Param(10, 14, 20, "instr/butterfly", KERNEL, "4 add/sub, 2 complex stores, twiddle test, loop")
-    bf4: Param = Param(30, 40, 60, "instr/butterfly", KERNEL, "16 add/sub, 4 complex stores, twiddle tests, loop")
-    odd_term: Param = Param(10, 14, 20, "instr/term", KERNEL,
-                            "butterfly_odd per (q, j): index update, two twiddle loads, four adds, "
-                            "and its share of the S_j, D_j sums and the four outputs")
-    mul_q15: Param = Param(12, 20, 46, "instr/product", KERNEL,
-                           "mul_q15: split into halves (shift, and), two 16x16 products, round, shift, add. "
-                           + MUL16)
-    square: Param = Param(22, 31, 70, "instr/square", KERNEL,
-                          "square: abs, halves, three 16x16 products, 64-bit shifts and adds (two "
-                          "instructions per 64-bit add on a 32-bit DPU). " + MUL16)
-    power_bin: Param = Param(8, 12, 20, "instr/slot", KERNEL, "64-bit add of the squares, 64-bit shift, two stores")
-    mel_mac: Param = Param(28, 41, 90, "instr/term", KERNEL,
-                           "bin_pos and weight loads, power_of (two loads, combine), mul_u48_u16 (three "
-                           "16x16 products, 64-bit shifts and adds), 64-bit accumulate. " + MUL16)
-    mel_value: Param = Param(45, 65, 130, "instr/value", KERNEL,
-                             "log2_q16 (64-bit clz, mantissa shift, two table loads, one 16x16 "
-                             "interpolation), exponent, floor, to_db (two 16x16 products), store, max")
-    mask_value: Param = Param(12, 20, 30, "instr/value", KERNEL, "in_masks over 4 masks per axis")
-    clamp_value: Param = Param(3, 4, 6, "instr/value", KERNEL, "clamp_frames: load, compare-select, store")
-    frame: Param = Param(120, 200, 400, "instr/frame", KERNEL,
-                         "per frame: stage loops set-up, stage_shift's loop, calls, row DMA bookkeeping")
-    dma_call: Param = Param(5, 10, 20, "instr/call", KERNEL, "read_big/write_big loop and the call itself")
+    """Instructions per unit of the log-mel kernel's work (best / nominal / worst), COUNTED on
+    the RV32 proxy with the brackets of costmodel.counted (a 16x16 product is costmodel.
+    audio_counted.AUDIO_MUL DPU instructions); what the units cover, and the figures assumed
+    before, in each note."""
+    sample: Param = _counted(31.3, 37.8, 61.4, "instr/sample", "fill_frame and sample_at: cache, "
+                             "reflection, window product, peak", (14, 22, 45))
+    scale: Param = _counted(2.2, 2.5, 2.8, "instr/value", "rshift_round, inlined", (4, 5, 8))
+    peak: Param = _counted(4.8, 5.5, 6.3, "instr/component", "peak_of", (3, 5, 7))
+    bf2: Param = _counted(57.9, 61.8, 69.1, "instr/butterfly", "a radix-2 butterfly with fft_dif's loads, "
+                          "stores and twiddle tests (its products are mul_q15's)", (10, 14, 20))
+    bf4: Param = _counted(154.5, 163.4, 175.7, "instr/butterfly", "a radix-4 butterfly with fft_dif's loads, "
+                          "stores and twiddle tests", (30, 40, 60))
+    odd_term: Param = _counted(104.7, 112.6, 146.5, "instr/term", "butterfly_odd per (q, j) term, and its "
+                               "butterfly's share of fft_dif's loads and stores", (10, 14, 20))
+    mul_q15: Param = _counted(13.6, 19.6, 47.4, "instr/product", "mul_q15: two 16x16 products", (12, 20, 46))
+    square: Param = _counted(20.0, 29.0, 68.0, "instr/square", "square: three 16x16 products, 64-bit sums",
+                             (22, 31, 70))
+    power_bin: Param = _counted(38.0, 39.7, 61.0, "instr/slot", "split_real, real_bin and to_power per slot "
+                                "(their products are mul_q15's and square's)", (8, 12, 20))
+    mel_mac: Param = _counted(34.1, 43.6, 83.1, "instr/term", "mel_row's terms: bin_pos and weight loads, "
+                              "power_of, mul_u48_u16, 64-bit accumulate", (28, 41, 90))
+    mel_value: Param = _counted(86.6, 99.8, 164.4, "instr/value", "log2_q16, to_db, floor, store, max",
+                                (45, 65, 130))
+    mask_value: Param = _counted(13.9, 19.1, 24.3, "instr/value", "mask_row, in_masks", (12, 20, 30))
+    clamp_value: Param = _counted(6.2, 7.3, 8.5, "instr/value", "clamp_frames", (3, 4, 6))
+    frame: Param = _counted(430.3, 486.4, 712.3, "instr/frame", "per frame: run_frame, stage set-up, "
+                            "stage_shift, the calls of every part", (120, 200, 400))
+    dma_call: Param = _counted(16.7, 19.2, 21.8, "instr/call", "read_big/write_big and the call", (5, 10, 20))
 
 
 UNITS = tuple(f.name for f in fields(AudioCosts) if f.name != "dma_call")
