@@ -12,7 +12,6 @@ Oracles:
 from __future__ import annotations
 
 import functools
-import warnings
 
 import numpy as np
 import pytest
@@ -29,7 +28,7 @@ from pimloader.backends.dpu.audio_model import model_features
 from pimloader.backends.dpu.audio_tables import DpuMelSpec, DpuMelTables, pack_masks, quantize_waveforms
 from pimloader.backends.dpu.backend import DpuBackend
 from pimloader.backends.dpu.driver import emulator_live_dpus
-from pimloader.backends.select import BackendSpec, Backends, upmem_available
+from pimloader.backends.select import Router, upmem_available
 from pimloader.datasets import AudioFolder
 from pimloader.errors import DpuBackendError
 from pimloader.pipelines.audio_features import kernel_module
@@ -219,13 +218,11 @@ def test_an_upmem_backend_sends_every_clip_to_the_cpu_backend():
     needed to ask, its DPU sets open on first use) every clip goes to the CPU backend."""
     from pimloader.backends.audio_spec import FeatureSpec
     spec = FeatureSpec.from_transforms(spectral())
-    backend = DpuBackend(2, 4, emulated=False)
-    router = Backends().router(BackendSpec("emulator", 2, 4))
-    router.chain[0] = backend
+    router = Router([DpuBackend(2, 4, emulated=False), CpuBackend()])
     with pytest.warns(UserWarning, match="does not compute audio features on UPMEM DPUs yet"):
         assert isinstance(router.backend_for_features(spec, (1, RATE)), CpuBackend)
-    backend.close()
-    router.chain[1].close()
+    for backend in router.chain:
+        backend.close()
 
 
 @pytest.mark.parametrize("options, error, match", [
@@ -284,3 +281,18 @@ def test_close_frees_the_dpus_of_an_audio_loader(root):
         del loader
         gc.collect()
         assert emulator_live_dpus() == 0
+
+
+@pytest.mark.parametrize("normalize", ["per_sample", (-30.0, 12.5)])
+def test_the_hosts_normalisation_is_the_cpu_kernels(normalize):
+    """What the DPU backend applies after its kernel (normalise_features) against the CPU
+    kernel's own normalisation of the same features (float32; sums in another order)."""
+    import dataclasses
+
+    from pimloader.backends.audio_features import FeatureSpec, cpu_features
+    from pimloader.backends.audio_spec import normalise_features
+    spec = FeatureSpec.from_transforms(spectral(masks=False))
+    waves = np.random.default_rng(2).uniform(-0.5, 0.5, (3, 1, 5000)).astype(np.float32)
+    want = cpu_features(waves, dataclasses.replace(spec, normalize=normalize))
+    got = normalise_features(cpu_features(waves, spec), normalize)
+    assert np.abs(got - want).max() <= 4 * np.finfo(np.float32).eps * np.abs(want).max()
