@@ -68,11 +68,6 @@ class FeatureRun:
     time_masks: np.ndarray | None         # int32 [N, C, K, 2] [start, end) frames
     clips: list                           # each clip's name, in order
 
-    @property
-    def clip_shape(self) -> tuple:
-        """(channels, samples) of every clip of the run."""
-        return tuple(self.waveforms.shape[1:])
-
 
 class Handle(ABC):
     """A submitted run: `wait()` returns once its rows are written (and raises its error)."""
