@@ -9,7 +9,9 @@
                                     # PROJECTED decode on DPUs, with its instruction count;
                                     # + 1-1.5 minutes for peers, 6 at load 14; + 1-5 minutes
                                     # for audio_fixed_point, the DPU log-mel kernel's dB
-                                    # errors, and about 20 s for audio_dpu_projection: PROJECTED;
+                                    # errors, about 20 s for audio_instruction_counts (with
+                                    # riscv64-unknown-elf-gcc) and 20 s for
+                                    # audio_dpu_projection: PROJECTED;
                                     # + about a minute for coordinated_prep)
     python -m benchmarks --quick    # smoke run, about 2 minutes (measured at load 4-5; the
                                     # quick coordinated_prep adds about 20 s)
@@ -18,7 +20,8 @@ from __future__ import annotations
 
 import argparse
 
-from benchmarks import (audio, audio_dpu_projection, audio_fixed_point, coordinated_prep,
+from benchmarks import (audio, audio_dpu_projection, audio_fixed_point, audio_instruction_counts,
+                        coordinated_prep,
                         decode_projection, detection, dpu_projection, imagenet_pipeline,
                         instruction_counts, kernel_speed, loader_overhead, naive_sweep, op_costs,
                         peers, plot, sample_cache, stall, viability)
@@ -40,7 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     for benchmark in (loader_overhead, imagenet_pipeline, kernel_speed, instruction_counts,
                       dpu_projection, decode_projection, sample_cache, coordinated_prep,
                       naive_sweep, stall, op_costs, viability, peers, detection, audio,
-                      audio_fixed_point, audio_dpu_projection):
+                      audio_fixed_point, audio_instruction_counts, audio_dpu_projection):
         print(f"\n== {benchmark.__name__} ==", flush=True)
         benchmark.main(list(flags))
     if not args.quick:  # plot.py's PNGs, from the JSON just written (peers draws its own)
