@@ -22,8 +22,9 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
+from pimloader._jpeg_layout import ffi, lib
 from pimloader._native_sources import native_source_root
-from pimloader.decode.baseline import BaselineJpeg, UnsupportedJpeg, lookup_table, parse_baseline
+from pimloader.decode.baseline import BaselineJpeg, UnsupportedJpeg, lookup_table_into, parse_baseline
 from pimloader.decode.errors import DecodeError, _fail
 from pimloader.errors import DpuKernelError
 
@@ -113,7 +114,8 @@ def huffman_slots(layout: BaselineJpeg) -> dict:
 
 
 class _Image:
-    """One file (or a box of it) as the DPU takes it: its structure and descriptor pieces."""
+    """One file (or a box of it) as the DPU takes it: its structure and descriptor pieces.
+    The intervals' descriptors and bytes are written by csrc/jpeg_layout.c."""
 
     def __init__(self, data: bytes, name, max_mcus_without_restarts: int, box=None) -> None:
         self.data, self.name = data, name
@@ -125,7 +127,11 @@ class _Image:
         self.out_bytes = self.box[2] * self.pitch
         self.slots = huffman_slots(lay)
         self.chosen = needed_intervals(lay, self.box)
-        self.data_bytes = sum(lay.intervals[i][1] - lay.intervals[i][0] for i in self.chosen)
+        self._spans = _spans(lay)
+        self._chosen = np.asarray(self.chosen, np.int64)
+        if len(self._chosen) and not 0 <= self._chosen.min() <= self._chosen.max() < len(self._spans):
+            raise IndexError(f"{name}: intervals {self.chosen} chosen from {len(self._spans)}")
+        self.data_bytes = int((self._spans[self._chosen, 1] - self._spans[self._chosen, 0]).sum())
 
     def work(self) -> int:
         """An estimate of its decoding work: compressed bytes and output pixels."""
@@ -137,53 +143,85 @@ class _Image:
         return [(lay.mcus_x * c.h * 8, lay.mcus_y * c.v * 8) for c in lay.components]
 
     def tables(self) -> np.ndarray:
+        if self.layout.headers is not None:   # from the C parse: built in one call
+            return self._native_tables()
         t = np.zeros((), TABLES)
         for ci, comp in enumerate(self.layout.components):
             t["quant"][ci] = comp.quant
+        huff = t["huff"]
         for key, slot in self.slots.items():
             bits, values = self.layout.huffman[key]
-            for field, value in lookup_table(bits, values, self.name).items():
-                t["huff"][slot][field] = value
+            lookup_table_into(bits, values, huff[slot:slot + 1], self.name)
+        return t
+
+    def _native_tables(self) -> np.ndarray:
+        t = np.zeros((), TABLES)
+        keys = sorted(self.slots, key=self.slots.get)
+        slots = np.array([4 * table_class + index for table_class, index in keys], np.uint32)
+        if lib.pim_jpeg_pack_tables(ffi.from_buffer("pim_jpeg_headers_t *", self.layout.headers),
+                                    ffi.from_buffer("uint32_t[]", slots), len(slots),
+                                    ffi.cast("pim_jpeg_tables_t *", ffi.from_buffer(t, require_writable=True))):
+            raise ValueError(f"{self.name}: Huffman tables {keys} are not the layout's")
         return t
 
     def descriptor(self, first_interval: int, tables_offset: int, out_offset: int, plane_offsets) -> np.ndarray:
         lay = self.layout
-        d = np.zeros((), IMAGE)
         top, left, height, width = self.box
-        for key, value in (("width", lay.width), ("height", lay.height), ("n_comp", self.channels),
-                           ("mcus_x", lay.mcus_x), ("mcus_y", lay.mcus_y), ("first_interval", first_interval),
-                           ("n_intervals", len(self.chosen)), ("tables_offset", tables_offset),
-                           ("out_offset", out_offset), ("out_pitch", self.pitch), ("box_top", top),
-                           ("box_left", left), ("box_h", height), ("box_w", width),
-                           ("restart_mcus", lay.restart_mcus or lay.total_mcus)):
-            d[key] = value
-        for ci, (comp, (plane_w, plane_h), plane_off) in enumerate(zip(lay.components, self.planes(), plane_offsets)):
+        comps = []
+        for comp, (plane_w, plane_h), plane_off in zip(lay.components, self.planes(), plane_offsets):
             hx, vx = lay.max_h // comp.h, lay.max_v // comp.v
             comp_w = -(-lay.width * comp.h // lay.max_h)    # libjpeg's downsampled_width
             comp_h = -(-lay.height * comp.v // lay.max_v)
             fancy = comp_w > 2 if hx == 2 else vx == 2     # jdsample.c's choice of upsampler
-            c = d["comp"][ci]
-            for key, value in (("h", comp.h), ("v", comp.v), ("hx", hx), ("vx", vx), ("fancy", int(fancy)),
-                               ("dc", self.slots[comp.dc]), ("ac", self.slots[comp.ac]),
-                               ("plane_off", plane_off), ("plane_w", plane_w), ("plane_h", plane_h),
-                               ("comp_w", comp_w), ("comp_h", comp_h)):
-                c[key] = value
-        return d
+            comps.append(_record(COMPONENT, h=comp.h, v=comp.v, hx=hx, vx=vx, fancy=int(fancy),
+                                 dc=self.slots[comp.dc], ac=self.slots[comp.ac], plane_off=plane_off,
+                                 plane_w=plane_w, plane_h=plane_h, comp_w=comp_w, comp_h=comp_h))
+        comps += [_record(COMPONENT)] * (3 - len(comps))
+        return np.array(_record(IMAGE, width=lay.width, height=lay.height, n_comp=self.channels, mcus_x=lay.mcus_x,
+                                mcus_y=lay.mcus_y, first_interval=first_interval, n_intervals=len(self.chosen),
+                                tables_offset=tables_offset, out_offset=out_offset, out_pitch=self.pitch,
+                                box_top=top, box_left=left, box_h=height, box_w=width,
+                                restart_mcus=lay.restart_mcus or lay.total_mcus, comp=comps), IMAGE)
 
     def intervals(self, data_offset: int) -> np.ndarray:
         """The chosen intervals' descriptors, their bytes packed from data_offset on."""
-        lay = self.layout
         out = np.zeros(len(self.chosen), INTERVAL)
-        per = lay.restart_mcus or lay.total_mcus
-        for k, i in enumerate(self.chosen):
-            start, end = lay.intervals[i]
-            out[k] = (i * per, min(per, lay.total_mcus - i * per), data_offset, end - start)
-            data_offset += end - start
+        self._pack(ffi.cast("pim_jpeg_interval_t *", ffi.from_buffer(out)), data_offset, ffi.NULL)
         return out
 
     def interval_bytes(self) -> np.ndarray:
-        raw = np.frombuffer(self.data, np.uint8)
-        return np.concatenate([raw[self.layout.intervals[i][0]:self.layout.intervals[i][1]] for i in self.chosen])
+        out = np.empty(self.data_bytes, np.uint8)
+        self._pack(ffi.new("pim_jpeg_interval_t[]", len(self.chosen)), 0, ffi.from_buffer(out))
+        return out
+
+    def pack_intervals(self, chunk: np.ndarray, descriptors_at: int, data_offset: int) -> int:
+        """`intervals(data_offset)` written at descriptors_at of the chunk and `interval_bytes()`
+        at data_offset; the number of intervals."""
+        n = len(self.chosen)
+        if descriptors_at + n * INTERVAL.itemsize > chunk.nbytes or data_offset + self.data_bytes > chunk.nbytes:
+            raise ValueError(f"{self.name}: {n} intervals at {descriptors_at} and {self.data_bytes} bytes at "
+                             f"{data_offset} do not fit a chunk of {chunk.nbytes}")
+        base = ffi.from_buffer("uint8_t[]", chunk, require_writable=True)
+        self._pack(ffi.cast("pim_jpeg_interval_t *", base + descriptors_at), data_offset, base + data_offset)
+        return n
+
+    def _pack(self, descriptors, data_offset: int, data) -> None:
+        lay = self.layout
+        lib.pim_jpeg_pack_intervals(ffi.from_buffer("uint8_t[]", self.data), ffi.from_buffer("uint64_t[]", self._spans),
+                                    ffi.from_buffer("int64_t[]", self._chosen), len(self._chosen),
+                                    lay.restart_mcus or lay.total_mcus, lay.total_mcus, data_offset, descriptors, data)
+
+
+def _record(dtype: np.dtype, **values) -> tuple:
+    """A record of a structured dtype as a tuple, in its fields' order (the others zero)."""
+    return tuple(values.get(name, 0) for name in dtype.names)
+
+
+def _spans(layout: BaselineJpeg) -> np.ndarray:
+    """The layout's intervals as a uint64 [n, 2] array (parse_baseline keeps one)."""
+    if layout.spans is not None:
+        return np.ascontiguousarray(layout.spans, np.uint64)
+    return np.array(layout.intervals, np.uint64).reshape(-1, 2)
 
 
 def _check_box(box, height: int, width: int, name):
@@ -270,13 +308,11 @@ class _Chunk:
             tables_offset = i * TABLES.itemsize
             desc = im.descriptor(first, tables_offset, out_pos, planes)
             _put(buf, o["images_off"] + i * IMAGE.itemsize, desc)
-            ivs = im.intervals(self.data_offsets[i])
-            _put(buf, o["intervals_off"] + first * INTERVAL.itemsize, ivs)
+            n_intervals = im.pack_intervals(buf, o["intervals_off"] + first * INTERVAL.itemsize, self.data_offsets[i])
             _put(buf, o["tables_off"] + tables_offset, im.tables())
-            _put(buf, self.data_offsets[i], im.interval_bytes())
             self.out_offsets.append(out_pos)
             out_pos += im.out_bytes
-            first += len(ivs)
+            first += n_intervals
         if plane_pos > MRAM_BUDGET:
             names = ", ".join(str(im.name) for im in self.images)
             raise ValueError(f"images {names} need {plane_pos} bytes of MRAM on one DPU, more than "
