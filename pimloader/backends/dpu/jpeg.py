@@ -129,9 +129,13 @@ class _Image:
         self.chosen = needed_intervals(lay, self.box)
         self._spans = _spans(lay)
         self._chosen = np.asarray(self.chosen, np.int64)
-        if len(self._chosen) and not 0 <= self._chosen.min() <= self._chosen.max() < len(self._spans):
-            raise IndexError(f"{name}: intervals {self.chosen} chosen from {len(self._spans)}")
-        self.data_bytes = int((self._spans[self._chosen, 1] - self._spans[self._chosen, 0]).sum())
+        try:
+            if self.chosen and min(self.chosen) < 0:
+                raise IndexError("a negative index")
+            spans = self._spans[self._chosen]
+        except IndexError:
+            raise IndexError(f"{name}: intervals {self.chosen} chosen from {len(self._spans)}") from None
+        self.data_bytes = int((spans[:, 1] - spans[:, 0]).sum())
 
     def work(self) -> int:
         """An estimate of its decoding work: compressed bytes and output pixels."""
@@ -167,11 +171,12 @@ class _Image:
     def descriptor(self, first_interval: int, tables_offset: int, out_offset: int, plane_offsets) -> np.ndarray:
         lay = self.layout
         top, left, height, width = self.box
+        max_h, max_v = lay.max_h, lay.max_v
         comps = []
         for comp, (plane_w, plane_h), plane_off in zip(lay.components, self.planes(), plane_offsets):
-            hx, vx = lay.max_h // comp.h, lay.max_v // comp.v
-            comp_w = -(-lay.width * comp.h // lay.max_h)    # libjpeg's downsampled_width
-            comp_h = -(-lay.height * comp.v // lay.max_v)
+            hx, vx = max_h // comp.h, max_v // comp.v
+            comp_w = -(-lay.width * comp.h // max_h)    # libjpeg's downsampled_width
+            comp_h = -(-lay.height * comp.v // max_v)
             fancy = comp_w > 2 if hx == 2 else vx == 2     # jdsample.c's choice of upsampler
             comps.append(_record(COMPONENT, h=comp.h, v=comp.v, hx=hx, vx=vx, fancy=int(fancy),
                                  dc=self.slots[comp.dc], ac=self.slots[comp.ac], plane_off=plane_off,
@@ -317,13 +322,10 @@ class _Chunk:
             names = ", ".join(str(im.name) for im in self.images)
             raise ValueError(f"images {names} need {plane_pos} bytes of MRAM on one DPU, more than "
                              f"{MRAM_BUDGET}: use more DPUs")
-        header = np.zeros((), HEADER)
-        for key, value in (("magic", MAGIC), ("version", VERSION), ("n_images", len(self.images)),
-                           ("in_bytes", self.in_bytes), ("out_off", out_off), ("out_bytes", out_bytes),
-                           ("work_off", work_off), ("nr_tasklets", self.nr_tasklets),
-                           ("arena_bytes", self.arena), ("batch_id", batch_id), ("debug", debug), *o.items()):
-            header[key] = value
-        _put(buf, 0, header)
+        header = _record(HEADER, magic=MAGIC, version=VERSION, n_images=len(self.images), in_bytes=self.in_bytes,
+                         out_off=out_off, out_bytes=out_bytes, work_off=work_off, nr_tasklets=self.nr_tasklets,
+                         arena_bytes=self.arena, batch_id=batch_id, debug=debug, **o)
+        _put(buf, 0, np.array(header, HEADER))
         return buf
 
 
