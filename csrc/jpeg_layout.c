@@ -438,11 +438,14 @@ int pim_jpeg_pack_tables(const pim_jpeg_headers_t *h, const uint32_t *slots, uin
                          pim_jpeg_tables_t *tables)
 {
     memset(tables, 0, sizeof(*tables));
-    for (uint32_t c = 0; c < h->n_comp && c < PIM_JPEG_MAX_COMPONENTS; c++)
+    for (uint32_t c = 0; c < h->n_comp && c < PIM_JPEG_MAX_COMPONENTS; c++) {
+        if (h->comp[c].tq > 3)
+            return -1;
         memcpy(tables->quant[c], h->quant[h->comp[c].tq], sizeof(tables->quant[c]));
+    }
     for (uint32_t s = 0; s < n_slots && s < 4; s++) {
         const uint32_t key = slots[s];
-        if (key >= 8 || !(h->huff_defined & 1u << key)
+        if (key >= 8 || !(h->huff_defined & 1u << key) || h->huff_count[key] > 256
             || pim_jpeg_huff_build(h->huff_bits[key], h->huff_values[key], h->huff_count[key], &tables->huff[s]) != 0)
             return -1;
     }

@@ -334,8 +334,21 @@ def test_layouts_made_by_hand_pack_the_same(monkeypatch):
     assert np.array_equal(got, _packed(reference_pack, [jpeg], ["h.jpg"], [(5, 7, 30, 40)]))
 
 
-def test_intervals_chosen_outside_the_file_are_refused(monkeypatch):
+def test_what_the_c_packer_would_read_out_of_bounds_is_refused(monkeypatch):
+    """Intervals chosen outside the file, or a layout whose native headers are cut short:
+    an error naming the file, not a read past a buffer."""
     jpeg = encodings()["4:2:0 restart 3 q95 48x64"]
-    monkeypatch.setattr(DJ, "needed_intervals", lambda layout, box: [len(layout.intervals)])
-    with pytest.raises(IndexError, match="x.jpg"):
-        DJ._Image(jpeg, "x.jpg", 256)
+    layout = parse_baseline(jpeg)
+    for chosen in ([len(layout.intervals)], [-1]):
+        monkeypatch.setattr(DJ, "needed_intervals", lambda lay, box: chosen)
+        with pytest.raises(IndexError, match="x.jpg"):
+            DJ._Image(jpeg, "x.jpg", 256)
+    monkeypatch.undo()
+    monkeypatch.setattr(DJ, "parse_baseline", lambda data, name=None: layout)   # another file's layout
+    with pytest.raises(ValueError, match="z.jpg"):
+        DJ._Image(jpeg[:layout.intervals[-1][1] - 1], "z.jpg", 256)
+    monkeypatch.undo()
+    cut = dataclasses.replace(layout, headers=layout.headers[:100])
+    monkeypatch.setattr(DJ, "parse_baseline", lambda data, name=None: cut)
+    with pytest.raises(ValueError, match="y.jpg"):
+        DJ._Image(jpeg, "y.jpg", 256).tables()

@@ -135,6 +135,8 @@ class _Image:
             spans = self._spans[self._chosen]
         except IndexError:
             raise IndexError(f"{name}: intervals {self.chosen} chosen from {len(self._spans)}") from None
+        if len(spans) and (spans[:, 1].max() > len(data) or (spans[:, 1] < spans[:, 0]).any()):
+            raise ValueError(f"{name}: the layout's intervals are not byte ranges of its {len(data)}-byte file")
         self.data_bytes = int((spans[:, 1] - spans[:, 0]).sum())
 
     def work(self) -> int:
@@ -159,6 +161,9 @@ class _Image:
         return t
 
     def _native_tables(self) -> np.ndarray:
+        if len(self.layout.headers) != ffi.sizeof("pim_jpeg_headers_t"):
+            raise ValueError(f"{self.name}: the layout's headers are {len(self.layout.headers)} bytes, not a "
+                             f"pim_jpeg_headers_t ({ffi.sizeof('pim_jpeg_headers_t')})")
         t = np.zeros((), TABLES)
         keys = sorted(self.slots, key=self.slots.get)
         slots = np.array([4 * table_class + index for table_class, index in keys], np.uint32)
