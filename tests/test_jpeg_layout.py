@@ -260,19 +260,20 @@ def test_every_error_of_the_reference_is_reached():
     def put(at: int, value: bytes) -> bytes:
         return good[:at] + value + good[at + len(value):]
 
+    first_rst1, first_rst0 = good.index(b"\xff\xd1", data_start), good.index(b"\xff\xd0", data_start)
+    rgb_ids = put(sof + 10, b"R")[:sof + 13] + b"G" + good[sof + 14:sof + 16] + b"B" + good[sof + 17:]
     cases = {"no SOS": good[:sos], "not a marker": put(2, b"\x00"), "RST before the data": put(2, b"\xff\xd0"),
              "segment past the end": good[:sof + 6], "two SOF": good[:sof] + good[sof:sof + 19] + good[sof:],
              "short SOF": put(sof + 2, b"\x00\x05"), "zero height": put(sof + 5, b"\x00\x00"),
              "bad sampling": put(sof + 11, b"\x50"), "bad DQT": put(dqt + 4, b"\x24"),
              "bad DHT": put(dht + 4, b"\x24"), "DC over 15": put(dht + 4 + 17, b"\x10"),
-             "overflowing DHT": put(dht + 5, _overflowing(good[dht + 5:dht + 21])), "SOS first": good[:sof] + good[sos:],
-             "short DRI": put(good.index(b"\xff\xdd") + 2, b"\x00\x02"),
+             "overflowing DHT": put(dht + 5, _overflowing(good[dht + 5:dht + 21])),
+             "SOS first": good[:sof] + good[sos:], "short DRI": put(good.index(b"\xff\xdd") + 2, b"\x00\x02"),
              "bad SOS": put(sos + 4, b"\x09"), "progressive scan": put(sos + 2 + 2 * 3 + 4, b"\x01"),
-             "undefined table": put(sos + 6, b"\x33"), "out of sequence": put(good.index(b"\xff\xd1", data_start), b"\xff\xd3"),
+             "undefined table": put(sos + 6, b"\x33"), "out of sequence": put(first_rst1, b"\xff\xd3"),
              "no EOI": good[:-2], "a second scan": good[:-2] + b"\xff\xda\x00\x02" + good[-2:],
-             "one interval short": good[:good.index(b"\xff\xd0", data_start)] + b"\xff\xd9",
-             "arithmetic DAC": put(2, b"\xff\xcc"),
-             "RGB ids": _without_app(put(sof + 10, b"R")[:sof + 13] + b"G" + good[sof + 14:sof + 16] + b"B" + good[sof + 17:])}
+             "one interval short": good[:first_rst0] + b"\xff\xd9", "arithmetic DAC": put(2, b"\xff\xcc"),
+             "RGB ids": _without_app(rgb_ids)}
     messages = set()
     for label, data in cases.items():
         got, want = outcome(parse_baseline, data, "e.jpg"), outcome(reference.parse_baseline, data, "e.jpg")
@@ -309,8 +310,8 @@ def test_packed_chunks_equal_the_reference():
     for jpeg in files:
         layout = parse_baseline(jpeg)
         top, left = int(rng.integers(0, layout.height)), int(rng.integers(0, layout.width))
-        boxes.append(None if len(boxes) % 3 == 0 else
-                     (top, left, int(rng.integers(1, layout.height - top + 1)), int(rng.integers(1, layout.width - left + 1))))
+        height, width = int(rng.integers(1, layout.height - top + 1)), int(rng.integers(1, layout.width - left + 1))
+        boxes.append(None if len(boxes) % 3 == 0 else (top, left, height, width))
     names = [f"p{i}.jpg" for i in range(len(files))]
     for i in range(0, len(files), 5):   # chunks of 5 images
         got = _packed(DJ, files[i:i + 5], names[i:i + 5], boxes[i:i + 5])

@@ -102,6 +102,7 @@ class BaselineJpeg:
 
 
 def _raise_unless_ok(failed: int, status, name) -> None:
+    """The C parse's failure (pim_jpeg_parse_status_t) as the exception it stands for."""
     if failed == lib.PIM_JPEG_PARSE_CORRUPT:
         raise _fail(name, ffi.string(status.message).decode())
     if failed == lib.PIM_JPEG_PARSE_UNSUPPORTED:
@@ -125,9 +126,9 @@ def parse_baseline(data, name=None) -> BaselineJpeg:
     n = headers.n_comp
     components = [Component(*((c.h, c.v) if n > 1 else (1, 1)), quant[c.tq].copy(), (0, scan.dc[i]), (1, scan.ac[i]))
                   for i, c in enumerate(headers.comp[0:n])]
-    return BaselineJpeg(headers.width, headers.height, components, headers.restart_mcus,
-                        list(zip(spans[:, 0].tolist(), spans[:, 1].tolist())), scan.mcus_x, scan.mcus_y, _huffman(headers), spans,
-                        bytes(ffi.buffer(headers)))
+    intervals = list(zip(spans[:, 0].tolist(), spans[:, 1].tolist()))
+    return BaselineJpeg(headers.width, headers.height, components, headers.restart_mcus, intervals,
+                        scan.mcus_x, scan.mcus_y, _huffman(headers), spans, bytes(ffi.buffer(headers)))
 
 
 def _huffman(headers) -> Dict[Tuple[int, int], Tuple[np.ndarray, bytes]]:
@@ -153,13 +154,14 @@ def lookup_table_into(bits, values: bytes, out: np.ndarray, name=None) -> None:
     e.g. one of a chunk's tables."""
     counts = np.asarray(bits, np.int64).reshape(16)
     values = bytes(values)
-    if counts.min() < 0 or counts.sum() > len(values) or len(values) > 256:
-        raise ValueError(f"{len(values)} Huffman values for code lengths {counts.tolist()} (at most 256)")
+    if counts.min() < 0 or counts.max() > 255 or counts.sum() > len(values) or len(values) > 256:
+        raise ValueError(f"{len(values)} Huffman values for code lengths {counts.tolist()} (BITS are bytes, "
+                         "at most 256 values)")
     if out.nbytes != _HUFF.itemsize:
         raise ValueError(f"a lookup table takes {_HUFF.itemsize} bytes, not {out.nbytes}")
     table = ffi.cast("pim_jpeg_huff_t *", ffi.from_buffer(out, require_writable=True))
-    if lib.pim_jpeg_huff_build(ffi.from_buffer("uint8_t[]", counts.astype(np.uint8)), ffi.from_buffer("uint8_t[]", values),
-                               len(values), table):
+    counts, values = ffi.from_buffer("uint8_t[]", counts.astype(np.uint8)), ffi.from_buffer("uint8_t[]", values)
+    if lib.pim_jpeg_huff_build(counts, values, len(values), table):
         raise _fail(name, "bad Huffman table (DHT): its code lengths overflow")
 
 

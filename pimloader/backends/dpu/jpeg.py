@@ -224,6 +224,9 @@ class _Image:
 
 def _record(dtype: np.dtype, **values) -> tuple:
     """A record of a structured dtype as a tuple, in its fields' order (the others zero)."""
+    unknown = [key for key in values if key not in dtype.fields]
+    if unknown:
+        raise KeyError(f"{unknown} are not fields of {dtype.names}")
     return tuple(values.get(name, 0) for name in dtype.names)
 
 
