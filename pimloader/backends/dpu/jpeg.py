@@ -57,6 +57,7 @@ TABLES = np.dtype([("quant", "<u2", (3, 64)), ("huff", HUFF, (4,))])
 STATUS = np.dtype([(f, _U4) for f in ("code", "batch_id", "interval", "detail", "mcus", "blocks",
                                        "ac_coefficients", "entropy_bytes")])
 WORK_FIELDS = ("mcus", "blocks", "ac_coefficients", "entropy_bytes")
+_ZEROS = {dtype: dict.fromkeys(dtype.names, 0) for dtype in (HEADER, IMAGE, COMPONENT)}   # for _record
 
 KERNEL_ERRORS = {   # pim_jpeg_status_t.code: PIM_JPEG_ERR_HEADER (1) to PIM_JPEG_ERR_WRAM (9)
     1: "the chunk's header is invalid", 2: "the kernel was built for other NR_TASKLETS or stack",
@@ -183,14 +184,14 @@ class _Image:
             comp_w = -(-lay.width * comp.h // max_h)    # libjpeg's downsampled_width
             comp_h = -(-lay.height * comp.v // max_v)
             fancy = comp_w > 2 if hx == 2 else vx == 2     # jdsample.c's choice of upsampler
-            comps.append(_record(COMPONENT, h=comp.h, v=comp.v, hx=hx, vx=vx, fancy=int(fancy),
+            comps.append(_record(_ZEROS[COMPONENT], h=comp.h, v=comp.v, hx=hx, vx=vx, fancy=int(fancy),
                                  dc=self.slots[comp.dc], ac=self.slots[comp.ac], plane_off=plane_off,
                                  plane_w=plane_w, plane_h=plane_h, comp_w=comp_w, comp_h=comp_h))
-        comps += [_record(COMPONENT)] * (3 - len(comps))
-        return np.array(_record(IMAGE, width=lay.width, height=lay.height, n_comp=self.channels, mcus_x=lay.mcus_x,
-                                mcus_y=lay.mcus_y, first_interval=first_interval, n_intervals=len(self.chosen),
-                                tables_offset=tables_offset, out_offset=out_offset, out_pitch=self.pitch,
-                                box_top=top, box_left=left, box_h=height, box_w=width,
+        comps += [_record(_ZEROS[COMPONENT])] * (3 - len(comps))
+        return np.array(_record(_ZEROS[IMAGE], width=lay.width, height=lay.height, n_comp=self.channels,
+                                mcus_x=lay.mcus_x, mcus_y=lay.mcus_y, first_interval=first_interval,
+                                n_intervals=len(self.chosen), tables_offset=tables_offset, out_offset=out_offset,
+                                out_pitch=self.pitch, box_top=top, box_left=left, box_h=height, box_w=width,
                                 restart_mcus=lay.restart_mcus or lay.total_mcus, comp=comps), IMAGE)
 
     def intervals(self, data_offset: int) -> np.ndarray:
@@ -222,12 +223,13 @@ class _Image:
                                     lay.restart_mcus or lay.total_mcus, lay.total_mcus, data_offset, descriptors, data)
 
 
-def _record(dtype: np.dtype, **values) -> tuple:
-    """A record of a structured dtype as a tuple, in its fields' order (the others zero)."""
-    unknown = [key for key in values if key not in dtype.fields]
-    if unknown:
-        raise KeyError(f"{unknown} are not fields of {dtype.names}")
-    return tuple(values.get(name, 0) for name in dtype.names)
+def _record(zeros: dict, **values) -> tuple:
+    """A record as a tuple in its fields' order, from `zeros` (`_ZEROS[dtype]`, every field
+    of a structured dtype at 0) and the values given."""
+    record = {**zeros, **values}
+    if len(record) != len(zeros):
+        raise KeyError(f"{sorted(set(values) - set(zeros))} are not fields of {tuple(zeros)}")
+    return tuple(record.values())
 
 
 def _spans(layout: BaselineJpeg) -> np.ndarray:
@@ -330,9 +332,9 @@ class _Chunk:
             names = ", ".join(str(im.name) for im in self.images)
             raise ValueError(f"images {names} need {plane_pos} bytes of MRAM on one DPU, more than "
                              f"{MRAM_BUDGET}: use more DPUs")
-        header = _record(HEADER, magic=MAGIC, version=VERSION, n_images=len(self.images), in_bytes=self.in_bytes,
-                         out_off=out_off, out_bytes=out_bytes, work_off=work_off, nr_tasklets=self.nr_tasklets,
-                         arena_bytes=self.arena, batch_id=batch_id, debug=debug, **o)
+        header = _record(_ZEROS[HEADER], magic=MAGIC, version=VERSION, n_images=len(self.images),
+                         in_bytes=self.in_bytes, out_off=out_off, out_bytes=out_bytes, work_off=work_off,
+                         nr_tasklets=self.nr_tasklets, arena_bytes=self.arena, batch_id=batch_id, debug=debug, **o)
         _put(buf, 0, np.array(header, HEADER))
         return buf
 
