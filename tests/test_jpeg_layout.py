@@ -213,13 +213,18 @@ def seekable_photo() -> bytes:
     return add_restart_markers(encode_jpeg(photo(False, 40, 56), quality=80), 2)
 
 
+FUZZED = ("4:2:0 restart 1 q20 37x53", "grey restart 3 q95 48x64", "4:4:4 restart 16 q95 48x64",
+          "4:2:2 restart 0 q20 37x53")
+
+
 @settings(max_examples=600, deadline=None)
 @given(edits=st.lists(st.tuples(st.floats(0, 1, exclude_max=True), st.integers(0, 255)), min_size=1, max_size=4),
-       in_headers=st.booleans(), keep=st.one_of(st.none(), st.floats(0, 1)))
-def test_property_corrupt_files_fail_as_the_reference_does(edits, in_headers, keep):
+       in_headers=st.booleans(), keep=st.one_of(st.none(), st.floats(0, 1)), base=st.sampled_from((None,) + FUZZED))
+def test_property_corrupt_files_fail_as_the_reference_does(edits, in_headers, keep, base):
     """Bytes set at random (in the markers before the scan, or anywhere) and the file cut
-    short: the same layout or the same error as the Python reference."""
-    data = bytearray(seekable_photo())
+    short, in files of several encodings: the same layout or the same error as the Python
+    reference."""
+    data = bytearray(seekable_photo() if base is None else encodings()[base])
     span = data.index(b"\xff\xda") + 14 if in_headers else len(data)
     for where, value in edits:
         data[int(where * span)] = value
