@@ -120,6 +120,43 @@ def test_cost_table_follows_from_its_json_alone():
     assert "no DPU rows" in cost_table.format_table(cost_table.build(sweep, None))
 
 
+def test_break_even_is_a_price_only_for_a_saving_the_measurement_can_see():
+    prices = Prices()
+    core_life_usd = prices.vcpu_hour.nominal * prices.amortisation_hours.nominal
+    paying = cost_table.break_even(5.0, 3.0, 0.1, 2, prices)
+    assert paying["break_even_usd_per_dimm"] == pytest.approx(2.0 * core_life_usd / 2)
+    assert paying["break_even_why_none"] is None
+    assert cost_table.format_break_even(paying) == f"${core_life_usd:,.0f}"
+    for dpu_cores in (3.0, 3.4):   # saves no core, or needs more
+        never = cost_table.break_even(3.0, dpu_cores, 0.1, 2, prices)
+        assert never["break_even_usd_per_dimm"] is None
+        assert never["break_even_why_none"].startswith("never")
+        assert cost_table.format_break_even(never).startswith("never")
+    # what the 2026-12-01 run printed as "1": 0.0024 cores saved, within a 0.07-core spread
+    noise = cost_table.break_even(1.0056, 1.0032, 0.07, 1, prices)
+    assert noise["break_even_usd_per_dimm"] is None and noise["cores_saved"] > 0
+    assert cost_table.format_break_even(noise) == "n/a (+0.00 c, spread 0.07)"
+
+
+def test_cost_table_takes_the_spread_from_the_sweeps_epochs():
+    sweep = _sweep(cpu_ms=1.5)
+    sweep["rows"][-1]["images"] = 1000
+    host = sweep["rows"][-1]["loaders"][cost_table.DPU_HOST]
+    # 1.4-1.6 ms per image over 3 epochs: 0.2 ms of spread; the DPU host path is 1.2 ms
+    # (1.5 x 0.6 + 0.1 + 0.1 + 0.1), so it saves 0.3 ms per image: more than the spread
+    host["epoch_cpu_s"] = [1.4, 1.5, 1.6]
+    a100 = next(row for row in cost_table.build(sweep, _projection(10.0))["rows"]
+                if row["gpu"] == "A100 AMP")[cost_table.LABEL]
+    assert a100["saving_spread_cores"] == pytest.approx(2470 * 0.2e-3)
+    assert a100["cores_saved"] == pytest.approx(2470 * 0.3e-3)
+    assert a100["break_even_usd_per_dimm"] > 0
+    host["epoch_cpu_s"] = [1.3, 1.5, 1.7]   # 0.4 ms of spread: the 0.3 ms saving is noise
+    a100 = next(row for row in cost_table.build(sweep, _projection(10.0))["rows"]
+                if row["gpu"] == "A100 AMP")[cost_table.LABEL]
+    assert a100["break_even_usd_per_dimm"] is None
+    assert a100["break_even_why_none"].startswith("n/a")
+
+
 # -- stall analysis -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("workers, step", [(0, "sleep"), (2, "busy")])
