@@ -136,21 +136,22 @@ def test_a_killed_consumer_is_dropped_and_the_others_go_on(tmp_path):
 
 
 def test_a_killed_consumer_leaves_the_other_consumer_running(tmp_path):
-    """Three jobs: a spawned producer, a spawned consumer killed (SIGKILL) mid-epoch holding
-    its two batches, and this process, a consumer too: it still gets every batch of two
-    epochs (16 batches: the window is reused past what the dead job held), as does the
-    producer, and nothing is left behind."""
+    """Three jobs (num_workers=0): a spawned producer, a spawned consumer killed (SIGKILL)
+    mid-epoch holding its two batches, and this process, a consumer too: it still gets every
+    batch of the epoch (8 batches: the window of 4 is reused past what the dead job held),
+    as does the producer, and nothing is left behind."""
     snapshot = Snapshot()
     name = group_name()
-    producer = start_job(name, 3, 2, 2, tmp_path / "producer.pt")
+    producer = start_job(name, 3, 0, 1, tmp_path / "producer.pt")
     wait_until_bound(name, producer)
-    doomed = start_job(name, 3, 2, 2, tmp_path / "doomed.pt", die_after=2)
-    batches, _ = run_here(name, 3, 2, 2)
+    doomed = start_job(name, 3, 0, 1, tmp_path / "doomed.pt", die_after=2)
+    batches, _ = run_here(name, 3, 0, 1)
     for process, exitcode in ((doomed, -9), (producer, 0)):
         process.join(120)
         assert process.exitcode == exitcode
         process.close()  # its sentinel pipe
-    want = reference_batches(2, 2)
+    want = reference_batches(0, 1)
+    assert len(want) == 8
     assert_same_batches(batches, want, "the surviving consumer")
     assert_same_batches(torch.load(tmp_path / "producer.pt")["batches"], want, "producer")
     snapshot.assert_clean(what="a group of three jobs, one consumer killed")
