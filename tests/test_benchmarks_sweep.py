@@ -3,6 +3,7 @@ paths run on a tiny dataset, the tables follow from their JSON alone, and the sh
 stall analysis reports add up within the loop's own measurement.
 
 Not a speed test: nothing here asserts a figure of this machine."""
+import importlib.util
 import json
 import math
 import multiprocessing
@@ -223,7 +224,12 @@ def test_viability_table_follows_from_its_json_alone(tmp_path):
         elif row["verdict"].startswith("never"):
             assert transfer_ms + extra_ms >= host_ms
     doc = tmp_path / "viability.md"
-    viability.main(["--doc", str(doc), "--out", str(tmp_path / "viability.json")])
+    plotting = importlib.util.find_spec("matplotlib") is not None  # requirements-bench.txt
+    viability.main(["--doc", str(doc), "--out", str(tmp_path / "viability.json")]
+                   + (["--plot", str(tmp_path / "viability.png")] if plotting else []))
     text = doc.read_text()
+    if plotting:
+        assert "](viability.png)" in text
+        assert (tmp_path / "viability.png").read_bytes()[:4] == b"\x89PNG"
     assert all(row["op"] in text for row in table["rows"])
     assert "to be filled as the detection pipeline lands" in text
