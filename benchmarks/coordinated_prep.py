@@ -20,10 +20,8 @@ jobs and their workers (getrusage of each job, itself and its reaped children).
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
-import platform
 import queue
 import resource
 import time
@@ -31,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.harness import RunWindow, machine, utc_date, write_results
 from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
 from benchmarks.pipelines import make_transform
 from benchmarks.progress import bar
@@ -113,7 +112,7 @@ def main(argv: list[str] | None = None) -> dict:
         args.plot = DOCS / "coordinated_prep.png"
     root = make_imagenet_like(args.data / f"coordinated_{args.count}", count=args.count,
                               classes=4)
-    load_before = os.getloadavg()
+    window = RunWindow()
     runs = [(jobs, shared) for jobs in args.jobs for shared in (False, True)]
     rows = [run(root, jobs, shared, args.workers, args.batch_size)
             for jobs, shared in bar(runs, unit="run", desc="coordinated prep")]
@@ -121,17 +120,13 @@ def main(argv: list[str] | None = None) -> dict:
         "settings": {"photos": args.count, "workers": args.workers,
                      "batch_size": args.batch_size, "pipeline": "train float32",
                      "quick": args.quick},
-        "environment": {"cpus": os.cpu_count(), "machine": platform.machine(),
-                        "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
-                        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+        "environment": {**machine(), **window.load(), "date": utc_date()},
         "rows": rows,
     }
     report(results)
     out = args.out or RESULTS_DIR / ("coordinated_prep.quick.json" if args.quick
                                      else "coordinated_prep.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1) + "\n")
-    print(f"results written to {out}")
+    write_results(results, out)
     if args.plot is not None:
         plot(results, args.plot)
         print(f"wrote {args.plot}")

@@ -22,9 +22,7 @@ Writes results/sample_cache.json and, but for --quick, the plot docs/sample_cach
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -32,6 +30,7 @@ from pathlib import Path
 import torch
 import torchvision.transforms.v2 as v2
 
+from benchmarks.harness import RunWindow, machine, utc_date, write_results
 from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
 from benchmarks.progress import bar
 from pimloader import PIMDataLoader
@@ -155,7 +154,7 @@ def main(argv: list[str] | None = None) -> dict:
     budget = int(total * args.fraction)
     probe = probe_dontneed(Path(root), args.probe_mib)
     cold_label = "cold" if probe["dontneed_effective"] else "DONTNEED had no effect"
-    load_before = os.getloadavg()
+    window = RunWindow()
     contenders = {
         f"no cache ({cold_label})": (0, True),
         "OS page cache alone": (0, False),
@@ -170,17 +169,13 @@ def main(argv: list[str] | None = None) -> dict:
                      "epochs": args.epochs, "workers": args.workers,
                      "batch_size": args.batch_size, "quick": args.quick},
         "dontneed_probe": probe,
-        "environment": {"cpus": os.cpu_count(), "machine": platform.machine(),
-                        "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
-                        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+        "environment": {**machine(), **window.load(), "date": utc_date()},
         "rows": rows,
     }
     report(results)
     out = args.out or RESULTS_DIR / ("sample_cache.quick.json" if args.quick
                                      else "sample_cache.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1) + "\n")
-    print(f"results written to {out}")
+    write_results(results, out)
     if args.plot is not None:
         plot(results, args.plot)
         print(f"wrote {args.plot}")

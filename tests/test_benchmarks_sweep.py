@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import cost_table, naive_sweep, op_costs, stall, viability
+from benchmarks import cost_table, harness, naive_sweep, op_costs, stall, viability
 from benchmarks.cpu_time import CpuClock
 from benchmarks.make_dataset import make_imagenet_like
 from pimloader.costmodel.provisioning import GPU_RATES, Prices, dimms_for
@@ -53,6 +53,28 @@ def test_cpu_clock_counts_a_child_once_alive_or_reaped(children_file, monkeypatc
     tick = 2 / 100                     # /proc counts in clock ticks
     assert reported - tick <= alive <= reported + 0.15, (reported, alive)
     assert reported - tick <= reaped <= reported + 0.15, (reported, reaped)
+
+
+# -- the scaffolding the benchmarks share --------------------------------------------------
+
+def test_interleaved_rounds_put_every_contender_once_in_each_position():
+    names = ["a", "b", "c"]
+    rounds = [harness.interleaved(names, r) for r in range(6)]
+    assert all(sorted(order) == names for order in rounds)
+    for position in range(3):   # over any 3 consecutive rounds, each name once in each place
+        assert sorted(order[position] for order in rounds[1:4]) == names
+    assert rounds[0] == rounds[3] == names
+
+
+def test_results_are_written_as_indented_json_with_the_run_window(tmp_path, capsys):
+    window = harness.RunWindow()
+    results = {"environment": {**harness.machine(), **window.load_and_wall()}}
+    path = tmp_path / "deep" / "r.json"
+    harness.write_results(results, path)
+    assert json.loads(path.read_text()) == json.loads(json.dumps(results))
+    assert path.read_text().endswith("\n") and f"results written to {path}" in capsys.readouterr().out
+    env = results["environment"]
+    assert env["wall_s"] >= 0 and len(env["loadavg_before"]) == len(env["loadavg_after"]) == 3
 
 
 # -- the naive sweep and the cost table ---------------------------------------------------
