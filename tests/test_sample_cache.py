@@ -216,6 +216,43 @@ def test_indices_are_checked_as_a_list_checks_them():
     cache.close()
 
 
+def _put_all(cache, writer, start, done):
+    start.wait()
+    for index in range(cache.size):
+        cache.put(index, bytes([writer]) * (1 + index % 97))
+    done.put(writer)
+
+
+def test_processes_racing_to_fill_the_table_each_index_once():
+    """Four forked processes released together offer every index in the same order (so
+    they contend for the same entries and the same fill pointer), with bytes that name the
+    writer: each cached sample is one writer's whole bytes, and the fill pointer is exactly
+    the bytes cached (none reserved twice, none lost), within the budget."""
+    import multiprocessing
+    size = 3000
+    lengths = [1 + index % 97 for index in range(size)]
+    cache = SampleCache(budget=sum(lengths) // 2, size=size)
+    cache.open()
+    context = multiprocessing.get_context("fork")
+    start, done = context.Barrier(4), context.Queue()
+    processes = [context.Process(target=_put_all, args=(cache, writer, start, done))
+                 for writer in (1, 2, 3, 4)]
+    for process in processes:
+        process.start()
+    finished = sorted(done.get(timeout=120) for _ in processes)  # a guard, not a timing
+    for process in processes:
+        process.join()
+    assert finished == [1, 2, 3, 4]
+    cached = cache.cached()
+    assert cache.filled_bytes() == sum(cached.values()) <= cache.budget
+    assert sum(cached.values()) > cache.budget - 97  # the budget was used up
+    for index, length in cached.items():
+        data = cache.get(index)
+        assert length == lengths[index] and data == data[:1] * length
+    done.close()
+    cache.close()
+
+
 def test_arguments_are_checked(photos):
     for bad in (-1, 1.5, True, "1MB"):
         with pytest.raises(ValueError, match="cache_bytes"):
