@@ -19,7 +19,8 @@ the prices and GPU rates of pimloader.costmodel.provisioning. For each GPU rate:
   price at which its DIMMs cost per hour what the host cores it saves cost. "never" when it
   saves no host core; "n/a" when it saves fewer than the spread of the CPU-only figure over
   the sweep's epochs (max - min, times the rate): a saving the measurement cannot tell
-  from zero has no meaningful break-even price.
+  from zero has no meaningful break-even price. With one timed epoch (--quick) there is no
+  spread: the price is shown, marked "(no spread)".
 """
 from __future__ import annotations
 
@@ -84,7 +85,7 @@ def build(sweep: dict, projection: dict | None, prices: Prices = Prices()) -> di
                                     "usd_per_hour": hourly_cost(cores, 0, prices)}
         if dpu is not None:
             row[LABEL] = dpu_row(target, dpu, row["loaders"][DPU_HOST]["cores"],
-                                 target * spread_s, prices)
+                                 None if spread_s is None else target * spread_s, prices)
         rows.append(row)
     return {"workers": top["workers"], "sweep_date": sweep["date"], "dpu": dpu, "rows": rows,
             "gpu_rates": gpu_rates_table(), "prices": prices.table(),
@@ -93,16 +94,16 @@ def build(sweep: dict, projection: dict | None, prices: Prices = Prices()) -> di
                      "rates are ASSUMPTIONS with their sources")}
 
 
-def cpu_spread_s_per_image(entry: dict, images: int | None) -> float:
-    """max - min of a loader's CPU seconds per image over the sweep's timed epochs (0 when
-    the entry does not list them, or lists one)."""
+def cpu_spread_s_per_image(entry: dict, images: int | None) -> float | None:
+    """max - min of a loader's CPU seconds per image over the sweep's timed epochs (None
+    when the entry does not list them, or lists one: no spread was measured)."""
     per_epoch = entry.get("epoch_cpu_s") or []
     if not images or len(per_epoch) < 2:
-        return 0.0
+        return None
     return (max(per_epoch) - min(per_epoch)) / images
 
 
-def dpu_row(target: float, dpu: dict, cpu_only_cores: float, spread_cores: float,
+def dpu_row(target: float, dpu: dict, cpu_only_cores: float, spread_cores: float | None,
             prices: Prices) -> dict:
     cores = host_cores(target, dpu["host_cpu_s_per_image"])
     dimms = {case: dimms_for(target, dpu["dpu_images_per_s_per_dpu"][case]) for case in CASES}
@@ -112,17 +113,18 @@ def dpu_row(target: float, dpu: dict, cpu_only_cores: float, spread_cores: float
             **break_even(cpu_only_cores, cores, spread_cores, dimms["nominal"], prices)}
 
 
-def break_even(cpu_only_cores: float, dpu_cores: float, spread_cores: float, dimms: int,
-               prices: Prices) -> dict:
+def break_even(cpu_only_cores: float, dpu_cores: float, spread_cores: float | None,
+               dimms: int, prices: Prices) -> dict:
     """The DIMM price at which `dimms` cost per hour what the host cores the DPU
     configuration saves cost; None, with the reason, when it saves none or fewer than
-    `spread_cores` (the CPU-only figure's spread over epochs, in cores at this rate)."""
+    `spread_cores` (the CPU-only figure's spread over epochs, in cores at this rate; None
+    when not measured: a price is then given for any saving)."""
     saved = cpu_only_cores - dpu_cores
     entry = {"cores_saved": saved, "saving_spread_cores": spread_cores,
              "break_even_usd_per_dimm": None, "break_even_why_none": None}
     if saved <= 0:
         entry["break_even_why_none"] = f"never: needs {-saved:.2f} more host cores"
-    elif saved <= spread_cores:
+    elif spread_cores is not None and saved <= spread_cores:
         entry["break_even_why_none"] = (f"n/a: saves {saved:.2f} cores, within the CPU "
                                         f"measurement's spread ({spread_cores:.2f})")
     else:
@@ -134,7 +136,8 @@ def format_break_even(entry: dict) -> str:
     """The table's cell: the price, or "never" / "n/a" with the cores saved."""
     usd = entry["break_even_usd_per_dimm"]
     if usd is not None:
-        return f"${usd:,.0f}"
+        unmeasured = entry["saving_spread_cores"] is None
+        return f"${usd:,.0f}" + (" (no spread)" if unmeasured else "")
     saved = entry["cores_saved"]
     if saved <= 0:
         return f"never ({saved:+.2f} c)"
@@ -174,7 +177,8 @@ def format_table(table: dict) -> str:
                                             dpu["dpu_images_per_s_per_dpu"].items()))
         lines.append("break-even: the DIMM price at which the DIMMs cost per hour what the host "
                      "cores saved cost; never: no core saved; n/a: fewer saved than the spread "
-                     f"of {DPU_HOST}'s CPU time per image over the sweep's epochs (max - min)")
+                     f"of {DPU_HOST}'s CPU time per image over the sweep's epochs (max - min); "
+                     "(no spread): one timed epoch, so no spread to compare with")
     else:
         lines.append("no DPU rows: run python -m benchmarks.dpu_projection first")
     for gpu in table["gpu_rates"]:

@@ -155,6 +155,9 @@ def test_break_even_is_a_price_only_for_a_saving_the_measurement_can_see():
         assert never["break_even_usd_per_dimm"] is None
         assert never["break_even_why_none"].startswith("never")
         assert cost_table.format_break_even(never).startswith("never")
+    unknown = cost_table.break_even(5.0, 3.0, None, 2, prices)   # one timed epoch: no spread
+    assert unknown["break_even_usd_per_dimm"] == paying["break_even_usd_per_dimm"]
+    assert cost_table.format_break_even(unknown) == f"${core_life_usd:,.0f} (no spread)"
     # what the 2026-12-01 run printed as "1": 0.0024 cores saved, within a 0.07-core spread
     noise = cost_table.break_even(1.0056, 1.0032, 0.07, 1, prices)
     assert noise["break_even_usd_per_dimm"] is None and noise["cores_saved"] > 0
