@@ -4,6 +4,8 @@ each preparing its own batches vs sharing one stream prepared once.
     python -m benchmarks.coordinated_prep            # 400 photos, 2 and 4 jobs (about a minute)
     python -m benchmarks.coordinated_prep --quick    # 48 photos, 2 jobs (smoke run)
 
+Writes results/coordinated_prep.json and, but for --quick, the plot docs/coordinated_prep.png.
+
 Each job is a process (spawned) that iterates one epoch of the ImageNet-like training
 pipeline (RandomResizedCrop(224), RandomHorizontalFlip, ToDtype(float32), Normalize) over
 the benchmark's image folder, PIMDataLoader with --workers workers, batch --batch-size,
@@ -18,10 +20,8 @@ jobs and their workers (getrusage of each job, itself and its reaped children).
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
-import platform
 import queue
 import resource
 import time
@@ -29,10 +29,13 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.harness import RunWindow, machine, utc_date, write_results
 from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
 from benchmarks.pipelines import make_transform
+from benchmarks.progress import bar
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
 def _cpu_s() -> float:
@@ -100,31 +103,33 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--out", type=Path, help="JSON file for the results (default: "
                         "results/coordinated_prep.json, or coordinated_prep.quick.json)")
+    parser.add_argument("--plot", type=Path, help="PNG (default: docs/coordinated_prep.png; "
+                        "none with --quick)")
     args = parser.parse_args(argv)
     if args.quick:
         args.count, args.jobs, args.batch_size = 48, [2], 16
+    elif args.plot is None:
+        args.plot = DOCS / "coordinated_prep.png"
     root = make_imagenet_like(args.data / f"coordinated_{args.count}", count=args.count,
                               classes=4)
-    load_before = os.getloadavg()
-    rows = []
-    for jobs in args.jobs:
-        for shared in (False, True):
-            rows.append(run(root, jobs, shared, args.workers, args.batch_size))
+    window = RunWindow()
+    runs = [(jobs, shared) for jobs in args.jobs for shared in (False, True)]
+    rows = [run(root, jobs, shared, args.workers, args.batch_size)
+            for jobs, shared in bar(runs, unit="run", desc="coordinated prep")]
     results = {
         "settings": {"photos": args.count, "workers": args.workers,
                      "batch_size": args.batch_size, "pipeline": "train float32",
                      "quick": args.quick},
-        "environment": {"cpus": os.cpu_count(), "machine": platform.machine(),
-                        "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
-                        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+        "environment": {**machine(), **window.load(), "date": utc_date()},
         "rows": rows,
     }
     report(results)
     out = args.out or RESULTS_DIR / ("coordinated_prep.quick.json" if args.quick
                                      else "coordinated_prep.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1) + "\n")
-    print(f"results written to {out}")
+    write_results(results, out)
+    if args.plot is not None:
+        plot(results, args.plot)
+        print(f"wrote {args.plot}")
     return results
 
 
@@ -140,6 +145,42 @@ def report(results: dict) -> None:
         print(f"{row['jobs']:>4} {'shared' if row['shared'] else 'independent':<12} "
               f"{row['img_per_s']:11.1f} {row['wall_s']:7.2f} {row['cpu_s']:7.2f} "
               f"{row['preparing_jobs']:>9}")
+
+
+def plot(results: dict, path: Path) -> None:
+    """Total images/s delivered to the jobs (left) and the CPU seconds they spent (right),
+    independent vs shared, per number of jobs."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows, settings, env = results["rows"], results["settings"], results["environment"]
+    counts = sorted({row["jobs"] for row in rows})
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4), dpi=110)
+    for ax, key, label in ((axes[0], "img_per_s", "images/s delivered, all jobs"),
+                           (axes[1], "cpu_s", "CPU s, all jobs and their workers")):
+        for slot, shared in enumerate((False, True)):
+            values = [next(r[key] for r in rows if r["jobs"] == n and r["shared"] == shared)
+                      for n in counts]
+            xs = [i + (slot - 0.5) * 0.38 for i in range(len(counts))]
+            ax.bar(xs, values, 0.38, label="shared (one job prepares)" if shared
+                   else "independent")
+            for x, value in zip(xs, values):
+                ax.text(x, value, f"{value:,.0f}" if key == "img_per_s" else f"{value:.2f}",
+                        ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(counts)), [f"{n} jobs" for n in counts])
+        ax.set_ylabel(label)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"Coordinated prep: {settings['photos']} photos, training pipeline, "
+                 f"{settings['workers']} workers per loader, batch {settings['batch_size']}, "
+                 f"one epoch per job, no training step\n{env['date']}, {env['cpus']} CPUs, "
+                 f"load {env['loadavg_before'][0]:.1f} -> {env['loadavg_after'][0]:.1f}",
+                 fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

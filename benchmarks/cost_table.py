@@ -15,7 +15,12 @@ the prices and GPU rates of pimloader.costmodel.provisioning. For each GPU rate:
   PROJECTED img/s per DPU of the cost model's 2,560-DPU system (best / nominal / worst) /
   128 DPUs per DIMM, rounded up;
 - $/hour: cores at a published vCPU price, DIMMs at an ASSUMED price amortised over 3 years,
-  and the DIMM price at which the DPU configuration breaks even with the CPU-only one.
+  and the DIMM price at which the DPU configuration breaks even with the CPU-only one: the
+  price at which its DIMMs cost per hour what the host cores it saves cost. "never" when it
+  saves no host core; "n/a" when it saves fewer than the spread of the CPU-only figure over
+  the sweep's epochs (max - min, times the rate): a saving the measurement cannot tell
+  from zero has no meaningful break-even price. With one timed epoch (--quick) there is no
+  spread: the price is shown, marked "(no spread)".
 """
 from __future__ import annotations
 
@@ -67,6 +72,7 @@ def host_transfer_s(per_image: dict, assumptions: list[dict]) -> float:
 def build(sweep: dict, projection: dict | None, prices: Prices = Prices()) -> dict:
     top = max(sweep["rows"], key=lambda row: row["workers"])
     loaders = top["loaders"]
+    spread_s = cpu_spread_s_per_image(loaders.get(DPU_HOST, {}), top.get("images"))
     dpu = dpu_basis(loaders[DPU_HOST], projection) if projection and DPU_HOST in loaders else None
     rows = []
     for gpu in GPU_RATES:
@@ -78,7 +84,8 @@ def build(sweep: dict, projection: dict | None, prices: Prices = Prices()) -> di
                                     "cores_by_wall": target / entry["img_s_per_worker"],
                                     "usd_per_hour": hourly_cost(cores, 0, prices)}
         if dpu is not None:
-            row[LABEL] = dpu_row(target, dpu, row["loaders"][DPU_HOST]["cores"], prices)
+            row[LABEL] = dpu_row(target, dpu, row["loaders"][DPU_HOST]["cores"],
+                                 None if spread_s is None else target * spread_s, prices)
         rows.append(row)
     return {"workers": top["workers"], "sweep_date": sweep["date"], "dpu": dpu, "rows": rows,
             "gpu_rates": gpu_rates_table(), "prices": prices.table(),
@@ -87,14 +94,54 @@ def build(sweep: dict, projection: dict | None, prices: Prices = Prices()) -> di
                      "rates are ASSUMPTIONS with their sources")}
 
 
-def dpu_row(target: float, dpu: dict, cpu_only_cores: float, prices: Prices) -> dict:
+def cpu_spread_s_per_image(entry: dict, images: int | None) -> float | None:
+    """max - min of a loader's CPU seconds per image over the sweep's timed epochs (None
+    when the entry does not list them, or lists one: no spread was measured)."""
+    per_epoch = entry.get("epoch_cpu_s") or []
+    if not images or len(per_epoch) < 2:
+        return None
+    return (max(per_epoch) - min(per_epoch)) / images
+
+
+def dpu_row(target: float, dpu: dict, cpu_only_cores: float, spread_cores: float | None,
+            prices: Prices) -> dict:
     cores = host_cores(target, dpu["host_cpu_s_per_image"])
     dimms = {case: dimms_for(target, dpu["dpu_images_per_s_per_dpu"][case]) for case in CASES}
     return {"cores": cores, "dimms": dimms,
             "dpus": {case: count * DPUS_PER_DIMM for case, count in dimms.items()},
             "usd_per_hour": {case: hourly_cost(cores, dimms[case], prices, case) for case in CASES},
-            "break_even_usd_per_dimm": break_even_dimm_price(cpu_only_cores - cores,
-                                                             dimms["nominal"], prices)}
+            **break_even(cpu_only_cores, cores, spread_cores, dimms["nominal"], prices)}
+
+
+def break_even(cpu_only_cores: float, dpu_cores: float, spread_cores: float | None,
+               dimms: int, prices: Prices) -> dict:
+    """The DIMM price at which `dimms` cost per hour what the host cores the DPU
+    configuration saves cost; None, with the reason, when it saves none or fewer than
+    `spread_cores` (the CPU-only figure's spread over epochs, in cores at this rate; None
+    when not measured: a price is then given for any saving)."""
+    saved = cpu_only_cores - dpu_cores
+    entry = {"cores_saved": saved, "saving_spread_cores": spread_cores,
+             "break_even_usd_per_dimm": None, "break_even_why_none": None}
+    if saved <= 0:
+        entry["break_even_why_none"] = f"never: needs {-saved:.2f} more host cores"
+    elif spread_cores is not None and saved <= spread_cores:
+        entry["break_even_why_none"] = (f"n/a: saves {saved:.2f} cores, within the CPU "
+                                        f"measurement's spread ({spread_cores:.2f})")
+    else:
+        entry["break_even_usd_per_dimm"] = break_even_dimm_price(saved, dimms, prices)
+    return entry
+
+
+def format_break_even(entry: dict) -> str:
+    """The table's cell: the price, or "never" / "n/a" with the cores saved."""
+    usd = entry["break_even_usd_per_dimm"]
+    if usd is not None:
+        unmeasured = entry["saving_spread_cores"] is None
+        return f"${usd:,.0f}" + (" (no spread)" if unmeasured else "")
+    saved = entry["cores_saved"]
+    if saved <= 0:
+        return f"never ({saved:+.2f} c)"
+    return f"n/a ({saved:+.2f} c, spread {entry['saving_spread_cores']:.2f})"
 
 
 def format_table(table: dict) -> str:
@@ -104,7 +151,8 @@ def format_table(table: dict) -> str:
              "[best-worst]); prices and GPU rates are ASSUMPTIONS (sources in the JSON)"]
     header = f"{'GPU':<9} {'img/s':>6} " + " ".join(f"{name[:18]:>18}" for name in names)
     if table["dpu"]:
-        header += f" {'DPUs + host: cores':>19} {'DIMMs':>11} {'$/h':>17} {'break-even $/DIMM':>17}"
+        header += (f" {'DPUs + host: cores':>19} {'DIMMs':>11} {'$/h':>17}"
+                   f" {'break-even $/DIMM (cores saved)':>31}")
     lines += [header, "-" * len(header)]
     for row in table["rows"]:
         line = f"{row['gpu']:<9} {row['target_img_s']:6.0f} " + " ".join(
@@ -115,7 +163,7 @@ def format_table(table: dict) -> str:
             d, usd = dpu["dimms"], dpu["usd_per_hour"]
             line += (f" {dpu['cores']:19.1f} {d['nominal']:>3} [{d['best']}-{d['worst']}]"
                      f" {usd['nominal']:5.2f} [{usd['best']:.2f}-{usd['worst']:.2f}]"
-                     f" {_break_even(dpu['break_even_usd_per_dimm']):>17}")
+                     f" {format_break_even(dpu):>31}")
         lines.append(line)
     if table["dpu"]:
         dpu = table["dpu"]
@@ -127,6 +175,10 @@ def format_table(table: dict) -> str:
                      "DIMMs, ASSUMED one core at PrIM's per-rank rates); PROJECTED img/s "
                      "per DPU " + ", ".join(f"{case} {rate:.1f}" for case, rate in
                                             dpu["dpu_images_per_s_per_dpu"].items()))
+        lines.append("break-even: the DIMM price at which the DIMMs cost per hour what the host "
+                     "cores saved cost; never: no core saved; n/a: fewer saved than the spread "
+                     f"of {DPU_HOST}'s CPU time per image over the sweep's epochs (max - min); "
+                     "(no spread): one timed epoch, so no spread to compare with")
     else:
         lines.append("no DPU rows: run python -m benchmarks.dpu_projection first")
     for gpu in table["gpu_rates"]:
@@ -135,10 +187,6 @@ def format_table(table: dict) -> str:
         lines.append(f"  {price['name']}: {price['nominal']:g} {price['unit']} "
                      f"[{price['best']:g}-{price['worst']:g}] ({price['source']})")
     return "\n".join(lines)
-
-
-def _break_even(usd: float) -> str:
-    return f"{usd:.0f}" if usd > 0 else "never (no core saved)"
 
 
 def plot(results: dict, path: Path) -> None:

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import platform
 import shutil
 import statistics
@@ -53,6 +52,7 @@ import torchvision
 from torch.utils.data import DataLoader, default_collate
 from torchvision.datasets import ImageFolder as TorchvisionImageFolder
 
+from benchmarks.harness import RunWindow, interleaved, local_date, machine, write_results
 from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
 from benchmarks.pipelines import (DTYPES, decode_pil, decode_rgb, make_transform, read_bytes,
                                   tensor_loader)
@@ -216,8 +216,7 @@ def measure(root: Path, group: Group, batch_size: int, epochs: int, warmup: int)
                      desc=f"{group.pipeline} {group.dtype} workers={group.workers_label()}")
     try:
         for repeat in range(warmup + epochs):
-            shift = repeat % len(names)
-            for name in names[shift:] + names[:shift]:
+            for name in interleaved(names, repeat):
                 epochs_bar.set_postfix_str(name)
                 elapsed = run_epoch(loaders[name], group.dtype)
                 epochs_bar.update()
@@ -368,8 +367,8 @@ def format_breakdown(entries: list[dict]) -> str:
 
 def environment() -> dict:
     return {"python": platform.python_version(), "torch": torch.__version__,
-            "torchvision": torchvision.__version__, "cpus": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "machine": platform.machine(),
+            "torchvision": torchvision.__version__, **machine(),
+            "torch_threads": torch.get_num_threads(),
             "pimloader_import_error": PIMLOADER_IMPORT_ERROR}
 
 
@@ -386,21 +385,18 @@ def run(args: argparse.Namespace) -> dict:
     root = make_imagenet_like(args.data, count=args.count, classes=args.classes, seed=args.seed)
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
-    load_before = os.getloadavg()
-    started = time.perf_counter()
+    window = RunWindow()
     rows = []
     for group in groups(args.workers, args.fresh_workers):
         rows.append(measure(root, group, args.batch_size, args.epochs, args.warmup))
         print(f"  measured {group.pipeline} {group.dtype} workers={group.workers_label()} "
-              f"({time.perf_counter() - started:.0f} s)", flush=True)
+              f"({window.elapsed():.0f} s)", flush=True)
     stages = breakdowns(root, rows, args.batch_size, args.breakdown_passes)
     settings = {key: (str(value) if isinstance(value, Path) else value)
                 for key, value in vars(args).items() if key not in ("out", "quick")}
     return {"benchmark": "imagenet_pipeline", "settings": settings,
-            "date": time.strftime("%Y-%m-%d %H:%M %Z"),
-            "environment": {**environment(), "loadavg_before": load_before,
-                            "loadavg_after": os.getloadavg(),
-                            "wall_s": time.perf_counter() - started},
+            "date": local_date(),
+            "environment": {**environment(), **window.load_and_wall()},
             "dataset": dataset_summary(root), "rows": rows, "breakdown": stages}
 
 
@@ -416,12 +412,6 @@ def report(results: dict) -> None:
     if PIMDataLoader is None:
         print(f"no pimloader rows: {PIMLOADER_IMPORT_ERROR}")
     print(format_breakdown(results["breakdown"]))
-
-
-def write_json(results: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=1) + "\n")
-    print(f"results written to {path}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -477,7 +467,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     results = run(args)
     report(results)
-    write_json(results, args.out)
+    write_results(results, args.out)
     return results
 
 

@@ -20,17 +20,18 @@ numbers.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 from torchvision.transforms import v2 as T
 from torchvision.transforms.v2 import functional as F
 
+from benchmarks.harness import RunWindow, local_date, write_results
 from pimloader.backends import kernels as K
 
 MEAN = [0.485, 0.456, 0.406]
@@ -92,6 +93,7 @@ def main(argv: list[str] | None = None) -> dict:
             outs.append(F.normalize(x, MEAN, STD))
         return outs
 
+    window = RunWindow()
     results, cpu_results = {}, {}
     for dtype in (torch.float32, torch.float16):
         lut = K.normalize_lut(3, dtype, MEAN, STD)
@@ -135,6 +137,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     tv, tv_cpu = results["torchvision v2 float32"], cpu_results["torchvision v2 float32"]
     report = {
+        "date": local_date(), **window.load(),
         "source": source, "batch": n, "repeats": args.repeats,
         "interpolation": args.interpolation, "threads": torch.get_num_threads(),
         "simd_level": int(simd),
@@ -153,7 +156,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"row loops: SIMD level {simd}")
     print(f"{source}; {n} RandomResizedCrop(224) boxes (mean crop {report['mean_crop_area_px']:.0f}"
           f" px), {args.interpolation}, flip 1/2, ImageNet normalisation, 1 thread, "
-          f"median of {args.repeats}")
+          f"median of {args.repeats}, load {report['loadavg_before'][0]:.1f} -> "
+          f"{report['loadavg_after'][0]:.1f}")
     print(f"{'pipeline':26s} {'wall ms/img':>11s} {'speedup':>8s} {'CPU ms/img':>11s} {'speedup':>8s}")
     for name, ms in report["ms_per_image"].items():
         speed = report["speedup_vs_torchvision"].get(name)
@@ -165,10 +169,7 @@ def main(argv: list[str] | None = None) -> dict:
           f" (max abs diff {report['max_abs_diff_float32']:g})")
     stem = "kernel_speed" + ("" if args.simd < 0 else f".simd{simd}")
     path = args.out or os.path.join(RESULTS, stem + (".quick.json" if args.quick else ".json"))
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(report, f, indent=2)
-    print(f"wrote {path}")
+    write_results(report, Path(path))
     return report
 
 

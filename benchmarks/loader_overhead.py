@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import platform
 import statistics
@@ -28,6 +27,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from benchmarks.harness import machine, write_results
 from benchmarks.progress import bar
 
 try:
@@ -305,8 +305,8 @@ def format_phases(rows: list[dict], fork_exit: dict) -> str:
 
 def environment() -> dict:
     return {"python": platform.python_version(), "torch": torch.__version__,
-            "cpus": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "machine": platform.machine(), "pimloader_import_error": PIMLOADER_IMPORT_ERROR}
+            **machine(), "torch_threads": torch.get_num_threads(),
+            "pimloader_import_error": PIMLOADER_IMPORT_ERROR}
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -346,12 +346,6 @@ def report(results: dict) -> None:
               f"DataLoader with torchvision v2 in the dataset, cpu / emulator = "
               f"PIMDataLoader(transform=, backend=); the emulator's speed is not DPU speed")
         print(format_transform_table(transform))
-
-
-def write_json(results: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=1) + "\n")
-    print(f"results written to {path}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -395,7 +389,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     results = run(args)
     report(results)
-    write_json(results, args.out)
+    write_results(results, args.out)
     return results
 
 

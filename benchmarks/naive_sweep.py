@@ -27,13 +27,13 @@ import dataclasses
 import json
 import os
 import statistics
-import time
 from pathlib import Path
 
 import torch
 
 from benchmarks import cost_table
 from benchmarks.cpu_time import CpuClock
+from benchmarks.harness import RunWindow, interleaved, local_date, write_results
 from benchmarks.imagenet_pipeline import (SEEKABLE, Group, close, dataset_summary, environment,
                                           make_loader, median_epoch, run_epoch)
 from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
@@ -64,8 +64,7 @@ def measure(root: Path, workers: int, batch_size: int, epochs: int, warmup: int)
     stats = {name: [] for name in LOADERS}
     try:
         for repeat in bar(range(warmup + epochs), unit="round", desc=f"{workers} workers"):
-            shift = repeat % len(LOADERS)
-            for name in LOADERS[shift:] + LOADERS[:shift]:
+            for name in interleaved(LOADERS, repeat):
                 clock = CpuClock().start()
                 elapsed = run_epoch(loaders[name], "float32")
                 used = clock.elapsed()
@@ -100,19 +99,17 @@ def run(args: argparse.Namespace) -> dict:
     root = make_imagenet_like(args.data, count=args.count, classes=args.classes, seed=args.seed)
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
-    load_before, started = os.getloadavg(), time.perf_counter()
+    window = RunWindow()
     rows = []
     for workers in args.workers:
         rows.append(measure(root, workers, args.batch_size, args.epochs, args.warmup))
-        print(f"  measured workers={workers} ({time.perf_counter() - started:.0f} s)",
-              flush=True)
+        print(f"  measured workers={workers} ({window.elapsed():.0f} s)", flush=True)
     settings = {key: (str(value) if isinstance(value, Path) else value)
                 for key, value in vars(args).items() if key not in ("out", "quick", "plot")}
     return {"benchmark": "naive_sweep", "settings": settings,
-            "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+            "date": local_date(),
             "environment": {**environment(), "affinity_cpus": machine_cpus(),
-                            "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
-                            "wall_s": time.perf_counter() - started},
+                            **window.load_and_wall()},
             "dataset": dataset_summary(root), "rows": rows}
 
 
@@ -190,9 +187,7 @@ def main(argv: list[str] | None = None) -> dict:
                   else None)
     results["cost_table"] = cost_table.build(results, projection)
     report(results)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1) + "\n")
-    print(f"results written to {args.out}")
+    write_results(results, args.out)
     if args.plot is not None:
         cost_table.plot(results, args.plot)
         print(f"wrote {args.plot}")

@@ -20,8 +20,6 @@ Results go to results/op_costs.json, which benchmarks.viability reads.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import time
 from pathlib import Path
@@ -30,6 +28,7 @@ import torch
 from torchvision.transforms import v2 as T
 from torchvision.transforms.v2 import functional as F
 
+from benchmarks.harness import RunWindow, local_date, write_results
 from benchmarks.kernel_speed import photo_500x375
 from benchmarks.pipelines import MEAN, STD
 from pimloader.backends import kernels as K
@@ -119,25 +118,22 @@ def main(argv: list[str] | None = None) -> dict:
         boxes.append((p["top"], p["left"], p["height"], p["width"]))
     timers = {f"torchvision {op}": fn for op, fn in torchvision_steps(chw, boxes).items()}
     timers.update({f"pimloader {op}": fn for op, fn in pimloader_calls(image, boxes).items()})
-    load_before = os.getloadavg()
+    window = RunWindow()
     measured = cpu_ms_per_image(timers, args.batch, args.repeats)
     pim = {op: measured[f"pimloader {op}"] for op in OPS}
-    results = {"benchmark": "op_costs", "date": time.strftime("%Y-%m-%d %H:%M %Z"),
-               "source": source, "batch": args.batch, "repeats": args.repeats,
-               "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+    results = {"benchmark": "op_costs", "date": local_date(),
+               "source": source, "batch": args.batch, "repeats": args.repeats, **window.load(),
                "torchvision_cpu_ms": {op: measured[f"torchvision {op}"] for op in OPS},
                "pimloader_cumulative_cpu_ms": pim, "pimloader_cpu_ms": increments(pim)}
     print(f"CPU ms per image, one thread, median of {args.repeats} ({source}, batch "
-          f"{args.batch}, load {load_before[0]:.1f} -> {results['loadavg_after'][0]:.1f}); "
+          f"{args.batch}, load {window.load_before[0]:.1f} -> {results['loadavg_after'][0]:.1f}); "
           "pimloader: the fused call's increment for each operation")
     print(f"{'operation':<14} {'torchvision':>11} {'pimloader':>9} {'pim cumulative':>14}")
     for op in OPS:
         print(f"{op:<14} {results['torchvision_cpu_ms'][op]:11.3f} "
               f"{results['pimloader_cpu_ms'][op]:9.3f} {pim[op]:14.3f}")
     out = args.out or RESULTS_DIR / ("op_costs.quick.json" if args.quick else "op_costs.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1) + "\n")
-    print(f"results written to {out}")
+    write_results(results, out)
     return results
 
 

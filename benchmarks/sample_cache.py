@@ -17,13 +17,12 @@ DONTNEED only helps where the files sit on a block device; on a tmpfs or an over
 one it may do nothing. The benchmark measures that first (a file of --probe-mib read cold
 after DONTNEED, then warm) and labels the "cold" figures accordingly. Epoch 0 of each
 contender is a warm-up (and fills the MinIO cache); figures are medians over the others.
+Writes results/sample_cache.json and, but for --quick, the plot docs/sample_cache.png.
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -31,12 +30,14 @@ from pathlib import Path
 import torch
 import torchvision.transforms.v2 as v2
 
+from benchmarks.harness import RunWindow, machine, utc_date, write_results
 from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
 from benchmarks.progress import bar
 from pimloader import PIMDataLoader
 from pimloader.datasets import ImageFolder
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+DOCS = Path(__file__).resolve().parent.parent / "docs"
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
 
@@ -139,9 +140,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--probe-mib", type=int, default=64)
     parser.add_argument("--out", type=Path, help="JSON file for the results (default: "
                         "results/sample_cache.json, or sample_cache.quick.json)")
+    parser.add_argument("--plot", type=Path, help="PNG (default: docs/sample_cache.png; none "
+                        "with --quick)")
     args = parser.parse_args(argv)
     if args.quick:
         args.count, args.epochs, args.batch_size, args.probe_mib = 48, 3, 16, 16
+    elif args.plot is None:
+        args.plot = DOCS / "sample_cache.png"
     root = make_imagenet_like(args.data / f"sample_cache_{args.count}", count=args.count,
                               classes=4)
     files = [path for path, _ in ImageFolder(root).samples]
@@ -149,7 +154,7 @@ def main(argv: list[str] | None = None) -> dict:
     budget = int(total * args.fraction)
     probe = probe_dontneed(Path(root), args.probe_mib)
     cold_label = "cold" if probe["dontneed_effective"] else "DONTNEED had no effect"
-    load_before = os.getloadavg()
+    window = RunWindow()
     contenders = {
         f"no cache ({cold_label})": (0, True),
         "OS page cache alone": (0, False),
@@ -164,17 +169,16 @@ def main(argv: list[str] | None = None) -> dict:
                      "epochs": args.epochs, "workers": args.workers,
                      "batch_size": args.batch_size, "quick": args.quick},
         "dontneed_probe": probe,
-        "environment": {"cpus": os.cpu_count(), "machine": platform.machine(),
-                        "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
-                        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+        "environment": {**machine(), **window.load(), "date": utc_date()},
         "rows": rows,
     }
     report(results)
     out = args.out or RESULTS_DIR / ("sample_cache.quick.json" if args.quick
                                      else "sample_cache.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1) + "\n")
-    print(f"results written to {out}")
+    write_results(results, out)
+    if args.plot is not None:
+        plot(results, args.plot)
+        print(f"wrote {args.plot}")
     return results
 
 
@@ -199,6 +203,43 @@ def report(results: dict) -> None:
     for name, row in results["rows"].items():
         print(f"{name:<38} {row['img_per_s']:8.1f} {row['hit_rate']:9.1%}  "
               + " ".join(f"{s:.2f}" for s in row["epoch_s"]))
+
+
+def plot(results: dict, path: Path) -> None:
+    """Images/s per contender with its hit rate (left), and each epoch's seconds (right:
+    epoch 0 reads everything and fills the MinIO cache)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows, data, settings = results["rows"], results["dataset"], results["settings"]
+    env = results["environment"]
+    dontneed = "effective" if results["dontneed_probe"]["dontneed_effective"] else "had NO effect"
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2), dpi=110)
+    for position, (name, row) in enumerate(rows.items()):
+        left.bar(position, row["img_per_s"])
+        left.text(position, row["img_per_s"], f"{row['img_per_s']:,.0f} img/s\n"
+                  f"{row['hit_rate']:.0%} hits", ha="center", va="bottom", fontsize=8)
+        right.plot(range(len(row["epoch_s"])), row["epoch_s"], marker="o", label=name)
+    left.set_xticks(range(len(rows)), [name.replace(" (", "\n(") for name in rows], fontsize=8)
+    left.set_ylabel(f"images/s (median of the {settings['epochs'] - 1} epochs after epoch 0)")
+    left.margins(y=0.2)
+    left.grid(axis="y", alpha=0.3)
+    right.set_xlabel("epoch (0: warm-up, fills the cache)")
+    right.set_ylabel("epoch seconds")
+    right.set_ylim(bottom=0)
+    right.legend(fontsize=8)
+    right.grid(alpha=0.3)
+    fig.suptitle(f"Encoded-sample cache: {data['files']} files, {data['mib']:.1f} MiB, budget "
+                 f"{settings['fraction']:.0%} of it, {settings['workers']} workers, batch "
+                 f"{settings['batch_size']}; cold = page cache dropped before each epoch "
+                 f"(DONTNEED {dontneed} here)"
+                 f"\n{env['date']}, {env['cpus']} CPUs, load {env['loadavg_before'][0]:.1f}"
+                 f" -> {env['loadavg_after'][0]:.1f}", fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -24,8 +24,6 @@ torch's DataLoader keeps no such accounting: for it only wait and step are obser
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import time
 from pathlib import Path
@@ -34,6 +32,7 @@ import torch
 
 from benchmarks.imagenet_pipeline import (SEEKABLE, Group, close, dataset_summary, environment,
                                           make_loader)
+from benchmarks.harness import RunWindow, interleaved, local_date, write_results
 from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
 from benchmarks.progress import bar
 from pimloader.costmodel.provisioning import GPU_RATES
@@ -120,8 +119,7 @@ def measure(root: Path, args: argparse.Namespace, step_s: float) -> dict:
     try:
         rounds = range(args.warmup + args.epochs)
         for repeat in bar(rounds, unit="round", desc=f"step {step_s * 1e3:.0f} ms"):
-            shift = repeat % len(LOADERS)
-            for name in LOADERS[shift:] + LOADERS[:shift]:
+            for name in interleaved(LOADERS, repeat):
                 epoch = train_epoch(loaders[name], step_s, args.step)
                 if repeat >= args.warmup:
                     epochs[name].append(epoch)
@@ -148,19 +146,16 @@ def run(args: argparse.Namespace) -> dict:
     root = make_imagenet_like(args.data, count=args.count, classes=args.classes, seed=args.seed)
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
-    load_before, started = os.getloadavg(), time.perf_counter()
+    window = RunWindow()
     rows = []
     for step_ms in args.step_ms:
         rows.append(measure(root, args, step_ms / 1e3))
-        print(f"  measured step {step_ms:.1f} ms ({time.perf_counter() - started:.0f} s)",
-              flush=True)
+        print(f"  measured step {step_ms:.1f} ms ({window.elapsed():.0f} s)", flush=True)
     settings = {key: (str(value) if isinstance(value, Path) else value)
                 for key, value in vars(args).items() if key not in ("out", "quick", "plot")}
-    return {"benchmark": "stall", "settings": settings, "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+    return {"benchmark": "stall", "settings": settings, "date": local_date(),
             "gpu_steps": {gpu.name: args.batch_size / gpu.at() * 1e3 for gpu in GPU_RATES},
-            "environment": {**environment(), "loadavg_before": load_before,
-                            "loadavg_after": os.getloadavg(),
-                            "wall_s": time.perf_counter() - started},
+            "environment": {**environment(), **window.load_and_wall()},
             "dataset": dataset_summary(root), "rows": rows}
 
 
@@ -280,9 +275,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"{results['environment']['loadavg_after'][0]:.1f}; steps "
           + ", ".join(f"{name} {ms:.1f} ms" for name, ms in results["gpu_steps"].items()))
     print(format_tables(results))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1) + "\n")
-    print(f"results written to {args.out}")
+    write_results(results, args.out)
     if args.plot is not None:
         plot(results, args.plot)
         print(f"wrote {args.plot}")

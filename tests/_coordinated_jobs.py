@@ -54,12 +54,22 @@ def torch_reference(num_workers: int, epochs: int, size: int = 30) -> list:
 
 
 def job(name: str, jobs: int, num_workers: int, epochs: int, out: str, log: str | None = None,
-        die_after: int | None = None, size: int = 30, **extra) -> None:
+        die_after: int | None = None, size: int = 30, kill_worker_at: int | None = None,
+        **extra) -> None:
     """One job of group `name`: iterate `epochs` epochs and save its batches to `out`; with
     `die_after`, write the pids of its children (its workers, if it produces) next to `out`
-    and kill itself with SIGKILL once it has that many batches."""
-    loader = make_loader(CountingDataset(size, log), num_workers, share_with=name,
-                         share_jobs=jobs, **extra)
+    and kill itself with SIGKILL once it has that many batches; with `kill_worker_at`, its
+    dataset is a WorkerKillingDataset (and the job's error, if any, is saved to `out`)."""
+    dataset = (CountingDataset(size, log) if kill_worker_at is None
+               else WorkerKillingDataset(kill_worker_at, size))
+    loader = make_loader(dataset, num_workers, share_with=name, share_jobs=jobs, **extra)
+    if kill_worker_at is not None:
+        try:
+            list(loader)
+        except RuntimeError as error:
+            torch.save({"error": f"{type(error).__name__}: {error}"}, out)
+        loader.close()
+        return
     batches = []
     for _ in range(epochs):
         for image, label in loader:
@@ -91,4 +101,18 @@ class FailingDataset(CountingDataset):
     def __getitem__(self, index: int):
         if index == self.bad:
             raise ValueError(f"sample {index} is broken")
+        return super().__getitem__(index)
+
+
+class WorkerKillingDataset(CountingDataset):
+    """CountingDataset whose sample `victim`, fetched in a worker process, SIGKILLs that
+    worker (in a main process it is an ordinary sample)."""
+
+    def __init__(self, victim: int, size: int = 30) -> None:
+        super().__init__(size)
+        self.victim = victim
+
+    def __getitem__(self, index: int):
+        if index == self.victim and torch.utils.data.get_worker_info() is not None:
+            os.kill(os.getpid(), signal.SIGKILL)
         return super().__getitem__(index)

@@ -3,6 +3,7 @@
 Not a speed test: nothing here asserts a figure. It keeps `make bench` (the README's first
 command) from breaking silently, since CI runs only the tests: each benchmark's `--quick`
 run must finish, write its JSON and report both loaders, with pimloader present."""
+import importlib.util
 import json
 import shutil
 
@@ -55,22 +56,36 @@ def test_decode_projection_quick(tmp_path):
     assert results["fallbacks"]["plain"]["progressive"] == 1
 
 
+def plot_flags(tmp_path) -> list[str]:
+    """--plot into tmp_path where matplotlib (requirements-bench.txt) is installed."""
+    return ["--plot", str(tmp_path / "plot.png")] if importlib.util.find_spec("matplotlib") else []
+
+
+def assert_png_if_plotted(tmp_path) -> None:
+    if importlib.util.find_spec("matplotlib"):
+        assert (tmp_path / "plot.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_sample_cache_quick(tmp_path):
     out = tmp_path / "cache.json"
-    sample_cache.main(["--quick", "--out", str(out), "--data", str(tmp_path / "data")])
+    sample_cache.main(["--quick", "--out", str(out), "--data", str(tmp_path / "data"),
+                       *plot_flags(tmp_path)])
     results = json.loads(out.read_text())
     assert len(results["rows"]) == 3 and "dontneed_effective" in results["dontneed_probe"]
     minio = [row for name, row in results["rows"].items() if name.startswith("MinIO")]
     assert 0 < minio[0]["hit_rate"] < 1
+    assert_png_if_plotted(tmp_path)
 
 
 def test_coordinated_prep_quick(tmp_path):
     out = tmp_path / "coordinated.json"
-    coordinated_prep.main(["--quick", "--out", str(out), "--data", str(tmp_path / "data")])
+    coordinated_prep.main(["--quick", "--out", str(out), "--data", str(tmp_path / "data"),
+                           *plot_flags(tmp_path)])
     rows = json.loads(out.read_text())["rows"]
     assert [(row["jobs"], row["shared"]) for row in rows] == [(2, False), (2, True)]
     assert [row["preparing_jobs"] for row in rows] == [2, 1]  # shared: one job prepares
     assert all(row["images"] == 2 * 48 and row["img_per_s"] > 0 for row in rows)
+    assert_png_if_plotted(tmp_path)
 
 
 @pytest.mark.skipif(shutil.which("riscv64-unknown-elf-gcc") is None, reason="no riscv64-unknown-elf-gcc")

@@ -3,6 +3,7 @@ paths run on a tiny dataset, the tables follow from their JSON alone, and the sh
 stall analysis reports add up within the loop's own measurement.
 
 Not a speed test: nothing here asserts a figure of this machine."""
+import importlib.util
 import json
 import math
 import multiprocessing
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import cost_table, naive_sweep, op_costs, stall, viability
+from benchmarks import cost_table, harness, naive_sweep, op_costs, stall, viability
 from benchmarks.cpu_time import CpuClock
 from benchmarks.make_dataset import make_imagenet_like
 from pimloader.costmodel.provisioning import GPU_RATES, Prices, dimms_for
@@ -52,6 +53,28 @@ def test_cpu_clock_counts_a_child_once_alive_or_reaped(children_file, monkeypatc
     tick = 2 / 100                     # /proc counts in clock ticks
     assert reported - tick <= alive <= reported + 0.15, (reported, alive)
     assert reported - tick <= reaped <= reported + 0.15, (reported, reaped)
+
+
+# -- the scaffolding the benchmarks share --------------------------------------------------
+
+def test_interleaved_rounds_put_every_contender_once_in_each_position():
+    names = ["a", "b", "c"]
+    rounds = [harness.interleaved(names, r) for r in range(6)]
+    assert all(sorted(order) == names for order in rounds)
+    for position in range(3):   # over any 3 consecutive rounds, each name once in each place
+        assert sorted(order[position] for order in rounds[1:4]) == names
+    assert rounds[0] == rounds[3] == names
+
+
+def test_results_are_written_as_indented_json_with_the_run_window(tmp_path, capsys):
+    window = harness.RunWindow()
+    results = {"environment": {**harness.machine(), **window.load_and_wall()}}
+    path = tmp_path / "deep" / "r.json"
+    harness.write_results(results, path)
+    assert json.loads(path.read_text()) == json.loads(json.dumps(results))
+    assert path.read_text().endswith("\n") and f"results written to {path}" in capsys.readouterr().out
+    env = results["environment"]
+    assert env["wall_s"] >= 0 and len(env["loadavg_before"]) == len(env["loadavg_after"]) == 3
 
 
 # -- the naive sweep and the cost table ---------------------------------------------------
@@ -120,6 +143,46 @@ def test_cost_table_follows_from_its_json_alone():
     assert "no DPU rows" in cost_table.format_table(cost_table.build(sweep, None))
 
 
+def test_break_even_is_a_price_only_for_a_saving_the_measurement_can_see():
+    prices = Prices()
+    core_life_usd = prices.vcpu_hour.nominal * prices.amortisation_hours.nominal
+    paying = cost_table.break_even(5.0, 3.0, 0.1, 2, prices)
+    assert paying["break_even_usd_per_dimm"] == pytest.approx(2.0 * core_life_usd / 2)
+    assert paying["break_even_why_none"] is None
+    assert cost_table.format_break_even(paying) == f"${core_life_usd:,.0f}"
+    for dpu_cores in (3.0, 3.4):   # saves no core, or needs more
+        never = cost_table.break_even(3.0, dpu_cores, 0.1, 2, prices)
+        assert never["break_even_usd_per_dimm"] is None
+        assert never["break_even_why_none"].startswith("never")
+        assert cost_table.format_break_even(never).startswith("never")
+    unknown = cost_table.break_even(5.0, 3.0, None, 2, prices)   # one timed epoch: no spread
+    assert unknown["break_even_usd_per_dimm"] == paying["break_even_usd_per_dimm"]
+    assert cost_table.format_break_even(unknown) == f"${core_life_usd:,.0f} (no spread)"
+    # what the 2026-12-01 run printed as "1": 0.0024 cores saved, within a 0.07-core spread
+    noise = cost_table.break_even(1.0056, 1.0032, 0.07, 1, prices)
+    assert noise["break_even_usd_per_dimm"] is None and noise["cores_saved"] > 0
+    assert cost_table.format_break_even(noise) == "n/a (+0.00 c, spread 0.07)"
+
+
+def test_cost_table_takes_the_spread_from_the_sweeps_epochs():
+    sweep = _sweep(cpu_ms=1.5)
+    sweep["rows"][-1]["images"] = 1000
+    host = sweep["rows"][-1]["loaders"][cost_table.DPU_HOST]
+    # 1.4-1.6 ms per image over 3 epochs: 0.2 ms of spread; the DPU host path is 1.2 ms
+    # (1.5 x 0.6 + 0.1 + 0.1 + 0.1), so it saves 0.3 ms per image: more than the spread
+    host["epoch_cpu_s"] = [1.4, 1.5, 1.6]
+    a100 = next(row for row in cost_table.build(sweep, _projection(10.0))["rows"]
+                if row["gpu"] == "A100 AMP")[cost_table.LABEL]
+    assert a100["saving_spread_cores"] == pytest.approx(2470 * 0.2e-3)
+    assert a100["cores_saved"] == pytest.approx(2470 * 0.3e-3)
+    assert a100["break_even_usd_per_dimm"] > 0
+    host["epoch_cpu_s"] = [1.3, 1.5, 1.7]   # 0.4 ms of spread: the 0.3 ms saving is noise
+    a100 = next(row for row in cost_table.build(sweep, _projection(10.0))["rows"]
+                if row["gpu"] == "A100 AMP")[cost_table.LABEL]
+    assert a100["break_even_usd_per_dimm"] is None
+    assert a100["break_even_why_none"].startswith("n/a")
+
+
 # -- stall analysis -----------------------------------------------------------------------
 
 @pytest.mark.parametrize("workers, step", [(0, "sleep"), (2, "busy")])
@@ -186,7 +249,12 @@ def test_viability_table_follows_from_its_json_alone(tmp_path):
         elif row["verdict"].startswith("never"):
             assert transfer_ms + extra_ms >= host_ms
     doc = tmp_path / "viability.md"
-    viability.main(["--doc", str(doc), "--out", str(tmp_path / "viability.json")])
+    plotting = importlib.util.find_spec("matplotlib") is not None  # requirements-bench.txt
+    viability.main(["--doc", str(doc), "--out", str(tmp_path / "viability.json")]
+                   + (["--plot", str(tmp_path / "viability.png")] if plotting else []))
     text = doc.read_text()
+    if plotting:
+        assert "](viability.png)" in text
+        assert (tmp_path / "viability.png").read_bytes()[:4] == b"\x89PNG"
     assert all(row["op"] in text for row in table["rows"])
     assert "to be filled as the detection pipeline lands" in text

@@ -15,10 +15,10 @@ import uuid
 import pytest
 import torch
 
-from _coordinated_jobs import (CountingDataset, FailingDataset, job, make_loader, reference_batches,
-                               torch_reference)
+from _coordinated_jobs import (BATCH_SIZE, CountingDataset, FailingDataset, WorkerKillingDataset,
+                               job, make_loader, reference_batches, torch_reference)
 from _helpers import Snapshot, assert_same_batches
-from pimloader import PIMDataLoader, SharedPrepError
+from pimloader import PIMDataLoader, SharedPrepError, WorkerDiedError
 
 pytestmark = pytest.mark.timeout(180)
 SPAWN = multiprocessing.get_context("spawn")
@@ -133,6 +133,55 @@ def test_a_killed_consumer_is_dropped_and_the_others_go_on(tmp_path):
     consumer.close()  # its sentinel pipe
     assert_same_batches(batches, reference_batches(2, 2), "producer")
     snapshot.assert_clean(what="a killed consumer")
+
+
+def test_a_killed_consumer_leaves_the_other_consumer_running(tmp_path):
+    """Three jobs (num_workers=0): a spawned producer, a spawned consumer killed (SIGKILL)
+    mid-epoch holding its two batches, and this process, a consumer too: it still gets every
+    batch of the epoch (8 batches: the window of 4 is reused past what the dead job held),
+    as does the producer, and nothing is left behind."""
+    snapshot = Snapshot()
+    name = group_name()
+    producer = start_job(name, 3, 0, 1, tmp_path / "producer.pt")
+    wait_until_bound(name, producer)
+    doomed = start_job(name, 3, 0, 1, tmp_path / "doomed.pt", die_after=2)
+    batches, _ = run_here(name, 3, 0, 1)
+    for process, exitcode in ((doomed, -9), (producer, 0)):
+        process.join(120)
+        assert process.exitcode == exitcode
+        process.close()  # its sentinel pipe
+    want = reference_batches(0, 1)
+    assert len(want) == 8
+    assert_same_batches(batches, want, "the surviving consumer")
+    assert_same_batches(torch.load(tmp_path / "producer.pt")["batches"], want, "producer")
+    snapshot.assert_clean(what="a group of three jobs, one consumer killed")
+
+
+def test_a_killed_worker_of_the_producer_fails_the_group_cleanly(tmp_path):
+    """A worker of the producing job SIGKILLed mid-epoch (at the sample of the fourth batch):
+    the producer raises WorkerDiedError, and the consumer (this process) raises it too, with
+    its type, after a prefix of the epoch's batches; the producer's other worker is stopped,
+    and nothing is left behind."""
+    snapshot = Snapshot()
+    name, out = group_name(), tmp_path / "producer.pt"
+    order = torch.cat([labels for _, labels in reference_batches(2, 1)]).tolist()
+    victim = order[3 * BATCH_SIZE]
+    producer = start_job(name, 2, 2, 1, out, kill_worker_at=victim)
+    wait_until_bound(name, producer)
+    loader = make_loader(WorkerKillingDataset(victim), 2, share_with=name, share_jobs=2)
+    got, x, y = [], None, None
+    with pytest.raises(WorkerDiedError, match=r"DataLoader worker \(pid \d+\) is killed by signal"):
+        for x, y in loader:
+            got.append((x.clone(), y.clone()))
+    del x, y  # the last batch received: it holds its slot's mapping, as it should
+    loader.close()
+    producer.join(120)
+    assert producer.exitcode == 0  # it caught its error and closed its loader
+    producer.close()  # its sentinel pipe
+    assert torch.load(out)["error"].startswith("WorkerDiedError: DataLoader worker (pid")
+    assert len(got) <= 3
+    assert_same_batches(got, reference_batches(2, 1)[:len(got)], "consumer")
+    snapshot.assert_clean(what="a producer whose worker was killed")
 
 
 def test_a_killed_producer_makes_the_consumer_raise(tmp_path):

@@ -6,6 +6,7 @@ test_image_pipeline.py)."""
 from __future__ import annotations
 
 import os
+import signal
 import warnings
 
 import pytest
@@ -14,8 +15,9 @@ import torchvision.transforms.v2 as v2
 
 from _helpers import Snapshot, TensorDS
 from benchmarks.make_dataset import make_imagenet_like
-from pimloader import PIMDataLoader
+from pimloader import PIMDataLoader, WorkerDiedError
 from pimloader.datasets import ImageFolder
+from pimloader.datasets.cache import SampleCache
 from pimloader.decode import DecodeError
 from test_image_pipeline import photos_with_a_truncated_file  # noqa: F401  (fixture, over this file's photos)
 
@@ -157,6 +159,98 @@ def test_no_shared_memory_left_after_close_or_del(photos, context):
     assert loader.stats()[-1].cache_misses == 24
     del loader
     snap.assert_clean(what="a cached loader closed, reused and dropped")
+
+
+def test_a_worker_killed_while_filling_the_cache_leaves_no_one_waiting(photos, monkeypatch):
+    """A worker SIGKILLed between claiming a sample's entry and publishing it (the only
+    multi-step update of the shared table): the loader reports that worker's death, and the
+    next epochs, whose fresh workers go through the same table, give the batches of a
+    loader without a cache. (With the former design, a lock around the table, a worker
+    killed while holding it left every later epoch's workers blocked on it for good.)"""
+    snap = Snapshot()
+    victim = 5
+    with open(ImageFolder(photos).samples[victim][0], "rb") as file:
+        victim_bytes = file.read()
+    main_pid = os.getpid()
+    write = SampleCache._write
+
+    def die_when_writing_the_victim(data, offset, value):
+        if os.getpid() != main_pid and value == victim_bytes:
+            os.kill(os.getpid(), signal.SIGKILL)
+        write(data, offset, value)
+
+    kw = dict(num_workers=2, multiprocessing_context="fork", shuffle=False)
+    want = epochs(make(photos, **kw), 3)
+    # timeout: only a guard, so that a hang fails the test instead of stalling the suite
+    loader = make(photos, cache_bytes=10 ** 9, timeout=60, **kw)
+    monkeypatch.setattr(SampleCache, "_write", staticmethod(die_when_writing_the_victim))
+    with pytest.raises(WorkerDiedError, match=r"DataLoader worker \(pid \d+\) is killed by "
+                                              r"signal.*PIMDataLoader worker \d"):
+        list(loader)
+    monkeypatch.setattr(SampleCache, "_write", staticmethod(write))
+    got = epochs(loader, 2)
+    for g, w in zip(got, want[1:]):
+        assert [len(x) for x in g] == [len(x) for x in w]
+        for (gi, gl), (wi, wl) in zip(g, w):
+            assert torch.equal(gi, wi) and torch.equal(gl, wl)
+    cached = cache_of(loader).cached()
+    assert victim not in cached and len(cached) == 23  # its entry stays claimed, never filled
+    assert loader.stats()[-1].cache_hits == 23 and loader.stats()[-1].cache_misses == 1
+    loader.close()
+    del loader
+    snap.assert_clean(what="a cached loader whose worker was killed while filling it")
+
+
+def test_indices_are_checked_as_a_list_checks_them():
+    cache = SampleCache(budget=100, size=3)
+    cache.open()
+    assert cache.put(-1, b"abc") and cache.get(2) == b"abc"  # -1 is the last, as in a list
+    assert not cache.put(2, b"xyz")  # never overwritten
+    for bad in (3, -4):
+        with pytest.raises(IndexError):
+            cache.get(bad)
+        with pytest.raises(IndexError):
+            cache.put(bad, b"x")
+    assert not cache.put(0, bytes(98)) and cache.put(0, bytes(97))  # 3 + 98 > 100 >= 3 + 97
+    assert cache.cached() == {0: 97, 2: 3} and cache.filled_bytes() == 100
+    cache.close()
+
+
+def _put_all(cache, writer, start, done):
+    start.wait()
+    for index in range(cache.size):
+        cache.put(index, bytes([writer]) * (1 + index % 97))
+    done.put(writer)
+
+
+def test_processes_racing_to_fill_the_table_each_index_once():
+    """Four forked processes released together offer every index in the same order (so
+    they contend for the same entries and the same fill pointer), with bytes that name the
+    writer: each cached sample is one writer's whole bytes, and the fill pointer is exactly
+    the bytes cached (none reserved twice, none lost), within the budget."""
+    import multiprocessing
+    size = 3000
+    lengths = [1 + index % 97 for index in range(size)]
+    cache = SampleCache(budget=sum(lengths) // 2, size=size)
+    cache.open()
+    context = multiprocessing.get_context("fork")
+    start, done = context.Barrier(4), context.Queue()
+    processes = [context.Process(target=_put_all, args=(cache, writer, start, done))
+                 for writer in (1, 2, 3, 4)]
+    for process in processes:
+        process.start()
+    finished = sorted(done.get(timeout=120) for _ in processes)  # a guard, not a timing
+    for process in processes:
+        process.join()
+    assert finished == [1, 2, 3, 4]
+    cached = cache.cached()
+    assert cache.filled_bytes() == sum(cached.values()) <= cache.budget
+    assert sum(cached.values()) > cache.budget - 97  # the budget was used up
+    for index, length in cached.items():
+        data = cache.get(index)
+        assert length == lengths[index] and data == data[:1] * length
+    done.close()
+    cache.close()
 
 
 def test_arguments_are_checked(photos):

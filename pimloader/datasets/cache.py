@@ -8,32 +8,32 @@ first hits on budget / dataset size of the samples every later epoch).
 
 The segment is torch shared-memory storage, which torch's multiprocessing reductions pass
 to spawned workers by file descriptor (forked workers inherit it); its /dev/shm name is
-unlinked at once, so nothing outlives the processes that map it. A multiprocessing lock
-serialises the table: space is reserved under it, the bytes are written outside it, and
-the entry is published under it only once they are all written, so a reader never sees a
-half-written sample.
+unlinked at once, so nothing outlives the processes that map it. There is no lock: the
+table is updated by single atomic operations (csrc/sample_cache.c): an entry is claimed
+and its space reserved, the bytes are written, and only then is its length published, so
+a reader never sees a half-written sample, and a process killed at any point leaves
+nothing held that another process would wait for (only that one entry is lost: never
+cached, its reserved bytes unused).
 """
 from __future__ import annotations
 
-import multiprocessing
 import os
 
 import numpy as np
 import torch
 
-from .folders import EncodedSample
+from pimloader._sample_cache import ffi, lib
 
-_FREE, _BEING_WRITTEN = -1, -2   # table lengths that mean "no bytes here (yet)"
+from .folders import EncodedSample
 
 
 class SampleCache:
-    """The shared segment: `budget` bytes for `size` samples. Picklable only to processes
-    being started (fork or spawn workers), as its lock is."""
+    """The shared segment: `budget` bytes for `size` samples. Picklable to the workers being
+    started (fork or spawn), which then map the same segment."""
 
     def __init__(self, budget: int, size: int) -> None:
         self.budget = budget  # checked as the loader's cache_bytes (pipelines.select)
         self.size = size
-        self._lock = multiprocessing.get_context("spawn").Lock()
         self._data = self._table = self._fill = None
 
     @property
@@ -51,62 +51,73 @@ class SampleCache:
             raise ValueError(f"cache_bytes={self.budget} is more than /dev/shm has free "
                              f"({free} bytes): give a smaller budget or a larger /dev/shm")
         self._data = torch.UntypedStorage._new_shared(max(self.budget, 1))
-        self._table = torch.full((self.size, 2), _FREE, dtype=torch.int64).share_memory_()
+        self._table = torch.full((self.size, 2), lib.PIM_CACHE_FREE,
+                                 dtype=torch.int64).share_memory_()
         self._fill = torch.zeros(1, dtype=torch.int64).share_memory_()
 
     def close(self) -> None:
         """Drop this process's mapping (the memory goes once every process dropped it)."""
         self._data = self._table = self._fill = None
-        self.__dict__.pop("_views", None)
+        self.__dict__.pop("_mapped", None)
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state.pop("_views", None)
+        state.pop("_mapped", None)
         return state
 
-    def _arrays(self):
-        views = self.__dict__.get("_views")
+    def _views(self):
+        """(data as uint8 numpy, the table's entries, the fill pointer) in this process."""
+        views = self.__dict__.get("_mapped")
         if views is None:
             if self._data is None:
                 raise RuntimeError("the sample cache is closed (the loader was closed while "
                                    "a worker still read from it)")
             data = torch.tensor([], dtype=torch.uint8).set_(self._data).numpy()
-            views = self.__dict__["_views"] = (data, self._table.numpy(), self._fill.numpy())
-        return views
+            table, fill = self._table.numpy(), self._fill.numpy()
+            views = self.__dict__["_mapped"] = (
+                data, ffi.from_buffer("pim_cache_entry[]", table),
+                ffi.from_buffer("int64_t[]", fill), table, fill)  # the arrays keep them alive
+        return views[:3]
 
     def get(self, index: int) -> bytes | None:
-        data, table, _ = self._arrays()
-        with self._lock:
-            offset, length = table[index]
+        data, entries, _ = self._views()
+        offset = ffi.new("int64_t *")
+        length = lib.pim_cache_lookup(self._entry(entries, index), offset)
         if length < 0:
             return None
-        return data[offset:offset + length].tobytes()
+        return data[offset[0]:offset[0] + length].tobytes()
 
     def put(self, index: int, value: bytes) -> bool:
         """Copy `value` in, if it fits in what is left and no one cached it yet."""
-        data, table, fill = self._arrays()
+        data, entries, fill = self._views()
         length = len(value)
-        with self._lock:
-            if table[index, 1] != _FREE or fill[0] + length > self.budget:
-                return False
-            offset = int(fill[0])
-            fill[0] += length
-            table[index] = (offset, _BEING_WRITTEN)
-        data[offset:offset + length] = np.frombuffer(value, dtype=np.uint8)
-        with self._lock:
-            table[index, 1] = length  # published only now that every byte is written
+        entry = self._entry(entries, index)
+        offset = lib.pim_cache_claim(entry, fill, length, self.budget)
+        if offset < 0:
+            return False
+        self._write(data, offset, value)
+        lib.pim_cache_publish(entry, length)
         return True
+
+    def _entry(self, entries, index: int):
+        """A pointer to `index`'s entry; an index out of range is an IndexError and a
+        negative one counts from the end, as for a list."""
+        return entries + range(self.size)[index]
+
+    @staticmethod
+    def _write(data: np.ndarray, offset: int, value: bytes) -> None:
+        data[offset:offset + len(value)] = np.frombuffer(value, dtype=np.uint8)
 
     def cached(self) -> dict[int, int]:
         """{index: length} of the samples in the cache (for tests and reports)."""
-        _, table, _ = self._arrays()
-        with self._lock:
-            lengths = table[:, 1].copy()
-        return {int(i): int(lengths[i]) for i in np.flatnonzero(lengths >= 0)}
+        _, entries, _ = self._views()
+        offset = ffi.new("int64_t *")
+        lengths = (lib.pim_cache_lookup(entries + index, offset) for index in range(self.size))
+        return {index: length for index, length in enumerate(lengths) if length >= 0}
 
     def filled_bytes(self) -> int:
-        _, _, fill = self._arrays()
-        return int(fill[0])
+        _, _, fill = self._views()
+        return int(lib.pim_cache_filled(fill))
 
 
 def _shm_free_bytes() -> int | None:

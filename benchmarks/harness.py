@@ -1,0 +1,61 @@
+"""What the benchmarks share around their measurements: the order of interleaved rounds,
+the machine's load, the date and the wall time around a run, and writing the results' JSON.
+
+Each benchmark keeps its own JSON layout (other benchmarks and docs read them); these are
+the pieces they had each written alike.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Sequence
+
+
+def interleaved(names: Sequence[str], round_index: int) -> list[str]:
+    """The contenders of round `round_index`, rotated by one more each round, so that none
+    always runs first (on a cold cache, a just-freed core) or always after the same one."""
+    shift = round_index % len(names)
+    return [*names[shift:], *names[:shift]]
+
+
+def machine() -> dict:
+    """The machine, as every benchmark's JSON names it."""
+    return {"cpus": os.cpu_count(), "machine": platform.machine()}
+
+
+def local_date() -> str:
+    """The date as the loader benchmarks write it ("2026-12-01 18:00 UTC")."""
+    return time.strftime("%Y-%m-%d %H:%M %Z")
+
+
+def utc_date() -> str:
+    """The date as an ISO 8601 UTC timestamp ("2026-12-01T18:00:00Z")."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class RunWindow:
+    """The load average when a run starts and ends, and its wall time: started when made."""
+
+    def __init__(self) -> None:
+        self.load_before = os.getloadavg()
+        self.started = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def load(self) -> dict:
+        """loadavg_before and loadavg_after (now), each the 1, 5 and 15-minute averages."""
+        return {"loadavg_before": self.load_before, "loadavg_after": os.getloadavg()}
+
+    def load_and_wall(self) -> dict:
+        return {**self.load(), "wall_s": self.elapsed()}
+
+
+def write_results(results: dict, path: Path) -> None:
+    """The results as indented JSON at `path` (its folder made if need be), and say so."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=1) + "\n")
+    print(f"results written to {path}")
