@@ -1,8 +1,10 @@
 """cffi build (API mode) of `pimloader._audio`: the fused audio feature kernel of
-csrc/audio_features.c (pad, frame, window, real FFT, power, mel, dB, DCT, masks, normalise).
+csrc/audio_features.c (pad, frame, window, real FFT, power, mel, dB, DCT, masks, normalise),
+with the waveform steps and PCM decoding of csrc/audio_waveform.c.
 
 setup.py picks this file up through its `csrc/build_*.py:ffibuilder` glob. The cdef is the
-`cffi-cdef-begin` / `cffi-cdef-end` block of csrc/include/pim_audio.h, so the spec struct and
+`cffi-cdef-begin` / `cffi-cdef-end` blocks of csrc/include/pim_audio.h and pim_audio_wave.h
+(the waveform steps and PCM decoding of csrc/audio_waveform.c), so the spec struct and
 the prototypes are written once, in C. In API mode every call releases the GIL.
 """
 import os
@@ -12,17 +14,20 @@ from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 INCLUDE = os.path.join(HERE, "include")
-HEADER = os.path.join(INCLUDE, "pim_audio.h")
+HEADERS = [os.path.join(INCLUDE, name) for name in ("pim_audio.h", "pim_audio_wave.h")]
 
 _BLOCK = re.compile(r"/\* cffi-cdef-begin.*?\*/(.*?)/\* cffi-cdef-end \*/", re.S)
 
 
 def cdef_text() -> str:
-    """The declarations of pim_audio.h's cffi block, comments stripped."""
-    with open(HEADER, encoding="utf-8") as f:
-        blocks = _BLOCK.findall(f.read())
-    if not blocks:
-        raise RuntimeError(f"{HEADER} has no cffi-cdef-begin/end block")
+    """The declarations of the headers' cffi blocks, comments stripped."""
+    blocks = []
+    for header in HEADERS:
+        with open(header, encoding="utf-8") as f:
+            found = _BLOCK.findall(f.read())
+        if not found:
+            raise RuntimeError(f"{header} has no cffi-cdef-begin/end block")
+        blocks += found
     return re.sub(r"/\*.*?\*/", "", "\n".join(blocks), flags=re.S)
 
 
@@ -38,10 +43,11 @@ ffibuilder = FFI()
 ffibuilder.cdef(cdef_text())
 ffibuilder.set_source(
     "pimloader._audio",
-    '#include "pim_audio.h"\n',
-    sources=[_rel(os.path.join(HERE, name)) for name in ("audio_features.c", "audio_fft_plan.c")],
+    '#include "pim_audio.h"\n#include "pim_audio_wave.h"\n',
+    sources=[_rel(os.path.join(HERE, name)) for name in ("audio_features.c", "audio_fft_plan.c",
+                                                        "audio_waveform.c")],
     include_dirs=[INCLUDE],
-    depends=[HEADER, os.path.join(INCLUDE, "pim_audio_fft.h"), os.path.join(HERE, "audio_lanes.h")],
+    depends=[*HEADERS, os.path.join(INCLUDE, "pim_audio_fft.h"), os.path.join(HERE, "audio_lanes.h")],
     # -fno-math-errno: sqrtf and the other calls of the lane loops vectorise; -Wno-psabi:
     # the 32-byte lane vectors never cross a call boundary in the portable build (always_inline)
     extra_compile_args=["-std=gnu11", "-O3", "-Wall", "-Wextra", "-Wno-unused-parameter",

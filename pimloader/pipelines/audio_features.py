@@ -6,6 +6,11 @@ MelSpectrogram / MFCC, AmplitudeToDB, FrequencyMasking, TimeMasking) lowered to 
 features (the DPU log-mel kernel takes mono clips of the specs it computes), else the CPU
 backend's kernel (`backends.audio_features.cpu_features`).
 
+The waveform steps, when they are all pimloader's augmentations, run natively too
+(backends/audio_waveform.py): per clip their random numbers are drawn with their torch calls,
+and one call per run applies them, each clip straight into the array the feature kernel
+reads.
+
 Random numbers stay where the transform draws them: per clip, the waveform steps draw
 theirs, then the clip's masks are drawn with torchaudio's calls (`draw_masks`, per channel
 where the masks are iid) before the next clip is read, so a seed gives the masks of the
@@ -35,6 +40,16 @@ def kernel_module():
     return audio_features
 
 
+def native_waveform_steps(steps: list):
+    """backends.audio_waveform.WaveformSteps for `steps`, or None (not built, or a step it
+    does not lower: the steps then run in torch)."""
+    try:
+        from pimloader.backends.audio_waveform import WaveformSteps
+    except ImportError:
+        return None
+    return WaveformSteps.lower(steps)
+
+
 def flattened(transform) -> list:
     """The steps of a Compose (torchvision's, nested ones too) or nn.Sequential."""
     if isinstance(transform, torch.nn.Sequential):
@@ -54,6 +69,12 @@ class Pending:
     freq_masks: np.ndarray   # int32 [C, K, 2]
     time_masks: np.ndarray
     name: str = "a clip"     # what errors call it
+    operations: list = None  # the native waveform steps drawn for it (None: none to run)
+    shape: tuple = None      # [C, L] after them
+
+    def __post_init__(self):
+        if self.shape is None:
+            self.shape = tuple(self.waveform.shape)
 
 
 @dataclass
@@ -63,6 +84,7 @@ class FusedFeatures:
     waveform_steps: list
     feature_steps: list      # the same spectral steps, run in torch where the kernel is not
     spec: Any                # backends.audio_features.FeatureSpec
+    native_steps: Any = None  # backends.audio_waveform.WaveformSteps for waveform_steps
 
     @classmethod
     def lower(cls, transform) -> Optional["FusedFeatures"]:
@@ -79,21 +101,26 @@ class FusedFeatures:
             spec = kernel.FeatureSpec.from_transforms(spectral, normalize=normalize)
         except (ValueError, TypeError):
             return None
-        return cls(steps[:first], steps[first:], spec)
+        return cls(steps[:first], steps[first:], spec, native_waveform_steps(steps[:first]))
 
     def prepare(self, waveform: torch.Tensor):
         """The clip through the waveform steps, then Pending (its masks drawn) for the
         kernel, or its features computed in torch."""
+        if self.native_steps is not None and self.native_steps.takes(waveform):
+            operations, shape = self.native_steps.draw(tuple(waveform.shape))
+            return self._pending(waveform, shape, operations)
         for step in self.waveform_steps:
             waveform = step(waveform)
         if self._kernel_takes(waveform):
-            self.spec.check_length(waveform.shape[-1])
-            freq, time = kernel_module().draw_masks(self.spec, waveform.shape[-1],
-                                                    channels=waveform.shape[0])
-            return Pending(waveform, freq, time)
+            return self._pending(waveform, tuple(waveform.shape))
         for step in self.feature_steps:
             waveform = step(waveform)
         return waveform
+
+    def _pending(self, waveform, shape: tuple, operations=None) -> Pending:
+        self.spec.check_length(shape[-1])
+        freq, time = kernel_module().draw_masks(self.spec, shape[-1], channels=shape[0])
+        return Pending(waveform, freq, time, operations=operations, shape=shape)
 
     def _kernel_takes(self, waveform) -> bool:
         return (isinstance(waveform, torch.Tensor) and waveform.dim() == 2
@@ -104,16 +131,16 @@ class FusedFeatures:
         (backends.select.Router), one run per stretch of consecutive clips of one shape and
         one backend; the others as they are."""
         out = list(prepared)
-        backends = [router.backend_for_features(self.spec, tuple(item.waveform.shape))
+        backends = [router.backend_for_features(self.spec, item.shape)
                     if isinstance(item, Pending) else None for item in out]
         start = 0
         while start < len(out):
             if backends[start] is None:
                 start += 1
                 continue
-            shape, stop = out[start].waveform.shape, start + 1
+            shape, stop = out[start].shape, start + 1
             while (stop < len(out) and backends[stop] is backends[start]
-                   and out[stop].waveform.shape == shape):
+                   and out[stop].shape == shape):
                 stop += 1
             out[start:stop] = self._run(out[start:stop], backends[start])
             start = stop
@@ -121,12 +148,20 @@ class FusedFeatures:
 
     def _run(self, run: list, backend) -> list:
         """Features [C, rows, frames] of clips of one shape [C, L], in one kernel run."""
-        feature_run = FeatureRun(torch.stack([clip.waveform for clip in run]).numpy(), self.spec,
+        feature_run = FeatureRun(self._waveforms(run), self.spec,
                                  _stacked([clip.freq_masks for clip in run]),
                                  _stacked([clip.time_masks for clip in run]),
                                  [clip.name for clip in run])
         features = backend.submit_features(feature_run).wait()
         return list(torch.from_numpy(features))
+
+    def _waveforms(self, run: list) -> np.ndarray:
+        """The clips' final waveforms as one float32 array [N, C, L]: the native waveform
+        steps' output, or the clips stacked."""
+        if self.native_steps is None:
+            return torch.stack([clip.waveform for clip in run]).numpy()
+        return self.native_steps.run([clip.waveform for clip in run],
+                                     [clip.operations or [] for clip in run])
 
 
 def _fixed_normalization(steps: list) -> tuple:

@@ -7,6 +7,10 @@ generator with the calls its docstring lists, in that order and nothing else, so
 reference written with plain torch calls replays them under the same seed (and so that a
 loader's workers seed them as torch's DataLoader does). A coin for `p` is drawn only when
 p < 1: `torch.rand(1) >= p` skips the transform (torchvision's convention).
+
+Drawing is separate from applying (torchvision v2's make_params): `make_params` draws from
+the clip's shape alone, and `forward` applies what it drew; the audio pipeline's native
+waveform step (backends/audio_waveform.py) applies the same draws in C.
 """
 from __future__ import annotations
 
@@ -44,9 +48,11 @@ def _uniform(low: float, high: float) -> float:
 
 def _place(waveform: torch.Tensor, length: int, start: int, fill: float) -> torch.Tensor:
     """`waveform`'s samples [start, start + length) along time, `fill` where that range
-    leaves the waveform (start may be negative or past the end): one constant pad, whose
-    negative widths crop."""
+    leaves the waveform (start may be negative or past the end): a view when the range is
+    inside the waveform, else one constant pad, whose negative widths crop."""
     size = waveform.shape[-1]
+    if 0 <= start and start + length <= size:
+        return waveform[..., start:start + length]
     if start >= size or start + length <= 0:
         return waveform.new_full(waveform.shape[:-1] + (length,), fill)
     return F.pad(waveform, (-start, start + length - size), value=fill)
@@ -72,14 +78,15 @@ class CropOrPad(torch.nn.Module):
         self.position = position
         self.fill = float(fill)
 
-    def forward(self, waveform: torch.Tensor) -> torch.Tensor:
-        size = waveform.shape[-1]
+    def make_params(self, size: int) -> int:
+        """The first sample kept (negative: that many samples of padding come first)."""
         if size >= self.length:
             excess = size - self.length
-            start = {"start": excess, "center": excess // 2, "end": 0}[self.position]
-            return waveform[..., start:start + self.length]
-        start = -_padding_start(self.position, self.length - size)
-        return _place(waveform, self.length, start, self.fill)
+            return {"start": excess, "center": excess // 2, "end": 0}[self.position]
+        return -_padding_start(self.position, self.length - size)
+
+    def forward(self, waveform: torch.Tensor) -> torch.Tensor:
+        return _place(waveform, self.length, self.make_params(waveform.shape[-1]), self.fill)
 
 
 class RandomCropOrPad(torch.nn.Module):
@@ -100,19 +107,21 @@ class RandomCropOrPad(torch.nn.Module):
         self.pad_position = pad_position
         self.fill = float(fill)
 
-    def forward(self, waveform: torch.Tensor) -> torch.Tensor:
-        size = waveform.shape[-1]
+    def make_params(self, size: int) -> int:
+        """The first sample kept (negative: that many samples of padding come first)."""
         if size > self.length:
-            offset = int(torch.randint(0, size - self.length + 1, (1,)))
-            return waveform[..., offset:offset + self.length]
+            return int(torch.randint(0, size - self.length + 1, (1,)))
         if size == self.length:
-            return waveform
+            return 0
         missing = self.length - size
         if self.pad_position == "random":
-            before = int(torch.randint(0, missing + 1, (1,)))
-        else:
-            before = _padding_start(self.pad_position, missing)
-        return _place(waveform, self.length, -before, self.fill)
+            return -int(torch.randint(0, missing + 1, (1,)))
+        return -_padding_start(self.pad_position, missing)
+
+    def forward(self, waveform: torch.Tensor) -> torch.Tensor:
+        if waveform.shape[-1] == self.length:
+            return waveform
+        return _place(waveform, self.length, self.make_params(waveform.shape[-1]), self.fill)
 
 
 class RandomTimeShift(torch.nn.Module):
@@ -133,10 +142,16 @@ class RandomTimeShift(torch.nn.Module):
         self.rollover = bool(rollover)
         self.p = _checked_p(p)
 
-    def forward(self, waveform: torch.Tensor) -> torch.Tensor:
+    def make_params(self) -> int | None:
+        """The shift in samples, or None when the coin skips the step."""
         if _skipped(self.p):
+            return None
+        return int(torch.randint(-self.max_shift, self.max_shift + 1, (1,)))
+
+    def forward(self, waveform: torch.Tensor) -> torch.Tensor:
+        shift = self.make_params()
+        if shift is None:
             return waveform
-        shift = int(torch.randint(-self.max_shift, self.max_shift + 1, (1,)))
         if self.rollover:
             return torch.roll(waveform, shift, dims=-1)
         return _place(waveform, waveform.shape[-1], -shift, self.fill)
@@ -159,11 +174,15 @@ class RandomGain(torch.nn.Module):
         self.max_gain_db = float(max_gain_db)
         self.p = _checked_p(p)
 
-    def forward(self, waveform: torch.Tensor) -> torch.Tensor:
+    def make_params(self) -> float | None:
+        """The factor 10 ** (gain_db / 20), or None when the coin skips the step."""
         if _skipped(self.p):
-            return waveform
-        gain_db = _uniform(self.min_gain_db, self.max_gain_db)
-        return waveform * 10.0 ** (gain_db / 20.0)
+            return None
+        return 10.0 ** (_uniform(self.min_gain_db, self.max_gain_db) / 20.0)
+
+    def forward(self, waveform: torch.Tensor) -> torch.Tensor:
+        factor = self.make_params()
+        return waveform if factor is None else waveform * factor
 
 
 def add_noise(waveform: torch.Tensor, noise: torch.Tensor, snr) -> torch.Tensor:
@@ -218,20 +237,32 @@ class AddBackgroundNoise(torch.nn.Module):
             raise ValueError(f"noise clip {index} is silent: no SNR can be set with it")
         return noise
 
-    def forward(self, waveform: torch.Tensor) -> torch.Tensor:
+    def make_params(self, shape: tuple) -> tuple | None:
+        """(noise index, offset into the repeated noise, snr_db) for a clip of `shape`
+        (..., time), or None when the coin skips the step."""
         if _skipped(self.p):
-            return waveform
-        noise = self.noises[int(torch.randint(0, len(self.noises), (1,)))]
-        channels = waveform.shape[-2] if waveform.ndim >= 2 else 1
+            return None
+        which = int(torch.randint(0, len(self.noises), (1,)))
+        noise = self.noises[which]
+        channels = shape[-2] if len(shape) >= 2 else 1
         if noise.ndim == 2 and noise.shape[0] not in (1, channels):
             raise ValueError(f"a noise clip of {noise.shape[0]} channels cannot be mixed "
-                             f"into a clip of shape {tuple(waveform.shape)}")
-        size = waveform.shape[-1]
+                             f"into a clip of shape {tuple(shape)}")
+        size, noise_length = shape[-1], noise.shape[-1]
+        repeated = noise_length * -(-size // noise_length) if noise_length < size else noise_length
+        offset = 0
+        if repeated > size:
+            offset = int(torch.randint(0, repeated - size + 1, (1,)))
+        return which, offset, _uniform(*self.snr)
+
+    def forward(self, waveform: torch.Tensor) -> torch.Tensor:
+        params = self.make_params(tuple(waveform.shape))
+        if params is None:
+            return waveform
+        which, offset, snr_db = params
+        noise, size = self.noises[which], waveform.shape[-1]
         if noise.shape[-1] < size:
             noise = noise.repeat(*([1] * (noise.ndim - 1)), -(-size // noise.shape[-1]))
-        offset = 0
-        if noise.shape[-1] > size:
-            offset = int(torch.randint(0, noise.shape[-1] - size + 1, (1,)))
         stretch = noise[..., offset:offset + size].to(waveform.dtype)
         stretch = stretch.expand(waveform.shape)
-        return add_noise(waveform, stretch, _uniform(*self.snr))
+        return add_noise(waveform, stretch, snr_db)

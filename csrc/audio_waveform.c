@@ -1,0 +1,284 @@
+/* audio_waveform.c: PCM decoding and the waveform steps of the audio pipeline
+ * (pim_audio_wave.h).
+ *
+ * Decoding, per sample s of a frame of channels c:
+ *   u8: (s - 128) / 128    s16: s / 2^15    s24: s / 2^23    s32: s / 2^31    f32, f64: s
+ * (the floats libsndfile gives: every scale is a power of two); downmixed:
+ *   y = (x_0 + x_1 + ... + x_{c-1}) / c, summed in float32 in that order (torch's mean).
+ *
+ * Waveform operations on a clip x[channel][0, n):
+ *   place(at, m, fill): y[i] = x[at + i] where 0 <= at + i < n, else fill; i in [0, m)
+ *   roll(k):            y[(i + k) mod n] = x[i]
+ *   gain(g):            y[i] = x[i] * g
+ *   noise(z, at, snr):  s[i] = z[(at + i) mod len(z)]  (the noise repeated end to end),
+ *                       y[i] = x[i] + a s[i],  a = sqrt(sum x^2 / sum s^2 * 10^(-snr / 10))
+ *                       per channel (a = 0 for a silent stretch)
+ * each in float32, rounded once per operation as torch rounds them; the energies are
+ * summed in double (torch sums in float32 in its own order: the only difference). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pim_audio_wave.h"
+
+/* y = x + a s must round the product before the sum, as torch does (two operations) */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+#define FAIL(...) (snprintf(err, (size_t)err_len, __VA_ARGS__), -1)
+
+/* ---- PCM decoding --------------------------------------------------------------------- */
+
+static int sample_bytes(int32_t format)
+{
+    static const int bytes[] = {1, 2, 3, 4, 4, 8};
+    return format >= PIM_PCM_U8 && format <= PIM_PCM_F64 ? bytes[format] : 0;
+}
+
+static int32_t le_bits(const uint8_t *p, int bytes)
+{
+    uint32_t v = 0;
+    for (int b = 0; b < bytes; b++)
+        v |= (uint32_t)p[b] << (8 * b);
+    return (int32_t)v;
+}
+
+static float pcm_sample(const uint8_t *p, int32_t format)
+{
+    switch (format) {
+    case PIM_PCM_U8: return (float)((int)p[0] - 128) * 0x1p-7f;
+    case PIM_PCM_S16: return (float)(int16_t)le_bits(p, 2) * 0x1p-15f;
+    case PIM_PCM_S24: return (float)((int32_t)((uint32_t)le_bits(p, 3) << 8) >> 8) * 0x1p-23f;
+    case PIM_PCM_S32: return (float)le_bits(p, 4) * 0x1p-31f;
+    case PIM_PCM_F32: {
+        const uint32_t bits = (uint32_t)le_bits(p, 4);
+        float f;
+        memcpy(&f, &bits, sizeof f);
+        return f;
+    }
+    default: {
+        const uint64_t bits = (uint32_t)le_bits(p, 4) | (uint64_t)(uint32_t)le_bits(p + 4, 4) << 32;
+        double d;
+        memcpy(&d, &bits, sizeof d);
+        return (float)d;
+    }
+    }
+}
+
+/* one format per loop: the switch moves out of the per-sample work */
+#define DECODE_LOOP(FORMAT)                                                                  \
+    for (int64_t t = 0; t < frames; t++) {                                                   \
+        const uint8_t *frame = data + t * frame_bytes;                                       \
+        if (downmix) {                                                                       \
+            float sum = pcm_sample(frame, FORMAT);                                           \
+            for (int32_t c = 1; c < channels; c++)                                           \
+                sum += pcm_sample(frame + c * width, FORMAT);                                \
+            out[t] = sum / (float)channels;                                                  \
+        } else {                                                                             \
+            for (int32_t c = 0; c < channels; c++)                                           \
+                out[c * frames + t] = pcm_sample(frame + c * width, FORMAT);                 \
+        }                                                                                    \
+    }
+
+int pim_audio_pcm(const uint8_t *data, int64_t frames, int32_t channels, int32_t format,
+                  int32_t downmix, float *out, char *err, int32_t err_len)
+{
+    const int width = sample_bytes(format);
+    if (width == 0)
+        return FAIL("unknown PCM format %d", format);
+    if (frames < 1 || channels < 1)
+        return FAIL("%lld frames of %d channels: nothing to decode", (long long)frames, channels);
+    const int64_t frame_bytes = (int64_t)width * channels;
+    switch (format) {
+    case PIM_PCM_U8: DECODE_LOOP(PIM_PCM_U8) break;
+    case PIM_PCM_S16: DECODE_LOOP(PIM_PCM_S16) break;
+    case PIM_PCM_S24: DECODE_LOOP(PIM_PCM_S24) break;
+    case PIM_PCM_S32: DECODE_LOOP(PIM_PCM_S32) break;
+    case PIM_PCM_F32: DECODE_LOOP(PIM_PCM_F32) break;
+    default: DECODE_LOOP(PIM_PCM_F64) break;
+    }
+    return 0;
+}
+
+/* ---- waveform operations, one channel at a time: x[0, n) -> y[0, m) -------------------- */
+
+static int64_t clamped(int64_t v, int64_t low, int64_t high)
+{
+    return v < low ? low : v > high ? high : v;
+}
+
+/* y[i] = x[at + i] for i in [begin, end), where 0 <= at + i < n; fill elsewhere */
+static void place(const float *x, int64_t n, int64_t at, float fill, float *y, int64_t m)
+{
+    const int64_t begin = clamped(-at, 0, m), end = clamped(n - at, begin, m);
+    for (int64_t i = 0; i < begin; i++)
+        y[i] = fill;
+    memcpy(y + begin, x + at + begin, (size_t)(end - begin) * sizeof *y);
+    for (int64_t i = end; i < m; i++)
+        y[i] = fill;
+}
+
+static void roll(const float *x, int64_t n, int64_t k, float *y)
+{
+    k %= n;
+    if (k < 0)
+        k += n;
+    memcpy(y + k, x, (size_t)(n - k) * sizeof *y);
+    memcpy(y, x + n - k, (size_t)k * sizeof *y);
+}
+
+static void gain(const float *x, int64_t n, float g, float *y)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = x[i] * g;
+}
+
+static double energy(const float *x, int64_t n)
+{
+    double sum[4] = {0.0, 0.0, 0.0, 0.0};
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4)
+        for (int j = 0; j < 4; j++)
+            sum[j] += (double)x[i + j] * x[i + j];
+    for (; i < n; i++)
+        sum[0] += (double)x[i] * x[i];
+    return (sum[0] + sum[1]) + (sum[2] + sum[3]);
+}
+
+/* s[0, n): z from sample `at`, z repeated end to end */
+static void noise_stretch(const float *z, int64_t z_length, int64_t at, float *s, int64_t n)
+{
+    int64_t j = at % z_length;
+    for (int64_t i = 0; i < n;) {
+        const int64_t run = n - i < z_length - j ? n - i : z_length - j;
+        memcpy(s + i, z + j, (size_t)run * sizeof *s);
+        i += run;
+        j = 0;
+    }
+}
+
+static void add_noise(const float *x, int64_t n, const float *s, double snr_db, float *y)
+{
+    const double noise_energy = energy(s, n);
+    const float a = noise_energy > 0.0
+        ? (float)sqrt(energy(x, n) / noise_energy * pow(10.0, -snr_db / 10.0)) : 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        const float scaled = a * s[i];
+        y[i] = x[i] + scaled;
+    }
+}
+
+/* ---- a clip through its operations ------------------------------------------------------ */
+
+static int64_t length_after(const pim_wave_op_t *op, int64_t n)
+{
+    return op->kind == PIM_WAVE_PLACE ? op->length : n;
+}
+
+static int check_clip(const pim_wave_op_t *ops, int64_t count, int64_t n, int32_t channels,
+                      const pim_wave_noise_t *noises, int32_t n_noises, int64_t length,
+                      int64_t clip, int64_t *longest, char *err, int32_t err_len)
+{
+    if (n < 1)
+        return FAIL("clip %lld: a source of %lld samples", (long long)clip, (long long)n);
+    *longest = n;
+    for (int64_t k = 0; k < count; k++) {
+        const pim_wave_op_t *op = &ops[k];
+        if (op->kind < PIM_WAVE_PLACE || op->kind > PIM_WAVE_NOISE)
+            return FAIL("clip %lld, operation %lld: unknown kind %d", (long long)clip,
+                        (long long)k, op->kind);
+        if (op->kind == PIM_WAVE_PLACE && op->length < 1)
+            return FAIL("clip %lld, operation %lld: placing %lld samples", (long long)clip,
+                        (long long)k, (long long)op->length);
+        if (op->kind == PIM_WAVE_NOISE) {
+            if (op->noise < 0 || op->noise >= n_noises || op->at < 0)
+                return FAIL("clip %lld, operation %lld: noise %d from sample %lld, of %d "
+                            "noises", (long long)clip, (long long)k, op->noise,
+                            (long long)op->at, n_noises);
+            const pim_wave_noise_t *z = &noises[op->noise];
+            if (z->samples == NULL || z->length < 1 || (z->channels != 1 && z->channels != channels))
+                return FAIL("noise %d of %d channels cannot be mixed into a clip of %d",
+                            op->noise, z->channels, channels);
+        }
+        n = length_after(op, n);
+        if (n > *longest)
+            *longest = n;
+    }
+    if (n != length)
+        return FAIL("clip %lld ends %lld samples long, its slot holds %lld", (long long)clip,
+                    (long long)n, (long long)length);
+    return 0;
+}
+
+static void apply(const pim_wave_op_t *op, const pim_wave_noise_t *noises, const float *x,
+                  int64_t n, float *y, float *stretch)
+{
+    switch (op->kind) {
+    case PIM_WAVE_PLACE: place(x, n, op->at, (float)op->value, y, op->length); break;
+    case PIM_WAVE_ROLL: roll(x, n, op->at, y); break;
+    case PIM_WAVE_GAIN: gain(x, n, (float)op->value, y); break;
+    default: add_noise(x, n, stretch, op->value, y); break;
+    }
+}
+
+/* one channel of a clip: the operations ping-pong between two scratch rows, the last one
+ * writing into out */
+static void run_channel(const float *source, int64_t n, int32_t channel,
+                        const pim_wave_op_t *ops, int64_t count, const pim_wave_noise_t *noises,
+                        float *scratch[3], float *out, int64_t length)
+{
+    const float *x = source;
+    if (count == 0)
+        memcpy(out, source, (size_t)length * sizeof *out);
+    for (int64_t k = 0; k < count; k++) {
+        const pim_wave_op_t *op = &ops[k];
+        float *y = k == count - 1 ? out : scratch[k & 1];
+        if (op->kind == PIM_WAVE_NOISE) {
+            const pim_wave_noise_t *z = &noises[op->noise];
+            const float *row = z->samples + (z->channels == 1 ? 0 : channel) * z->length;
+            noise_stretch(row, z->length, op->at, scratch[2], n);
+        }
+        apply(op, noises, x, n, y, scratch[2]);
+        x = y;
+        n = length_after(op, n);
+    }
+}
+
+int pim_audio_waveforms(const float *const *sources, const int64_t *source_lengths,
+                        int64_t n_clips, int32_t channels, const pim_wave_op_t *ops,
+                        const int64_t *op_starts, const pim_wave_noise_t *noises,
+                        int32_t n_noises, float *out, int64_t length, char *err,
+                        int32_t err_len)
+{
+    if (channels < 1 || length < 1 || n_clips < 0)
+        return FAIL("%lld clips of %d channels and %lld samples", (long long)n_clips, channels,
+                    (long long)length);
+    int64_t longest = 0;
+    for (int64_t i = 0; i < n_clips; i++) {
+        int64_t clip_longest;
+        if (op_starts[i] < 0 || op_starts[i + 1] < op_starts[i])
+            return FAIL("clip %lld: operations [%lld, %lld)", (long long)i,
+                        (long long)op_starts[i], (long long)op_starts[i + 1]);
+        if (sources[i] == NULL ||
+            check_clip(ops + op_starts[i], op_starts[i + 1] - op_starts[i], source_lengths[i],
+                       channels, noises, n_noises, length, i, &clip_longest, err, err_len))
+            return sources[i] == NULL ? FAIL("clip %lld has no samples", (long long)i) : -1;
+        if (clip_longest > longest)
+            longest = clip_longest;
+    }
+    float *rows = malloc((size_t)(3 * longest) * sizeof *rows);
+    if (rows == NULL && n_clips > 0)
+        return -2;
+    float *scratch[3] = {rows, rows + longest, rows + 2 * longest};
+    for (int64_t i = 0; i < n_clips; i++)
+        for (int32_t c = 0; c < channels; c++)
+            run_channel(sources[i] + c * source_lengths[i], source_lengths[i], c,
+                        ops + op_starts[i], op_starts[i + 1] - op_starts[i], noises, scratch,
+                        out + (i * channels + c) * length, length);
+    free(rows);
+    return 0;
+}

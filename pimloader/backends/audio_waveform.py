@@ -1,0 +1,163 @@
+"""The audio pipeline's waveform steps in native code: one call per run of clips.
+
+pimloader's waveform augmentations (CropOrPad, RandomCropOrPad, RandomTimeShift, RandomGain,
+AddBackgroundNoise) draw their random numbers in `make_params`, from the clip's shape alone,
+with torch's calls. `WaveformSteps.draw` replays those calls per clip, in the transform's
+order, and turns the draws into operations (csrc/include/pim_audio_wave.h):
+
+    CropOrPad / RandomCropOrPad         place(start, length, fill)
+    RandomTimeShift                     place(-shift, size, fill), or roll(shift)
+    RandomGain                          gain(10 ** (gain_db / 20))
+    AddBackgroundNoise                  noise(which, offset, snr_db)
+
+(nothing for a step whose coin skipped it); `WaveformSteps.run` applies every clip's
+operations in one native call (csrc/audio_waveform.c), writing each clip straight into its
+row of the [N, channels, length] float32 array the feature kernel reads. Crop, pad, shift and
+gain give torch's floats exactly; a noise mix differs from torch's only in how the two
+energies are summed (double here, float32 in torch): tests/test_audio_waveform_native.py
+states and asserts the bound.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import torch
+
+from pimloader import _audio
+from pimloader.transforms import _waveform as W
+
+__all__ = ["WaveformSteps", "OP_DTYPE"]
+
+ffi, lib = _audio.ffi, _audio.lib
+OP_DTYPE = np.dtype([("kind", "<i4"), ("noise", "<i4"), ("at", "<i8"), ("length", "<i8"),
+                     ("value", "<f8")])
+if ffi.sizeof("pim_wave_op_t") != OP_DTYPE.itemsize:
+    raise ImportError("pim_wave_op_t and OP_DTYPE disagree: rebuild pimloader._audio")
+
+
+def _crop_or_pad(step, shape, noise_base):
+    return [(lib.PIM_WAVE_PLACE, 0, step.make_params(shape[-1]), step.length, step.fill)], step.length
+
+
+def _random_crop_or_pad(step, shape, noise_base):
+    if shape[-1] == step.length:
+        return [], step.length
+    return _crop_or_pad(step, shape, noise_base)
+
+
+def _time_shift(step, shape, noise_base):
+    shift = step.make_params()
+    if shift is None:
+        return [], shape[-1]
+    if step.rollover:
+        return [(lib.PIM_WAVE_ROLL, 0, shift, 0, 0.0)], shape[-1]
+    return [(lib.PIM_WAVE_PLACE, 0, -shift, shape[-1], step.fill)], shape[-1]
+
+
+def _gain(step, shape, noise_base):
+    factor = step.make_params()
+    return ([] if factor is None else [(lib.PIM_WAVE_GAIN, 0, 0, 0, factor)]), shape[-1]
+
+
+def _background_noise(step, shape, noise_base):
+    params = step.make_params(shape)
+    if params is None:
+        return [], shape[-1]
+    which, offset, snr_db = params
+    return [(lib.PIM_WAVE_NOISE, noise_base + which, offset, 0, snr_db)], shape[-1]
+
+
+# the steps lowered: exactly these classes (a subclass may compute something else)
+_LOWERINGS = {W.CropOrPad: _crop_or_pad, W.RandomCropOrPad: _random_crop_or_pad,
+              W.RandomTimeShift: _time_shift, W.RandomGain: _gain,
+              W.AddBackgroundNoise: _background_noise}
+
+
+class WaveformSteps:
+    """A list of waveform steps run natively (picklable: it goes to the loader's workers;
+    the native noise table is rebuilt in each process)."""
+
+    def __init__(self, steps: list) -> None:
+        self.steps = list(steps)
+        self._noise_base = []
+        base = 0
+        for step in self.steps:
+            self._noise_base.append(base)
+            base += len(step.noises) if isinstance(step, W.AddBackgroundNoise) else 0
+        self._table = None
+
+    @classmethod
+    def lower(cls, steps: list) -> Optional["WaveformSteps"]:
+        """The steps as native operations, or None when one of them is not pimloader's own
+        waveform augmentation."""
+        if not all(type(step) in _LOWERINGS for step in steps):
+            return None
+        return cls(steps)
+
+    def __getstate__(self):
+        return dict(self.__dict__, _table=None)
+
+    @staticmethod
+    def takes(waveform) -> bool:
+        """Whether the native steps take this waveform: float32 [channels, time]."""
+        return (isinstance(waveform, torch.Tensor) and waveform.dim() == 2
+                and waveform.dtype == torch.float32 and waveform.device.type == "cpu"
+                and not waveform.requires_grad and waveform.shape[-1] > 0)
+
+    def draw(self, shape: tuple) -> tuple[list, tuple]:
+        """(operations, the clip's shape after them) for a clip of `shape` [channels, time]:
+        each step's random numbers drawn with its torch calls, in order."""
+        operations, size = [], shape[-1]
+        for step, base in zip(self.steps, self._noise_base):
+            drawn, size = _LOWERINGS[type(step)](step, (shape[0], size), base)
+            operations += drawn
+        return operations, (shape[0], size)
+
+    def run(self, sources: list, operations: list, out: Optional[np.ndarray] = None) -> np.ndarray:
+        """The clips (float32 [channels, time] tensors) through their operations (lists
+        from `draw`; [] for a clip already final) into out, float32 [N, channels, length]
+        (allocated when None), in one native call."""
+        sources = [source.contiguous() for source in sources]
+        channels = sources[0].shape[0]
+        length = _final_length(sources[0].shape[-1], operations[0])
+        if out is None:
+            out = np.empty((len(sources), channels, length), np.float32)
+        ops = np.array([op for clip in operations for op in clip], OP_DTYPE)
+        starts = np.zeros(len(sources) + 1, np.int64)
+        np.cumsum([len(clip) for clip in operations], out=starts[1:])
+        table, count = self._noise_table()
+        err = ffi.new("char[]", 256)
+        status = lib.pim_audio_waveforms(
+            ffi.new("float *[]", [ffi.cast("float *", s.data_ptr()) for s in sources]),
+            ffi.new("int64_t[]", [s.shape[-1] for s in sources]), len(sources), channels,
+            ffi.cast("pim_wave_op_t *", ffi.from_buffer(ops)),
+            ffi.cast("int64_t *", ffi.from_buffer(starts)), table, count,
+            ffi.cast("float *", ffi.from_buffer(out, require_writable=True)), length, err,
+            len(err))
+        if status == -2:
+            raise MemoryError("waveform steps: no memory for the scratch buffers")
+        if status != 0:
+            raise ValueError(f"waveform steps: {ffi.string(err).decode()}")
+        return out
+
+    def _noise_table(self):
+        """(pim_wave_noise_t array, count) of every AddBackgroundNoise step's clips, as
+        float32 [channels, time], in the order of the steps (made once per process)."""
+        if self._table is None:
+            noises = [noise.to(torch.float32).reshape(-1, noise.shape[-1]).contiguous().numpy()
+                      for step in self.steps if isinstance(step, W.AddBackgroundNoise)
+                      for noise in step.noises]
+            table = ffi.new("pim_wave_noise_t[]", max(len(noises), 1))
+            for entry, noise in zip(table, noises):
+                entry.samples = ffi.cast("float *", ffi.from_buffer(noise))
+                entry.channels, entry.length = noise.shape
+            self._table = (table, len(noises), noises)
+        return self._table[:2]
+
+
+def _final_length(size: int, operations: list) -> int:
+    for kind, _, _, length, _ in operations:
+        if kind == lib.PIM_WAVE_PLACE:
+            size = length
+    return size
