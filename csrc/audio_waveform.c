@@ -39,29 +39,26 @@ static int sample_bytes(int32_t format)
     return format >= PIM_PCM_U8 && format <= PIM_PCM_F64 ? bytes[format] : 0;
 }
 
-static int32_t le_bits(const uint8_t *p, int bytes)
-{
-    uint32_t v = 0;
-    for (int b = 0; b < bytes; b++)
-        v |= (uint32_t)p[b] << (8 * b);
-    return (int32_t)v;
-}
+/* little-endian integers of the data chunk (compilers turn these into plain loads) */
+static uint32_t le16(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8; }
+static uint32_t le24(const uint8_t *p) { return le16(p) | (uint32_t)p[2] << 16; }
+static uint32_t le32(const uint8_t *p) { return le24(p) | (uint32_t)p[3] << 24; }
 
-static float pcm_sample(const uint8_t *p, int32_t format)
+static inline float pcm_sample(const uint8_t *p, int32_t format)
 {
     switch (format) {
-    case PIM_PCM_U8: return (float)((int)p[0] - 128) * 0x1p-7f;
-    case PIM_PCM_S16: return (float)(int16_t)le_bits(p, 2) * 0x1p-15f;
-    case PIM_PCM_S24: return (float)((int32_t)((uint32_t)le_bits(p, 3) << 8) >> 8) * 0x1p-23f;
-    case PIM_PCM_S32: return (float)le_bits(p, 4) * 0x1p-31f;
+    case PIM_PCM_U8: return (float)((int32_t)p[0] - 128) * 0x1p-7f;
+    case PIM_PCM_S16: return (float)(int16_t)le16(p) * 0x1p-15f;
+    case PIM_PCM_S24: return (float)((int32_t)(le24(p) << 8) >> 8) * 0x1p-23f;
+    case PIM_PCM_S32: return (float)(int32_t)le32(p) * 0x1p-31f;
     case PIM_PCM_F32: {
-        const uint32_t bits = (uint32_t)le_bits(p, 4);
+        const uint32_t bits = le32(p);
         float f;
         memcpy(&f, &bits, sizeof f);
         return f;
     }
     default: {
-        const uint64_t bits = (uint32_t)le_bits(p, 4) | (uint64_t)(uint32_t)le_bits(p + 4, 4) << 32;
+        const uint64_t bits = le32(p) | (uint64_t)le32(p + 4) << 32;
         double d;
         memcpy(&d, &bits, sizeof d);
         return (float)d;
@@ -69,19 +66,23 @@ static float pcm_sample(const uint8_t *p, int32_t format)
     }
 }
 
-/* one format per loop: the switch moves out of the per-sample work */
+/* one format per loop, the switch out of the per-sample work; mono, planar or downmixed */
 #define DECODE_LOOP(FORMAT)                                                                  \
-    for (int64_t t = 0; t < frames; t++) {                                                   \
-        const uint8_t *frame = data + t * frame_bytes;                                       \
-        if (downmix) {                                                                       \
-            float sum = pcm_sample(frame, FORMAT);                                           \
-            for (int32_t c = 1; c < channels; c++)                                           \
-                sum += pcm_sample(frame + c * width, FORMAT);                                \
-            out[t] = sum / (float)channels;                                                  \
-        } else {                                                                             \
-            for (int32_t c = 0; c < channels; c++)                                           \
-                out[c * frames + t] = pcm_sample(frame + c * width, FORMAT);                 \
-        }                                                                                    \
+    if (channels == 1) {                                                                     \
+        for (int64_t t = 0; t < frames; t++)                                                 \
+            out[t] = pcm_sample(data + t * width, FORMAT);                                   \
+    } else if (!downmix) {                                                                   \
+        for (int32_t c = 0; c < channels; c++)                                               \
+            for (int64_t t = 0; t < frames; t++)                                             \
+                out[c * frames + t] = pcm_sample(data + (t * channels + c) * width, FORMAT); \
+    } else {                                                                                 \
+        for (int64_t t = 0; t < frames; t++)                                                 \
+            out[t] = pcm_sample(data + t * channels * width, FORMAT);                        \
+        for (int32_t c = 1; c < channels; c++)                                               \
+            for (int64_t t = 0; t < frames; t++)                                             \
+                out[t] += pcm_sample(data + (t * channels + c) * width, FORMAT);             \
+        for (int64_t t = 0; t < frames; t++)                                                 \
+            out[t] /= (float)channels;                                                       \
     }
 
 int pim_audio_pcm(const uint8_t *data, int64_t frames, int32_t channels, int32_t format,
@@ -92,7 +93,6 @@ int pim_audio_pcm(const uint8_t *data, int64_t frames, int32_t channels, int32_t
         return FAIL("unknown PCM format %d", format);
     if (frames < 1 || channels < 1)
         return FAIL("%lld frames of %d channels: nothing to decode", (long long)frames, channels);
-    const int64_t frame_bytes = (int64_t)width * channels;
     switch (format) {
     case PIM_PCM_U8: DECODE_LOOP(PIM_PCM_U8) break;
     case PIM_PCM_S16: DECODE_LOOP(PIM_PCM_S16) break;
@@ -137,16 +137,26 @@ static void gain(const float *x, int64_t n, float g, float *y)
         y[i] = x[i] * g;
 }
 
+typedef float float4_t __attribute__((vector_size(4 * sizeof(float))));
+typedef double double4_t __attribute__((vector_size(4 * sizeof(double))));
+
+/* sum of x[i]^2 in double: four chains of four lanes, so the additions overlap */
 static double energy(const float *x, int64_t n)
 {
-    double sum[4] = {0.0, 0.0, 0.0, 0.0};
+    double4_t lanes[4] = {{0.0}, {0.0}, {0.0}, {0.0}};
     int64_t i = 0;
-    for (; i + 4 <= n; i += 4)
-        for (int j = 0; j < 4; j++)
-            sum[j] += (double)x[i + j] * x[i + j];
+    for (; i + 16 <= n; i += 16)
+        for (int k = 0; k < 4; k++) {
+            float4_t v;
+            memcpy(&v, x + i + 4 * k, sizeof v);
+            const double4_t d = __builtin_convertvector(v, double4_t);
+            lanes[k] += d * d;
+        }
+    const double4_t all = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+    double sum = (all[0] + all[1]) + (all[2] + all[3]);
     for (; i < n; i++)
-        sum[0] += (double)x[i] * x[i];
-    return (sum[0] + sum[1]) + (sum[2] + sum[3]);
+        sum += (double)x[i] * x[i];
+    return sum;
 }
 
 /* s[0, n): z from sample `at`, z repeated end to end */
@@ -214,7 +224,7 @@ static int check_clip(const pim_wave_op_t *ops, int64_t count, int64_t n, int32_
     return 0;
 }
 
-static void apply(const pim_wave_op_t *op, const pim_wave_noise_t *noises, const float *x,
+static void apply(const pim_wave_op_t *op, const float *x,
                   int64_t n, float *y, float *stretch)
 {
     switch (op->kind) {
@@ -242,7 +252,7 @@ static void run_channel(const float *source, int64_t n, int32_t channel,
             const float *row = z->samples + (z->channels == 1 ? 0 : channel) * z->length;
             noise_stretch(row, z->length, op->at, scratch[2], n);
         }
-        apply(op, noises, x, n, y, scratch[2]);
+        apply(op, x, n, y, scratch[2]);
         x = y;
         n = length_after(op, n);
     }

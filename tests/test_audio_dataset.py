@@ -113,27 +113,36 @@ def with_chunk_before_data(wav: bytes, chunk: bytes, payload: bytes) -> bytes:
 
 @pytest.mark.parametrize("channels, subtype, extra, container", [
     (1, "PCM_16", None, "WAV"), (2, "PCM_16", None, "WAV"), (1, "PCM_16", b"odd", "WAV"),
-    (3, "PCM_16", None, "WAV"),
-    (2, "PCM_16", None, "WAVEX"),  # WAVE_FORMAT_EXTENSIBLE: libsndfile reads it
+    (3, "PCM_16", None, "WAV"), (6, "PCM_24", None, "WAV"),
+    (2, "PCM_16", None, "WAVEX"),  # WAVE_FORMAT_EXTENSIBLE
+    (3, "FLOAT", None, "WAVEX"), (2, "PCM_24", None, "WAVEX"),
     (1, "PCM_U8", None, "WAV"), (2, "PCM_32", None, "WAV"), (1, "FLOAT", b"LIST pad", "WAV"),
+    (2, "DOUBLE", None, "WAV"),
+    (2, "ULAW", None, "WAV"), (1, "MS_ADPCM", None, "WAV"),  # not plain: libsndfile
 ])
 def test_wav_variants_decode_as_libsndfile_reads_them(channels, subtype, extra, container):
-    """Plain 16-bit PCM WAVs are read directly (pimloader.decode.audio), the rest by
-    libsndfile: both must give libsndfile's floats."""
+    """WAVs of plain samples (PCM 8-32 bit, float, double; also extensible) are read
+    directly (pimloader.decode.audio, natively where built), the rest by libsndfile: both
+    must give libsndfile's floats, and downmixed, torch's mean of them."""
     rng = np.random.default_rng(channels)
     encoded = io.BytesIO()
-    soundfile.write(encoded, rng.uniform(-1, 1, (999, channels)), 12345, format=container,
-                    subtype=subtype)
+    signal = rng.uniform(-1, 1, (999, channels))
+    signal[:3] = [[-1.0], [1.0], [0.0]]  # full scale: the extremes of every width
+    soundfile.write(encoded, signal, 12345, format=container, subtype=subtype)
     data = encoded.getvalue()
     if extra is not None:
         data = with_chunk_before_data(data, b"LIST", extra)
-    from pimloader.decode.audio import _plain_pcm16, _wav_chunks
-    direct = _plain_pcm16(data, _wav_chunks(data)) is not None
-    assert direct == (subtype == "PCM_16" and container == "WAV")
+    from pimloader.decode.audio import _wav_chunks, plain_wav
+    direct = plain_wav(data, _wav_chunks(data)) is not None
+    assert direct == (subtype not in ("ULAW", "MS_ADPCM"))
     want, rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
     got, got_rate = decode_audio(data, "clip.wav")
     assert got_rate == rate == 12345 and got.flags.c_contiguous
     np.testing.assert_array_equal(got, want.T)
+    mono, _ = decode_audio(data, "clip.wav", downmix=True)
+    assert mono.shape == (1, want.shape[0])
+    assert torch.equal(torch.from_numpy(mono),
+                       torch.from_numpy(want.T.copy()).mean(0, keepdim=True))
 
 
 def test_splits_follow_the_lists(folder):

@@ -26,10 +26,12 @@ def draw_intervals(mask: MaskSpec, axis_length: int, channels: int,
     if limit < 1:
         return [(0, 0)] * channels
     draws = channels if mask.iid_masks else 1
-    value = torch.rand(draws, generator=generator) * limit
-    min_value = torch.rand(draws, generator=generator) * (axis_length - value)
-    starts, ends = min_value.long(), min_value.long() + value.long()
-    if not mask.iid_masks and int(ends - starts) >= limit:
+    # torchaudio's float32 arithmetic on its draws, in numpy (the same IEEE operations,
+    # without a torch op's overhead per clip): value = u * limit, u' * (axis_length - value)
+    value = torch.rand(draws, generator=generator).numpy() * np.float32(limit)
+    min_value = torch.rand(draws, generator=generator).numpy() * (np.float32(axis_length) - value)
+    starts, ends = min_value.astype(np.int64), min_value.astype(np.int64) + value.astype(np.int64)
+    if not mask.iid_masks and int(ends[0] - starts[0]) >= limit:
         raise ValueError("Number of columns to be masked should be less than mask_param")
     pairs = [(min(max(s, 0), axis_length), min(max(e, 0), axis_length))
              for s, e in zip(starts.tolist(), ends.tolist())]

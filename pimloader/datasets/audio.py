@@ -39,10 +39,8 @@ class AudioDecoding:
     downmix: bool = False               # average the channels into one
 
     def __call__(self, data: bytes, name: str) -> torch.Tensor:
-        samples, rate = decode_audio(data, name)
+        samples, rate = decode_audio(data, name, downmix=self.downmix)
         waveform = torch.from_numpy(samples)
-        if self.downmix and waveform.shape[0] > 1:
-            waveform = waveform.mean(dim=0, keepdim=True)
         if self.sample_rate is not None and rate != self.sample_rate:
             waveform = resample(waveform, rate, self.sample_rate)
         return waveform

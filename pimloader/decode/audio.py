@@ -6,11 +6,14 @@ needed from the system). Why libsndfile rather than code of our own (dr_wav-styl
 parsing, libFLAC directly): it is the reference reader of both formats, maintained for
 decades, reads every WAV variant in the wild (PCM 8-32 bit, float, WAVE_FORMAT_EXTENSIBLE,
 RF64) and FLAC through libFLAC itself, and scales integers to floats as torchaudio does
-(PCM 16 / 32768, PCM 24 / 2^23). One exception, measured: a plain 16-bit PCM WAV, the
-format of nearly every clip of Speech Commands, is read directly with numpy (the same
-floats), because soundfile's per-call overhead is three to four times the whole read of a
-one-second clip, and with fused features that overhead was a large share of a clip's cost
-(docs/audio.md).
+(PCM 16 / 32768, PCM 24 / 2^23). One exception, measured: a WAV of plain samples (PCM 8,
+16, 24 or 32 bit, float or double, also as WAVE_FORMAT_EXTENSIBLE), the format of nearly
+every clip of Speech Commands, is read directly (the same floats: every scale is a power of
+two), because soundfile's per-call overhead is several times the whole read of a one-second
+clip, and with fused features that overhead was a large share of a clip's cost
+(docs/audio.md). The header walk is ours (it also finds truncated files); the samples are
+converted, and channels averaged when asked, by csrc/audio_waveform.c where pimloader's
+native audio module is built, else 16-bit files by numpy and the rest by libsndfile.
 
 libsndfile decodes a WAV whose data was cut short without complaint (it reads what is
 there); `decode_audio` refuses it, as the image path refuses a truncated JPEG, because a
@@ -20,20 +23,45 @@ from __future__ import annotations
 
 import io
 import struct
+from typing import NamedTuple
 
 import numpy as np
 import soundfile
 
 from .errors import DecodeError
 
+try:
+    from pimloader import _audio
+except ImportError:  # a build without the native audio module
+    _audio = None
+
 __all__ = ["decode_audio"]
 
 _STREAMED_SIZES = (0, 0xFFFFFFFF)  # a WAV written to a pipe leaves its sizes unknown
-_WAVE_FORMAT_PCM = 1
+_WAVE_FORMAT_PCM, _WAVE_FORMAT_FLOAT, _WAVE_FORMAT_EXTENSIBLE = 1, 3, 0xFFFE
+# the 14 bytes after the format tag in a WAVE_FORMAT_EXTENSIBLE sub-format GUID
+_KSDATAFORMAT_TAIL = b"\x00\x00\x00\x00\x10\x00\x80\x00\x00\xaa\x00\x38\x9b\x71"
+# (format tag, bits per sample) -> pim_audio_wave.h's PIM_PCM_* code
+_PLAIN_FORMATS = {(_WAVE_FORMAT_PCM, 8): 0, (_WAVE_FORMAT_PCM, 16): 1, (_WAVE_FORMAT_PCM, 24): 2,
+                  (_WAVE_FORMAT_PCM, 32): 3, (_WAVE_FORMAT_FLOAT, 32): 4,
+                  (_WAVE_FORMAT_FLOAT, 64): 5}
+_PCM_S16 = 1
 
 
-def decode_audio(data: bytes, name: str | None = None) -> tuple[np.ndarray, int]:
-    """(samples as float32 [channels, frames], sample rate) of an encoded audio file.
+class PlainWav(NamedTuple):
+    """Where the samples of a WAV of plain samples are, and how they are stored."""
+
+    format: int      # PIM_PCM_*
+    channels: int
+    rate: int
+    start: int       # offset of the data chunk's samples
+    frames: int
+
+
+def decode_audio(data: bytes, name: str | None = None, downmix: bool = False
+                 ) -> tuple[np.ndarray, int]:
+    """(samples as float32 [channels, frames], sample rate) of an encoded audio file; with
+    downmix=True [1, frames], the mean of the channels (torch's waveform.mean(0)).
 
     Raises DecodeError naming `name` for an empty, truncated, corrupt or unsupported file,
     or one with no audio frames."""
@@ -42,22 +70,36 @@ def decode_audio(data: bytes, name: str | None = None) -> tuple[np.ndarray, int]
         raise DecodeError(f"{where}: the file is empty", name, "empty")
     chunks = _wav_chunks(data)
     _check_wav_length(data, chunks, where, name)
-    decoded = _plain_pcm16(data, chunks)
+    plain = plain_wav(data, chunks)
+    decoded = _read_plain(data, plain, downmix) if plain is not None else None
     if decoded is None:
-        decoded = _libsndfile(data, where, name)
+        decoded = _libsndfile(data, where, name, downmix)
     samples, rate = decoded
     if samples.shape[1] == 0:
         raise DecodeError(f"{where}: the file holds no audio frames", name, "no frames")
     return samples, rate
 
 
-def _libsndfile(data: bytes, where: str, name: str | None) -> tuple[np.ndarray, int]:
+def _libsndfile(data: bytes, where: str, name: str | None, downmix: bool
+                ) -> tuple[np.ndarray, int]:
     try:
         samples, rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
     except (soundfile.SoundFileError, RuntimeError) as error:
         reason = str(error).split(": ", 1)[-1]
         raise DecodeError(f"{where}: cannot decode audio ({reason})", name, reason) from None
-    return np.ascontiguousarray(samples.T), int(rate)
+    samples = np.ascontiguousarray(samples.T)
+    return (_channel_mean(samples) if downmix else samples), int(rate)
+
+
+def _channel_mean(samples: np.ndarray) -> np.ndarray:
+    """[1, frames]: (x_0 + ... + x_{c-1}) / c in float32, the rows summed in order, as
+    torch's mean(0) computes it (tested)."""
+    if samples.shape[0] == 1:
+        return samples
+    total = samples[0].copy()
+    for row in samples[1:]:
+        total += row
+    return (total / np.float32(samples.shape[0]))[None]
 
 
 def _wav_chunks(data: bytes) -> dict:
@@ -86,12 +128,10 @@ def _check_wav_length(data: bytes, chunks: dict, where: str, name: str | None) -
         raise DecodeError(f"{where}: {reason}", name, reason)
 
 
-def _plain_pcm16(data: bytes, chunks: dict):
-    """The samples of a plain 16-bit PCM WAV (format tag 1, Speech Commands' format) read
-    directly, or None for any other file (libsndfile reads those). The same floats as
-    libsndfile's: s / 32768 is exact in float32. libsndfile's own per-call overhead
-    (opening a virtual file, reading its header through callbacks) is several times the
-    work of this path on a one-second clip."""
+def plain_wav(data: bytes, chunks: dict) -> PlainWav | None:
+    """Where a WAV's samples are when they are plain (PCM 8/16/24/32 bit, float 32/64,
+    as format tag 1 or 3 or WAVE_FORMAT_EXTENSIBLE with all bits valid), or None for any
+    other file (libsndfile reads those)."""
     if b"fmt " not in chunks or b"data" not in chunks:
         return None
     fmt_at, fmt_size = chunks[b"fmt "]
@@ -99,10 +139,48 @@ def _plain_pcm16(data: bytes, chunks: dict):
     if fmt_size < 16 or fmt_at + 16 > len(data):
         return None
     tag, channels, rate, _, align, bits = struct.unpack_from("<HHIIHH", data, fmt_at)
-    if (tag != _WAVE_FORMAT_PCM or bits != 16 or channels < 1 or rate < 1
-            or align != 2 * channels or size in _STREAMED_SIZES or size % align):
+    if tag == _WAVE_FORMAT_EXTENSIBLE:
+        tag = _extensible_tag(data, fmt_at, fmt_size, bits)
+    kind = _PLAIN_FORMATS.get((tag, bits))
+    if (kind is None or channels < 1 or rate < 1 or align != bits // 8 * channels
+            or size in _STREAMED_SIZES or size % align):
         return None
-    pcm = np.frombuffer(data, "<i2", count=size // 2, offset=start).reshape(-1, channels)
-    samples = np.ascontiguousarray(pcm.T, dtype=np.float32)
+    return PlainWav(kind, channels, rate, start, size // align)
+
+
+def _extensible_tag(data: bytes, fmt_at: int, fmt_size: int, bits: int) -> int | None:
+    """The format tag of a WAVE_FORMAT_EXTENSIBLE header's sub-format when every bit of
+    its container is valid, else None."""
+    if fmt_size < 40 or fmt_at + 40 > len(data):
+        return None
+    valid_bits, = struct.unpack_from("<H", data, fmt_at + 18)
+    tag, = struct.unpack_from("<H", data, fmt_at + 24)
+    if valid_bits != bits or data[fmt_at + 26:fmt_at + 40] != _KSDATAFORMAT_TAIL:
+        return None
+    return tag
+
+
+def _read_plain(data: bytes, wav: PlainWav, downmix: bool):
+    """(float32 samples, rate) of a plain WAV: natively, or, without the native module,
+    16-bit PCM by numpy (None for the rest: libsndfile reads them)."""
+    rows = 1 if downmix else wav.channels
+    if wav.frames == 0:
+        return np.zeros((rows, 0), np.float32), wav.rate
+    if _audio is None:
+        return _numpy_pcm16(data, wav, downmix) if wav.format == _PCM_S16 else None
+    samples = np.empty((rows, wav.frames), np.float32)
+    err = _audio.ffi.new("char[]", 256)
+    status = _audio.lib.pim_audio_pcm(
+        _audio.ffi.cast("uint8_t *", _audio.ffi.from_buffer(data)) + wav.start, wav.frames, wav.channels, wav.format,
+        int(downmix), _audio.ffi.cast("float *", _audio.ffi.from_buffer(samples)), err, len(err))
+    if status != 0:
+        raise ValueError(f"PCM decoding: {_audio.ffi.string(err).decode()}")
+    return samples, wav.rate
+
+
+def _numpy_pcm16(data: bytes, wav: PlainWav, downmix: bool):
+    """s / 32768, exact in float32."""
+    pcm = np.frombuffer(data, "<i2", count=wav.frames * wav.channels, offset=wav.start)
+    samples = np.ascontiguousarray(pcm.reshape(-1, wav.channels).T, dtype=np.float32)
     samples *= np.float32(1 / 32768)
-    return samples, rate
+    return (_channel_mean(samples) if downmix else samples), wav.rate
