@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -38,7 +39,9 @@ def _checked_p(p) -> float:
 
 
 def _skipped(p: float) -> bool:
-    return p < 1.0 and bool(torch.rand(1) >= p)
+    """torch.rand(1) >= p, compared as torch compares them: in float32 (p rounded to
+    float32 first), here on Python floats, which hold both exactly."""
+    return p < 1.0 and float(torch.rand(1)) >= float(np.float32(p))
 
 
 def _uniform(low: float, high: float) -> float:
