@@ -34,6 +34,7 @@ Not in `python -m benchmarks` yet.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import platform
@@ -47,6 +48,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from benchmarks import peer_dali_audio
+from benchmarks.cpu_time import CpuClock
 from benchmarks.make_speech_dataset import DATA_DIR, Params, ensure_dataset
 from pimloader import PIMDataLoader
 from pimloader import transforms as T
@@ -149,13 +151,17 @@ def measure(root: Path, workers: int, batch_size: int, epochs: int, warmup: int 
     loaders = make_loaders(root, workers, batch_size, emulator_dpus)
     names = list(loaders)
     seconds = {name: [] for name in names}
+    cpu = {name: [] for name in names}   # this process + every live worker (all loaders')
     try:
         for repeat in range(warmup + epochs):
             shift = repeat % len(names)
             for name in names[shift:] + names[:shift]:
+                clock = CpuClock().start()
                 elapsed = run_epoch(loaders[name])
+                used = clock.elapsed()
                 if repeat >= warmup:
                     seconds[name].append(elapsed)
+                    cpu[name].append(used)
         kernel_clips = {name: loader.stats()[-1].kernel_samples
                         for name, loader in loaders.items() if isinstance(loader, PIMDataLoader)}
     finally:
@@ -165,7 +171,8 @@ def measure(root: Path, workers: int, batch_size: int, epochs: int, warmup: int 
     row = {"workers": workers, "clips": clips, "contenders": {}}
     for name in names:
         row["contenders"][name] = {"median_clips_s": clips / statistics.median(seconds[name]),
-                                   "epoch_s": seconds[name]}
+                                   "epoch_s": seconds[name],
+                                   "cpu_ms_per_clip": 1e3 * statistics.median(cpu[name]) / clips}
     base = row["contenders"][REFERENCE]["median_clips_s"]
     for entry in row["contenders"].values():
         entry["ratio"] = entry["median_clips_s"] / base
@@ -191,21 +198,28 @@ def stage_breakdown(root: Path, clips: int = 64, repeats: int = 3) -> dict:
     from pimloader.decode import decode_audio
     from pimloader.transforms._resample import resample
     folder = AudioFolder(root, sample_rate=RATE, downmix=True)
+    fused_route = kernel_module() is not None
     paths = [path for path, _ in folder.samples[:clips]]
     stage = {}
     seconds, blobs = timed(lambda: [Path(p).read_bytes() for p in paths], repeats)
     stage["read file"] = seconds
-    seconds, decoded = timed(lambda: [decode_audio(b) for b in blobs], repeats)
-    stage["decode (direct 16-bit WAV, else libsndfile)"] = seconds
-    mono = [(torch.from_numpy(s).mean(0, keepdim=True), r) for s, r in decoded]
+    stage["decode + downmix (soundfile + torch, as the reference)"], _ = timed(
+        lambda: [_soundfile_mono(b) for b in blobs], repeats)
+    seconds, decoded = timed(lambda: [decode_audio(b, downmix=True) for b in blobs], repeats)
+    stage["decode + downmix (plain WAV natively, else libsndfile)"] = seconds
+    mono = [(torch.from_numpy(s), r) for s, r in decoded]
     stage["resample (torchaudio)"], _ = timed(
         lambda: [audio_functional.resample(w, r, RATE) for w, r in mono], repeats)
     stage["resample (pimloader)"], waves = timed(
         lambda: [resample(w, r, RATE) for w, r in mono], repeats)
     steps = flattened(keyword_transform(folder.background_noise(), spectral_module()))
     torch.manual_seed(0)
-    stage["waveform augmentations"], augmented = timed(
+    stage["waveform augmentations (torch, per clip)"], augmented = timed(
         lambda: [_apply(steps[:4], w) for w in waves], repeats)
+    native = FusedFeatures.lower(T.Compose(steps)).native_steps if fused_route else None
+    if native is not None:
+        stage["waveform augmentations (native: draws, one call)"], _ = timed(
+            lambda: native.run(waves, [native.draw(tuple(w.shape))[0] for w in waves]), repeats)
     reference_features = flattened(keyword_transform([torch.ones(1)], audio_transforms))[4:]
     stage["features (torchaudio, per clip)"], _ = timed(
         lambda: [_apply(reference_features, w) for w in augmented], repeats)
@@ -220,6 +234,11 @@ def stage_breakdown(root: Path, clips: int = 64, repeats: int = 3) -> dict:
     return {name: 1e3 * value / len(paths) for name, value in stage.items()}
 
 
+def _soundfile_mono(blob: bytes):
+    samples, rate = soundfile.read(io.BytesIO(blob), dtype="float32", always_2d=True)
+    return torch.from_numpy(samples.T).mean(dim=0, keepdim=True), rate
+
+
 def _apply(steps: list, waveform):
     for step in steps:
         waveform = step(waveform)
@@ -227,11 +246,11 @@ def _apply(steps: list, waveform):
 
 
 def format_rows(rows: list) -> str:
-    lines = [f"{'workers':>7}  {'contender':<36} {'clips/s':>9} {'ratio':>6}"]
+    lines = [f"{'workers':>7}  {'contender':<36} {'clips/s':>9} {'ratio':>6} {'CPU ms/clip':>11}"]
     for row in rows:
         for name, entry in row["contenders"].items():
             lines.append(f"{row['workers']:>7}  {name:<36} {entry['median_clips_s']:>9.1f} "
-                         f"{entry['ratio']:>6.2f}")
+                         f"{entry['ratio']:>6.2f} {entry['cpu_ms_per_clip']:>11.3f}")
     return "\n".join(lines)
 
 
@@ -285,7 +304,7 @@ def main(argv=None) -> dict:
     print(format_rows(results["rows"]))
     print("ms per clip by stage (one thread):")
     for name, value in results["ms_per_clip_by_stage"].items():
-        print(f"  {name:<48} {value:8.3f}")
+        print(f"  {name:<56} {value:8.3f}")
     path = args.out or RESULTS_DIR / ("audio.quick.json" if args.quick else "audio.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1) + "\n")
