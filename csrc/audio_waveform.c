@@ -292,3 +292,72 @@ int pim_audio_waveforms(const float *const *sources, const int64_t *source_lengt
     free(rows);
     return 0;
 }
+
+/* ---- resampling ---------------------------------------------------------------------- */
+
+/* sum a[i] b[i], i in [0, n): two chains of four lanes, then the lanes, then the rest */
+static float dot(const float *a, const float *b, int32_t n)
+{
+    float4_t lanes[2] = {{0.0f}, {0.0f}};
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 2; k++) {
+            float4_t u, v;
+            memcpy(&u, a + i + 4 * k, sizeof u);
+            memcpy(&v, b + i + 4 * k, sizeof v);
+            const float4_t product = u * v;
+            lanes[k] += product;
+        }
+    const float4_t all = lanes[0] + lanes[1];
+    float sum = (all[0] + all[1]) + (all[2] + all[3]);
+    for (; i < n; i++) {
+        const float product = a[i] * b[i];
+        sum += product;
+    }
+    return sum;
+}
+
+static int check_resample(int64_t length, int32_t channels, int32_t orig, int32_t new_rate,
+                          int32_t width, int32_t taps, const int32_t *first,
+                          const int32_t *count, int64_t kept, char *err, int32_t err_len)
+{
+    if (length < 1 || channels < 1 || orig < 1 || new_rate < 1 || width < 0 || kept < 0)
+        return FAIL("resampling %lld samples of %d channels from %d to %d (width %d)",
+                    (long long)length, channels, orig, new_rate, width);
+    if (taps != 2 * width + orig)
+        return FAIL("filters of %d taps, torchaudio's have 2 * %d + %d", taps, width, orig);
+    if (kept > ((length + orig - 1) / orig + 1) * new_rate)
+        return FAIL("%lld outputs asked of %lld inputs", (long long)kept, (long long)length);
+    for (int32_t p = 0; p < new_rate; p++)
+        if (first[p] < 0 || count[p] < 0 || first[p] + count[p] > taps)
+            return FAIL("phase %d: taps [%d, %d + %d) outside the %d", p, first[p], first[p],
+                        count[p], taps);
+    return 0;
+}
+
+int pim_audio_resample(const float *x, int64_t length, int32_t channels, int32_t orig,
+                       int32_t new_rate, int32_t width, const float *filters, int32_t taps,
+                       const int32_t *first, const int32_t *count, float *y, int64_t kept,
+                       char *err, int32_t err_len)
+{
+    if (check_resample(length, channels, orig, new_rate, width, taps, first, count, kept, err,
+                       err_len))
+        return -1;
+    /* the row as torchaudio pads it: width zeros, the samples, width + orig zeros, and room
+     * for the last frame's taps */
+    const int64_t frames = (kept + new_rate - 1) / new_rate;
+    const int64_t padded = frames * orig + taps > length + 2 * width + orig
+        ? frames * orig + taps : length + 2 * width + orig;
+    float *row = calloc((size_t)padded, sizeof *row);
+    if (row == NULL)
+        return -2;
+    for (int32_t c = 0; c < channels; c++) {
+        memcpy(row + width, x + c * length, (size_t)length * sizeof *row);
+        for (int64_t f = 0, k = 0; k < kept; f++)
+            for (int32_t p = 0; p < new_rate && k < kept; p++, k++)
+                y[c * kept + k] = dot(filters + (int64_t)p * taps + first[p],
+                                      row + f * orig + first[p], count[p]);
+    }
+    free(row);
+    return 0;
+}

@@ -8,7 +8,10 @@ and give, asserted:
 - crop, pad, time shift (fill or rollover) and gain: torch's floats exactly (torch.equal);
 - noise mixing: within NOISE_TOLERANCE of torch's output, relative to the clip's peak after
   mixing: the only difference is how the two energies are summed (double here, float32 in
-  torch's order), which moves the noise's scale by a few float32 ulps.
+  torch's order), which moves the noise's scale by a few float32 ulps;
+- resampling: within RESAMPLE_TOLERANCE of torchaudio.functional.resample, relative to the
+  output's peak (the same float32 products, summed in another order than conv1d's, and the
+  filters' ~1e-24 window tails left out).
 """
 from __future__ import annotations
 
@@ -27,6 +30,12 @@ audio_waveform = pytest.importorskip("pimloader.backends.audio_waveform",
 WaveformSteps = audio_waveform.WaveformSteps
 
 NOISE_TOLERANCE = 1e-6   # max |native - torch| / max |torch| over a clip, with noise mixed
+RESAMPLE_TOLERANCE = 1e-6  # max |native - torchaudio| / max |torchaudio| (measured 2.6e-7)
+
+try:
+    import torchaudio.functional as AF
+except Exception:  # torchaudio pins an older torch; it may not import
+    AF = None
 
 
 def clip(length, channels=1, seed=0, scale=1.0):
@@ -179,3 +188,38 @@ def test_pipeline_takes_the_native_steps_and_a_subclass_runs_in_torch():
         torch.manual_seed(5)
         results.append(torch.stack(fused.finish([fused.prepare(x) for x in clips])))
     assert torch.equal(results[0], results[1])
+
+
+@pytest.mark.skipif(AF is None, reason="torchaudio (the oracle) does not import")
+@pytest.mark.parametrize("orig, new", [(8000, 16000), (44100, 16000), (11025, 16000),
+                                       (22050, 16000), (12000, 16000), (16000, 8000),
+                                       (48000, 44100), (16000, 16000)])
+def test_resample_within_tolerance_of_torchaudio(orig, new):
+    for length, channels, scale in ((1, 1, 1.0), (7, 2, 1.0), (3001, 2, 3.0), (orig, 1, 1.0)):
+        x = clip(length, channels, seed=length, scale=scale)   # scale 3: past full scale
+        want = AF.resample(x, orig, new)
+        got = audio_waveform.resample(x, orig, new)
+        assert got.shape == want.shape and got.dtype == torch.float32
+        error = (got - want).abs().max() / want.abs().max().clamp_min(1e-30)
+        assert error <= RESAMPLE_TOLERANCE, (length, error.item())
+    silence = torch.zeros(1, 999)
+    assert not audio_waveform.resample(silence, orig, new).any()
+
+
+def test_the_loader_resamples_natively_the_dataset_exactly(tmp_path):
+    """PIMDataLoader's decoding takes the native resampler on the native route; indexing the
+    AudioFolder keeps torchaudio's (transforms/_resample.py, bit-identical to it)."""
+    from pimloader.datasets import AudioFolder
+    from pimloader.pipelines.audio import build
+    from pimloader.transforms._resample import resample as exact
+    (tmp_path / "word").mkdir()
+    soundfile.write(tmp_path / "word" / "a.wav", np.zeros((800, 1)), 8000, subtype="PCM_16")
+    dataset = AudioFolder(tmp_path, sample_rate=16000)
+    assert dataset.decoding.resample is exact
+
+    class Options:
+        cache_bytes, on_error = 0, "raise"
+    steps = [T.CropOrPad(16000), T.MelSpectrogram(16000, n_fft=400, n_mels=40)]
+    pipeline = build(dataset, T.Compose(steps), Options())
+    built = pipeline.fused is not None
+    assert (pipeline.decoding.resample is audio_waveform.resample) == built

@@ -5,7 +5,8 @@
  *   as libsndfile scales them, or their channel mean (torch's waveform.mean(0)).
  * - Waveform steps: per clip, a list of operations drawn on the host (crop or pad, roll,
  *   gain, noise at an SNR), applied in order, the last one writing straight into the
- *   clip's slot of the batch the feature kernel reads. */
+ *   clip's slot of the batch the feature kernel reads.
+ * - Resampling: torchaudio's sinc filters, applied polyphase over their non-zero taps. */
 #ifndef PIM_AUDIO_WAVE_H
 #define PIM_AUDIO_WAVE_H
 
@@ -61,6 +62,19 @@ int pim_audio_waveforms(const float *const *sources, const int64_t *source_lengt
                         const int64_t *op_starts, const pim_wave_noise_t *noises,
                         int32_t n_noises, float *out, int64_t length, char *err,
                         int32_t err_len);
+
+/* Band-limited resampling as torchaudio's (transforms/_resample.py): rates divided by their
+ * gcd, orig -> new, `new` filters of `taps` weights (float32 [new][taps], torchaudio's own).
+ * Output k of a channel, for frame f = k / new and phase p = k mod new, is
+ *   y[k] = sum_t filters[p][t] x[f orig + t - width],   x = 0 outside [0, length),
+ * the sum over the taps [first[p], first[p] + count[p]) that are not zero (the others add
+ * nothing), for k in [0, kept). x: [channels][length]; y: [channels][kept]. The sums run in
+ * float32 in their own order (conv1d's differs: tests state the tolerance). Returns 0, -1
+ * for invalid arguments (message in err), -2 without memory for the padded row. */
+int pim_audio_resample(const float *x, int64_t length, int32_t channels, int32_t orig,
+                       int32_t new_rate, int32_t width, const float *filters, int32_t taps,
+                       const int32_t *first, const int32_t *count, float *y, int64_t kept,
+                       char *err, int32_t err_len);
 /* cffi-cdef-end */
 
 #endif /* PIM_AUDIO_WAVE_H */

@@ -19,6 +19,7 @@ states and asserts the bound.
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Optional
 
 import numpy as np
@@ -26,12 +27,14 @@ import torch
 
 from pimloader import _audio
 from pimloader.transforms import _waveform as W
+from pimloader.transforms._resample import _cached_filters, _reduced_rates
 
-__all__ = ["WaveformSteps", "OP_DTYPE"]
+__all__ = ["WaveformSteps", "OP_DTYPE", "resample"]
 
 ffi, lib = _audio.ffi, _audio.lib
 OP_DTYPE = np.dtype([("kind", "<i4"), ("noise", "<i4"), ("at", "<i8"), ("length", "<i8"),
                      ("value", "<f8")])
+NEGLIGIBLE = 1e-20   # resampling: filter taps below this times the largest are left out
 if ffi.sizeof("pim_wave_op_t") != OP_DTYPE.itemsize:
     raise ImportError("pim_wave_op_t and OP_DTYPE disagree: rebuild pimloader._audio")
 
@@ -154,6 +157,48 @@ class WaveformSteps:
                 entry.channels, entry.length = noise.shape
             self._table = (table, len(noises), noises)
         return self._table[:2]
+
+
+@lru_cache(maxsize=32)
+def _polyphase(orig: int, new: int, dtype: torch.dtype) -> tuple:
+    """torchaudio's filters for orig -> new (rates divided by their gcd; transforms/_resample),
+    as float32 [new, taps], with each phase's span of taps that matter (first, count): the
+    taps beyond the filter's zero crossings are its clamped window tails, cos^2(pi / 2) ~
+    1e-33 times the sinc there, some 1e-24 in float32, and are left out (all of them together
+    move an output by less than taps * NEGLIGIBLE of the clip's peak)."""
+    filters, width = _cached_filters(orig, new, 6, 0.99, "sinc_interp_hann", None, dtype)
+    weights = np.ascontiguousarray(filters.reshape(new, -1).numpy())
+    nonzero = np.abs(weights) > NEGLIGIBLE * np.abs(weights).max()
+    first = np.where(nonzero.any(1), nonzero.argmax(1), 0).astype(np.int32)
+    last = np.where(nonzero.any(1), weights.shape[1] - nonzero[:, ::-1].argmax(1), 0)
+    return weights, width, first, (last - first).astype(np.int32)
+
+
+def resample(waveform: torch.Tensor, orig_freq: int, new_freq: int) -> torch.Tensor:
+    """torchaudio.functional.resample(waveform, orig_freq, new_freq) with its default filter
+    (sinc_interp_hann, 6 zero crossings, rolloff 0.99) for a float32 [channels, time]
+    waveform, computed over each output's non-zero taps only (csrc/audio_waveform.c): the
+    same products, summed in another order than conv1d's (tests/test_audio_waveform_native.py
+    states the tolerance)."""
+    orig, new = _reduced_rates(orig_freq, new_freq)
+    if orig == new:
+        return waveform
+    weights, width, first, count = _polyphase(orig, new, waveform.dtype)
+    source = waveform.contiguous()
+    length = source.shape[-1]
+    kept = min(-(-new * length // orig), (length // orig + 1) * new)
+    out = torch.empty(source.shape[0], kept, dtype=torch.float32)
+    err = ffi.new("char[]", 256)
+    status = lib.pim_audio_resample(
+        ffi.cast("float *", source.data_ptr()), length, source.shape[0], orig, new, width,
+        ffi.cast("float *", ffi.from_buffer(weights)), weights.shape[1],
+        ffi.cast("int32_t *", ffi.from_buffer(first)), ffi.cast("int32_t *", ffi.from_buffer(count)),
+        ffi.cast("float *", out.data_ptr()), kept, err, len(err))
+    if status == -2:
+        raise MemoryError("resampling: no memory for the padded row")
+    if status != 0:
+        raise ValueError(f"resampling: {ffi.string(err).decode()}")
+    return out
 
 
 def _final_length(size: int, operations: list) -> int:

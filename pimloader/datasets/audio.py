@@ -37,12 +37,15 @@ class AudioDecoding:
 
     sample_rate: Optional[int] = None   # resample every clip to this rate (Hz); None: keep
     downmix: bool = False               # average the channels into one
+    # (waveform, orig_freq, new_freq) -> waveform: torchaudio's functional.resample, or the
+    # loader's native one (backends/audio_waveform.py, within its tested tolerance)
+    resample: Callable = resample
 
     def __call__(self, data: bytes, name: str) -> torch.Tensor:
         samples, rate = decode_audio(data, name, downmix=self.downmix)
         waveform = torch.from_numpy(samples)
         if self.sample_rate is not None and rate != self.sample_rate:
-            waveform = resample(waveform, rate, self.sample_rate)
+            waveform = self.resample(waveform, rate, self.sample_rate)
         return waveform
 
 
