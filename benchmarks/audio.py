@@ -210,8 +210,12 @@ def stage_breakdown(root: Path, clips: int = 64, repeats: int = 3) -> dict:
     mono = [(torch.from_numpy(s), r) for s, r in decoded]
     stage["resample (torchaudio)"], _ = timed(
         lambda: [audio_functional.resample(w, r, RATE) for w, r in mono], repeats)
-    stage["resample (pimloader)"], waves = timed(
+    stage["resample (pimloader, conv1d: the AudioFolder's)"], waves = timed(
         lambda: [resample(w, r, RATE) for w, r in mono], repeats)
+    if fused_route:
+        from pimloader.backends.audio_waveform import resample as native_resample
+        stage["resample (pimloader, native: the loader's)"], _ = timed(
+            lambda: [native_resample(w, r, RATE) for w, r in mono], repeats)
     steps = flattened(keyword_transform(folder.background_noise(), spectral_module()))
     torch.manual_seed(0)
     stage["waveform augmentations (torch, per clip)"], augmented = timed(

@@ -138,7 +138,7 @@ def test_the_coin_compares_in_float32_as_torch_does(monkeypatch):
     """RandomGain(p=0.7) etc. skip when torch.rand(1) >= p, which torch compares in float32:
     at u = float32(0.7) (below 0.7) the step is skipped; the native route's draws agree."""
     boundary = torch.tensor([np.float32(0.7)])
-    monkeypatch.setattr(_waveform.torch, "rand", lambda *args, **kwargs: boundary.clone())
+    monkeypatch.setattr(_waveform, "rand1", lambda *args, **kwargs: boundary.item())
     assert bool(boundary >= 0.7) is True
     assert _waveform._skipped(0.7) is True
     assert _waveform._skipped(0.7000001) is False
@@ -223,3 +223,20 @@ def test_the_loader_resamples_natively_the_dataset_exactly(tmp_path):
     pipeline = build(dataset, T.Compose(steps), Options())
     built = pipeline.fused is not None
     assert (pipeline.decoding.resample is audio_waveform.resample) == built
+
+
+def test_single_draws_without_a_tensor_each_are_torchs():
+    """transforms/_rng.py: rand1 and randint1 give torch.rand(1) and torch.randint's numbers
+    and leave the generator where they leave it (default and explicit generators)."""
+    from pimloader.transforms._rng import rand1, randint1
+    for generator in (None, torch.Generator()):
+        seeded = (lambda: torch.manual_seed(9)) if generator is None else (
+            lambda: generator.manual_seed(9))
+        seeded()
+        want = [float(torch.rand(1, generator=generator)) for _ in range(20)]
+        want += [int(torch.randint(-7, 50, (1,), generator=generator)) for _ in range(20)]
+        want.append(float(torch.rand(1, generator=generator)))
+        seeded()
+        got = [rand1(generator) for _ in range(20)] + [randint1(-7, 50, generator) for _ in range(20)]
+        got.append(float(torch.rand(1, generator=generator)))
+        assert got == want

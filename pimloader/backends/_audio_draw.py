@@ -15,7 +15,17 @@ from typing import Optional
 import numpy as np
 import torch
 
+from pimloader.transforms._rng import rand1
+
 from .audio_spec import FeatureSpec, MaskSpec
+
+
+def _uniform(count: int, generator: Optional[torch.Generator]) -> np.ndarray:
+    """torch.rand(count, generator=generator) as float32 numpy (one number: without a new
+    tensor, transforms/_rng.py)."""
+    if count == 1:
+        return np.array([rand1(generator)], np.float32)
+    return torch.rand(count, generator=generator).numpy()
 
 
 def draw_intervals(mask: MaskSpec, axis_length: int, channels: int,
@@ -28,8 +38,8 @@ def draw_intervals(mask: MaskSpec, axis_length: int, channels: int,
     draws = channels if mask.iid_masks else 1
     # torchaudio's float32 arithmetic on its draws, in numpy (the same IEEE operations,
     # without a torch op's overhead per clip): value = u * limit, u' * (axis_length - value)
-    value = torch.rand(draws, generator=generator).numpy() * np.float32(limit)
-    min_value = torch.rand(draws, generator=generator).numpy() * (np.float32(axis_length) - value)
+    value = _uniform(draws, generator) * np.float32(limit)
+    min_value = _uniform(draws, generator) * (np.float32(axis_length) - value)
     starts, ends = min_value.astype(np.int64), min_value.astype(np.int64) + value.astype(np.int64)
     if not mask.iid_masks and int(ends[0] - starts[0]) >= limit:
         raise ValueError("Number of columns to be masked should be less than mask_param")

@@ -20,6 +20,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ._rng import rand1, randint1
+
 __all__ = ["RandomCropOrPad", "CropOrPad", "RandomTimeShift", "RandomGain",
            "AddBackgroundNoise", "add_noise"]
 
@@ -41,12 +43,12 @@ def _checked_p(p) -> float:
 def _skipped(p: float) -> bool:
     """torch.rand(1) >= p, compared as torch compares them: in float32 (p rounded to
     float32 first), here on Python floats, which hold both exactly."""
-    return p < 1.0 and float(torch.rand(1)) >= float(np.float32(p))
+    return p < 1.0 and rand1() >= float(np.float32(p))
 
 
 def _uniform(low: float, high: float) -> float:
     """low + (high - low) * u, u = torch.rand(1) (one draw)."""
-    return low + (high - low) * float(torch.rand(1))
+    return low + (high - low) * rand1()
 
 
 def _place(waveform: torch.Tensor, length: int, start: int, fill: float) -> torch.Tensor:
@@ -113,12 +115,12 @@ class RandomCropOrPad(torch.nn.Module):
     def make_params(self, size: int) -> int:
         """The first sample kept (negative: that many samples of padding come first)."""
         if size > self.length:
-            return int(torch.randint(0, size - self.length + 1, (1,)))
+            return randint1(0, size - self.length + 1)
         if size == self.length:
             return 0
         missing = self.length - size
         if self.pad_position == "random":
-            return -int(torch.randint(0, missing + 1, (1,)))
+            return -randint1(0, missing + 1)
         return -_padding_start(self.pad_position, missing)
 
     def forward(self, waveform: torch.Tensor) -> torch.Tensor:
@@ -149,7 +151,7 @@ class RandomTimeShift(torch.nn.Module):
         """The shift in samples, or None when the coin skips the step."""
         if _skipped(self.p):
             return None
-        return int(torch.randint(-self.max_shift, self.max_shift + 1, (1,)))
+        return randint1(-self.max_shift, self.max_shift + 1)
 
     def forward(self, waveform: torch.Tensor) -> torch.Tensor:
         shift = self.make_params()
@@ -245,7 +247,7 @@ class AddBackgroundNoise(torch.nn.Module):
         (..., time), or None when the coin skips the step."""
         if _skipped(self.p):
             return None
-        which = int(torch.randint(0, len(self.noises), (1,)))
+        which = randint1(0, len(self.noises))
         noise = self.noises[which]
         channels = shape[-2] if len(shape) >= 2 else 1
         if noise.ndim == 2 and noise.shape[0] not in (1, channels):
@@ -255,7 +257,7 @@ class AddBackgroundNoise(torch.nn.Module):
         repeated = noise_length * -(-size // noise_length) if noise_length < size else noise_length
         offset = 0
         if repeated > size:
-            offset = int(torch.randint(0, repeated - size + 1, (1,)))
+            offset = randint1(0, repeated - size + 1)
         return which, offset, _uniform(*self.snr)
 
     def forward(self, waveform: torch.Tensor) -> torch.Tensor:
