@@ -224,8 +224,8 @@ static int check_clip(const pim_wave_op_t *ops, int64_t count, int64_t n, int32_
     return 0;
 }
 
-static void apply(const pim_wave_op_t *op, const float *x,
-                  int64_t n, float *y, float *stretch)
+static void apply(const pim_wave_op_t *op, const float *x, int64_t n, float *y,
+                  const float *stretch)
 {
     switch (op->kind) {
     case PIM_WAVE_PLACE: place(x, n, op->at, (float)op->value, y, op->length); break;
@@ -273,10 +273,11 @@ int pim_audio_waveforms(const float *const *sources, const int64_t *source_lengt
         if (op_starts[i] < 0 || op_starts[i + 1] < op_starts[i])
             return FAIL("clip %lld: operations [%lld, %lld)", (long long)i,
                         (long long)op_starts[i], (long long)op_starts[i + 1]);
-        if (sources[i] == NULL ||
-            check_clip(ops + op_starts[i], op_starts[i + 1] - op_starts[i], source_lengths[i],
+        if (sources[i] == NULL)
+            return FAIL("clip %lld has no samples", (long long)i);
+        if (check_clip(ops + op_starts[i], op_starts[i + 1] - op_starts[i], source_lengths[i],
                        channels, noises, n_noises, length, i, &clip_longest, err, err_len))
-            return sources[i] == NULL ? FAIL("clip %lld has no samples", (long long)i) : -1;
+            return -1;
         if (clip_longest > longest)
             longest = clip_longest;
     }
