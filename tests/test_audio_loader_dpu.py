@@ -4,13 +4,18 @@ Oracles:
 - the bit-exact integer model of the kernel (backends/dpu/audio_model.py, itself tested
   against the emulator and torchaudio in test_audio_dpu.py) on the waveforms torch's
   DataLoader makes from the same dataset and seed, with torchaudio's FrequencyMasking /
-  TimeMasking drawing and applying the masks: the loader's batches equal it bit for bit;
+  TimeMasking drawing and applying the masks: the loader's batches equal it bit for bit.
+  The reference makes its waveforms with the loader's own arithmetic (`loaders_waveforms`:
+  its native resampling and waveform steps, which are within float32 rounding of torch's,
+  tests/test_audio_waveform_native.py, but rounding to int16 can turn that into one LSB),
+  so that what is compared bit for bit is the DPU path alone;
 - the CPU path (backend="cpu"): within the DPU path's documented tolerance (docs/audio.md);
 - clips the DPU kernel cannot take run on the CPU backend, equal to backend="cpu"'s rows;
 - the emulator's own count of allocated DPUs for leaks.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -31,7 +36,7 @@ from pimloader.backends.dpu.driver import emulator_live_dpus
 from pimloader.backends.select import Router, upmem_available
 from pimloader.datasets import AudioFolder
 from pimloader.errors import DpuBackendError
-from pimloader.pipelines.audio_features import kernel_module
+from pimloader.pipelines.audio_features import kernel_module, native_waveform_steps
 
 try:
     import torchaudio.transforms as AT
@@ -103,6 +108,22 @@ class ModelFeatures:
         return torch.from_numpy(rows.T.astype(np.float64) / 65536.0).float()[None]
 
 
+def loaders_waveforms(dataset: AudioFolder, steps: list):
+    """(the dataset resampling as the loader does, its waveform steps run as the loader runs
+    them): natively where built, else as they are."""
+    native = native_waveform_steps(steps)
+    if native is None:
+        return dataset, steps
+    from pimloader.backends.audio_waveform import resample
+    dataset.decoding = dataclasses.replace(dataset.decoding, resample=resample)
+    return dataset, [functools.partial(_run_natively, native)]
+
+
+def _run_natively(native, waveform):
+    operations, _ = native.draw(tuple(waveform.shape))
+    return torch.from_numpy(native.run([waveform], [operations])[0])
+
+
 def waveform_steps(root):
     noise = AudioFolder(root, sample_rate=RATE, downmix=True).background_noise()
     return [T.RandomCropOrPad(RATE, pad_position="random"), T.RandomTimeShift(800),
@@ -136,8 +157,10 @@ def assert_bit_exact(got, want):
 @pytest.mark.parametrize("workers", [0, 2])
 def test_emulator_batches_equal_the_integer_model(root, workers):
     steps = waveform_steps(root)
-    reference = AudioFolder(root, sample_rate=RATE, downmix=True, transform=T.Compose(
-        steps + [ModelFeatures(), AT.FrequencyMasking(8), AT.TimeMasking(20)]))
+    reference, reference_steps = loaders_waveforms(AudioFolder(root, sample_rate=RATE, downmix=True),
+                                                   steps)
+    reference.transform = T.Compose(
+        reference_steps + [ModelFeatures(), AT.FrequencyMasking(8), AT.TimeMasking(20)])
     want = batches(DataLoader, reference, workers)
     got = batches(PIMDataLoader, AudioFolder(root, sample_rate=RATE, downmix=True), workers,
                   transform=T.Compose(steps + spectral()), **DPUS)
@@ -163,8 +186,10 @@ def test_a_normalisation_after_the_masks_runs_on_the_host(root):
     """torchvision's Normalize with one mean and std: the DPU kernel stops at the masks and
     the host normalises, so batches equal the model's features normalised by torchvision."""
     norm = v2.Normalize([-40.0], [20.0])
-    reference = AudioFolder(root, sample_rate=RATE, downmix=True, transform=T.Compose(
-        [T.CropOrPad(RATE), ModelFeatures(), AT.FrequencyMasking(8), AT.TimeMasking(20), norm]))
+    reference, crop = loaders_waveforms(AudioFolder(root, sample_rate=RATE, downmix=True),
+                                        [T.CropOrPad(RATE)])
+    reference.transform = T.Compose(
+        crop + [ModelFeatures(), AT.FrequencyMasking(8), AT.TimeMasking(20), norm])
     want = batches(DataLoader, reference)
     got = batches(PIMDataLoader, AudioFolder(root, sample_rate=RATE, downmix=True),
                   transform=T.Compose([T.CropOrPad(RATE)] + spectral() + [norm]), **DPUS)
@@ -186,8 +211,10 @@ def test_stereo_clips_run_on_the_cpu_backend_mono_ones_on_the_dpus(root):
     cpu = [sample for batch in PIMDataLoader(dataset, backend="cpu", **in_order) for sample in batch]
     model = ModelFeatures()
     assert len(got) == len(cpu) == len(CLIPS)
+    as_loaded, _ = loaders_waveforms(AudioFolder(root, sample_rate=RATE, downmix=False),
+                                     [T.CropOrPad(RATE)])
     for (features, _), (cpu_features, _), (path, _), (waveform, _) in zip(got, cpu, dataset.samples,
-                                                                        dataset):
+                                                                        as_loaded):
         if "stereo" in path:
             assert features.shape[0] == 2 and torch.equal(features, cpu_features)
         else:

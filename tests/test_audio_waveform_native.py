@@ -169,6 +169,8 @@ def test_pipeline_takes_the_native_steps_and_a_subclass_runs_in_torch():
     """FusedFeatures lowers pimloader's own augmentations to the native steps; one subclass
     among them sends every waveform step through torch; both give the same features (no
     noise mixed: exactly)."""
+    from pimloader.backends.cpu import CpuBackend
+    from pimloader.backends.select import Router
     from pimloader.pipelines.audio_features import FusedFeatures
 
     class MyGain(T.RandomGain):
@@ -186,7 +188,8 @@ def test_pipeline_takes_the_native_steps_and_a_subclass_runs_in_torch():
     results = []
     for fused in (native, in_torch):
         torch.manual_seed(5)
-        results.append(torch.stack(fused.finish([fused.prepare(x) for x in clips])))
+        results.append(torch.stack(fused.finish([fused.prepare(x) for x in clips],
+                                                Router([CpuBackend()]))))
     assert torch.equal(results[0], results[1])
 
 
@@ -211,16 +214,14 @@ def test_the_loader_resamples_natively_the_dataset_exactly(tmp_path):
     AudioFolder keeps torchaudio's (transforms/_resample.py, bit-identical to it)."""
     from pimloader.datasets import AudioFolder
     from pimloader.pipelines.audio import build
+    from pimloader.pipelines.select import PipelineOptions
     from pimloader.transforms._resample import resample as exact
     (tmp_path / "word").mkdir()
     soundfile.write(tmp_path / "word" / "a.wav", np.zeros((800, 1)), 8000, subtype="PCM_16")
     dataset = AudioFolder(tmp_path, sample_rate=16000)
     assert dataset.decoding.resample is exact
-
-    class Options:
-        cache_bytes, on_error = 0, "raise"
     steps = [T.CropOrPad(16000), T.MelSpectrogram(16000, n_fft=400, n_mels=40)]
-    pipeline = build(dataset, T.Compose(steps), Options())
+    pipeline = build(dataset, T.Compose(steps), PipelineOptions(backend="cpu"))
     built = pipeline.fused is not None
     assert (pipeline.decoding.resample is audio_waveform.resample) == built
 
