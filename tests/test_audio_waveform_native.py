@@ -80,6 +80,17 @@ def test_crop_pad_shift_gain_equal_torch(channels, pad_position, rollover):
         assert torch.equal(got_state, want_state), seed   # the same draws, no more
 
 
+def test_shifts_longer_than_the_clip_without_a_crop():
+    """No crop first: each clip keeps its own length through shifts of up to 300 samples,
+    more than the shorter clips hold (rollover wraps around them several times)."""
+    for rollover in (False, True):
+        steps = [T.RandomTimeShift(300, fill=0.5, rollover=rollover), T.RandomGain(-3.0, 3.0)]
+        for length in (1, 7, 100, 2000):
+            for seed in range(3):
+                want, got, want_state, got_state = run_both(steps, [clip(length, 2, seed)], seed)
+                assert torch.equal(got, want) and torch.equal(got_state, want_state)
+
+
 @pytest.mark.parametrize("channels", [1, 2])
 def test_noise_mix_within_tolerance_of_torch(channels):
     noises = NOISES if channels == 2 else NOISES[:2]
