@@ -13,7 +13,7 @@ the training (float32, float16) and validation pipelines of benchmarks.dpu_proje
   prices them with the counted instructions per unit and chains them with the crop/resize
   run of the same samples (two dpu_loads per launch, no pixels pushed);
 - the host CPU the chain leaves per image (MEASURED here, one core): reading the file,
-  parsing its header and finding its restart intervals (`parse_baseline`, Python), choosing
+  parsing its header and finding its restart intervals (`parse_baseline`, C), choosing
   and packing the box's intervals, copying the outputs into the batch; files the DPUs refuse
   are decoded on the host (counted over the whole folder by reason).
 

@@ -95,8 +95,8 @@ def step_costs(pipeline: dict, op_costs: dict | None) -> dict:
 def decode_rows(decode: dict, rates: dict) -> list[dict]:
     """JPEG decode on DPUs (benchmarks.decode_projection, training float32): the host saves its
     decode but still parses the file's header, finds and packs the box's restart intervals
-    and pushes them; "as built" with the host side measured (Python), "at the floor" with
-    only the push (the parse and packing in C taken as free: ASSUMED)."""
+    and pushes them; "as built" with the host side measured (csrc/jpeg_layout.c and its Python
+    wrapper), "at the floor" with only the push (the parse and packing taken as free: ASSUMED)."""
     entry = next(e for e in decode["pipelines"] if (e["pipeline"], e["dtype"]) == ("train", "float32"))
     cycles = {r["case"]: r["chain"]["decode_instructions_per_image"] for r in entry["projections"]
               if r["system"] == entry["projections"][0]["system"]}
@@ -113,7 +113,7 @@ def decode_rows(decode: dict, rates: dict) -> list[dict]:
         row["host_extra_ms"] = extra_s * 1e3   # host CPU the DPU path adds per image
         if saved_s <= 0:
             row.update(dpus_per_core=None, verdict=f"never: the host's parse and packing ({host_side * 1e3:.3f} ms, "
-                       f"Python) cost more than the decode it saves ({decode_ms:.3f} ms)")
+                       f"as built) cost more than the decode it saves ({decode_ms:.3f} ms)")
         else:
             dpus = math.ceil(row["dpu_ms_per_image"] / 1e3 / saved_s)
             price = break_even_dimm_price(DPUS_PER_DIMM / dpus, 1, Prices())
@@ -282,9 +282,10 @@ at a cost of host CPU that rivals the fused kernel's own. Decode is the operatio
 shrinks data: on DPUs (the "decode on DPUs" rows, `benchmarks/decode_projection.py`) only
 the restart intervals of the crop travel and the decoded box stays in MRAM for the next
 stage. It frees host CPU only if the host's own share (reading each file's header, finding
-and packing the crop's intervals) costs less than the decode it replaces: measured, the
-Python implementation of that share costs about twice the decode; at its floor (only the
-push), decode is the operation whose DPUs free a host core most cheaply. The host work
+and packing the crop's intervals) costs less than the decode it replaces: measured, that
+share cost about twice the decode when it was Python, and about two thirds of it since the
+parse and packing moved to C (csrc/jpeg_layout.c); at its floor (only the push), decode is
+the operation whose DPUs free a host core most cheaply. The host work
 the DPU path adds enters those verdicts beside the transfer (`host_extra_ms` in
 viability.json). See [cost_model.md](cost_model.md#decode-on-dpus-projected) for the model and
 [results.md](results.md) for the measurements.
