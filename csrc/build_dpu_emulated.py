@@ -20,7 +20,7 @@ from build_kernels import INCLUDE, SHARED_INCLUDE, _BLOCK, _rel  # noqa: E402
 
 HEADERS = (os.path.join(SHARED_INCLUDE, "pim_params.h"), os.path.join(SHARED_INCLUDE, "pim_dpu_layout.h"),
            os.path.join(INCLUDE, "pim_dpu_plan.h"), os.path.join(INCLUDE, "pim_dpu_driver.h"))
-SOURCES = ("dpu_driver.c", "dpu_emulator_hooks.c", "dpu_plan.c", "dpu_chunk.c", "axis_check.c")
+SOURCES = ("dpu_driver.c", "dpu_stage.c", "dpu_emulator_hooks.c", "dpu_plan.c", "dpu_chunk.c", "axis_check.c")
 # pim_dpu_layout.h's static inline functions, reached from Python (the cost model) as they are:
 # in API mode cffi compiles a call to each, so a signature that drifts fails the build
 INLINE_CDEF = """

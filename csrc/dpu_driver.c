@@ -55,7 +55,7 @@
 #include "pim_dpu_driver_state.h"
 
 /* dpu_error_to_string: the SDK returns a string the caller frees, the emulator a constant. */
-static void error_text(dpu_error_t e, char *buf, size_t n)
+void pim_dpu_error_text(dpu_error_t e, char *buf, size_t n)
 {
     const char *s = dpu_error_to_string(e);
     snprintf(buf, n, "%s (dpu_error_t 0x%x)", s ? s : "unknown error", (unsigned)e);
@@ -75,7 +75,7 @@ static int dpu_fail(pim_dpu_driver_t *drv, char *err, uint32_t err_len, const ch
                     dpu_error_t e)
 {
     char text[200];
-    error_text(e, text, sizeof text);
+    pim_dpu_error_text(e, text, sizeof text);
     if (drv)
         drv->last_dpu = dpu;
     if (dpu >= 0)
@@ -86,6 +86,27 @@ static int dpu_fail(pim_dpu_driver_t *drv, char *err, uint32_t err_len, const ch
     else
         set_err(err, err_len, "%s failed on the set of %u DPUs: %s", call, drv ? drv->nr_dpus : 0u, text);
     return PIM_DPU_E_LIBDPU;
+}
+
+int pim_dpu_load_program(pim_dpu_driver_t *drv, const char *binary, char *err, uint32_t err_len)
+{
+    const dpu_error_t e = dpu_load(drv->set, binary, NULL);
+    drv->loads++;
+    if (e != DPU_OK) {
+        char text[200];
+        pim_dpu_error_text(e, text, sizeof text);
+        drv->loaded = NULL;
+        drv->recover = true;
+        set_err(err, err_len, "dpu_load(%s) failed on the set of %u DPUs: %s", binary, drv->nr_dpus, text);
+        return PIM_DPU_E_LIBDPU;
+    }
+    drv->loaded = binary;
+    return PIM_DPU_OK;
+}
+
+uint32_t pim_dpu_loads(const pim_dpu_driver_t *drv)
+{
+    return drv ? drv->loads : 0;
 }
 
 /* ---- lifetime ------------------------------------------------------------------------ */
@@ -196,7 +217,7 @@ int pim_dpu_open(const char *profile, uint32_t nr_dpus, const char *binary, uint
     dpu_error_t e = dpu_alloc(nr_dpus, drv->profile, &drv->set);
     if (e != DPU_OK) {
         char text[200];
-        error_text(e, text, sizeof text);
+        pim_dpu_error_text(e, text, sizeof text);
         set_err(err, err_len, "dpu_alloc(%u DPUs, profile \"%s\") failed: %s", nr_dpus, drv->profile, text);
         free(drv->binary);
         free(drv->profile);
@@ -206,14 +227,9 @@ int pim_dpu_open(const char *profile, uint32_t nr_dpus, const char *binary, uint
     int rc = bind_set(drv, err, err_len);
     if (rc != PIM_DPU_OK)
         goto fail;
-    e = dpu_load(drv->set, binary, NULL);
-    if (e != DPU_OK) {
-        char text[200];
-        error_text(e, text, sizeof text);
-        set_err(err, err_len, "dpu_load(%s) failed on the set of %u DPUs: %s", binary, drv->nr_dpus, text);
-        rc = PIM_DPU_E_LIBDPU;
+    rc = pim_dpu_load_program(drv, drv->binary, err, err_len);
+    if (rc != PIM_DPU_OK)
         goto fail;
-    }
     *out = drv;
     return PIM_DPU_OK;
 fail:
@@ -363,7 +379,7 @@ static void describe_rank_failure(pim_dpu_driver_t *drv, batch_slot_t *sl, uint3
 {
     const dpu_error_t e = drv->rank_err[r];
     char text[200];
-    error_text(e, text, sizeof text);
+    pim_dpu_error_text(e, text, sizeof text);
     uint32_t first_dpu = 0, count = 0;
     for (uint32_t d = 0; d < drv->nr_dpus; d++)
         if (drv->rank_of[d] == r) {
@@ -468,7 +484,7 @@ static void drain(pim_dpu_driver_t *drv)
  * otherwise (dpu_thread_job.c: "we need to allocate the rank again"). So each rank is asked
  * with dpu_sync: if one still answers an error the set is freed and allocated again; else the
  * program is loaded again (a fault leaves WRAM, barriers included, as it stopped). */
-static int recover(pim_dpu_driver_t *drv, char *err, uint32_t err_len)
+int pim_dpu_recover(pim_dpu_driver_t *drv, char *err, uint32_t err_len)
 {
     bool sticky = false;
     for (uint32_t r = 0; r < drv->nr_ranks; r++)
@@ -482,7 +498,7 @@ static int recover(pim_dpu_driver_t *drv, char *err, uint32_t err_len)
             e = dpu_alloc(drv->requested_dpus, drv->profile, &drv->set);
         char text[200];
         if (e != DPU_OK) {
-            error_text(e, text, sizeof text);
+            pim_dpu_error_text(e, text, sizeof text);
             snprintf(drv->lost_msg, sizeof drv->lost_msg, "the DPUs could not be allocated again after a failure "
                      "(dpu_free/dpu_alloc: %s)", text);
             drv->lost = true;
@@ -503,14 +519,10 @@ static int recover(pim_dpu_driver_t *drv, char *err, uint32_t err_len)
         }
         drv->reallocs++;
     }
-    dpu_error_t e = dpu_load(drv->set, drv->binary, NULL);
-    if (e != DPU_OK) {
-        char text[200];
-        error_text(e, text, sizeof text);
-        set_err(err, err_len, "dpu_load(%s) after a failure failed on the set of %u DPUs: %s", drv->binary,
-                drv->nr_dpus, text);
-        return PIM_DPU_E_LIBDPU;
-    }
+    drv->loaded = NULL; /* a fault leaves WRAM as it stopped: load even the program that is there */
+    const int rc = pim_dpu_load_program(drv, drv->binary, err, err_len);
+    if (rc != PIM_DPU_OK)
+        return rc;
     drv->reloads++;
     for (uint32_t r = 0; r < drv->nr_ranks; r++) {
         drv->rank_err[r] = DPU_OK;
@@ -543,8 +555,8 @@ static int grow(void **p, size_t *cap, size_t need)
 
 int pim_dpu_submit(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t n, const uint8_t *const *srcs,
                    const uint64_t *src_bytes, const uint8_t *tables, uint64_t tables_bytes, const void *lut,
-                   uint32_t lut_bytes, uint8_t *dst, uint64_t dst_bytes, uint32_t debug, int32_t debug_dpu,
-                   uint32_t *ticket, char *err, uint32_t err_len)
+                   uint32_t lut_bytes, uint8_t *dst, uint64_t dst_bytes, const pim_dpu_mram_sources_t *mram,
+                   uint32_t debug, int32_t debug_dpu, uint32_t *ticket, char *err, uint32_t err_len)
 {
     if (err && err_len)
         err[0] = '\0';
@@ -595,7 +607,9 @@ int pim_dpu_submit(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t 
         .row_work = malloc((size_t)(all_rows ? all_rows : 1) * sizeof(uint64_t)),
         .first = calloc((size_t)D + 1, sizeof(uint32_t)),
         .bands = calloc((size_t)D * (T + 1), sizeof(uint32_t)),
+        .extra_work = mram ? mram->extra_work : NULL,
     };
+    const uint64_t *mram_src = mram ? mram->offsets : NULL;
     const pim_dpu_sample_plan_t *plans = plan.samples;
     if (!plan.samples || !plan.work || !plan.row_work || !plan.first || !plan.bands || !offs ||
         !grow((void **)&sl->chunks, &sl->chunks_cap, (size_t)n * sizeof(pim_dpu_chunk_t)) ||
@@ -618,8 +632,11 @@ int pim_dpu_submit(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t 
     }
     for (uint32_t i = 0; i < n; i++) {
         char msg[400];
-        if (!pim_dpu_check_buffers(&samples[i], srcs[i], src_bytes ? src_bytes[i] : UINT64_MAX, lut, lut_bytes,
-                                   dst_bytes, msg, sizeof msg)) {
+        const bool ok = mram_src && mram_src[i] != PIM_DPU_HOST_SOURCE
+                            ? pim_dpu_check_in_mram(&samples[i], mram, i, lut, lut_bytes, dst_bytes, msg, sizeof msg)
+                            : pim_dpu_check_buffers(&samples[i], srcs[i], src_bytes ? src_bytes[i] : UINT64_MAX, lut,
+                                                    lut_bytes, dst_bytes, msg, sizeof msg);
+        if (!ok) {
             set_err(err, err_len, "sample %u: %s", i, msg);
             rc = PIM_DPU_E_ARG;
             goto done;
@@ -636,7 +653,7 @@ int pim_dpu_submit(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t 
     uint64_t xfer = 0, out_xfer = 0;
     for (uint32_t d = 0; d < active; d++) {
         pim_dpu_chunk_t *c = &chunks[d];
-        pim_dpu_chunk_size(c, samples, plans, tables, lut ? lut_bytes : 0, T, offs);
+        pim_dpu_chunk_size(c, samples, plans, mram_src, tables, lut ? lut_bytes : 0, T, offs);
         if (c->in_bytes > xfer)
             xfer = c->in_bytes;
         if (c->out_bytes > out_xfer)
@@ -646,10 +663,20 @@ int pim_dpu_submit(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t 
     }
     xfer = (xfer + 7u) & ~7ull;
     out_xfer = (out_xfer + 7u) & ~7ull;
+    /* the outputs follow the chunk, and the sources in MRAM when there are */
+    const bool keeps = mram && mram->keep_to > 0; /* sources in MRAM (a region to keep) */
+    const uint64_t out_off = keeps && ((mram->keep_to + 7u) & ~7ull) > xfer ? (mram->keep_to + 7u) & ~7ull : xfer;
+    if (keeps && xfer > mram->keep_from) {
+        set_err(err, err_len, "the DPUs' chunks need %llu bytes of MRAM, past the %llu where the sources in MRAM "
+                "start: the stage before must leave them room", (unsigned long long)xfer,
+                (unsigned long long)mram->keep_from);
+        rc = PIM_DPU_E_ARG;
+        goto done;
+    }
     for (uint32_t d = 0; d < active; d++) {
-        if (xfer + chunks[d].out_bytes > PIM_DPU_MRAM_BUDGET) {
+        if (out_off + chunks[d].out_bytes > PIM_DPU_MRAM_BUDGET) {
             set_err(err, err_len, "DPU %u would need %llu bytes of MRAM for samples %u..%u (at most %u): use more "
-                    "DPUs or smaller batches", d, (unsigned long long)(xfer + chunks[d].out_bytes), chunks[d].first,
+                    "DPUs or smaller batches", d, (unsigned long long)(out_off + chunks[d].out_bytes), chunks[d].first,
                     chunks[d].first + chunks[d].count - 1, PIM_DPU_MRAM_BUDGET);
             drv->last_dpu = (int32_t)d;
             rc = PIM_DPU_E_ARG;
@@ -670,10 +697,16 @@ int pim_dpu_submit(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t 
 
     /* a failure seen by an earlier wait: make the DPUs usable again before queuing more */
     if (drv->recover) {
-        rc = recover(drv, err, err_len);
+        rc = pim_dpu_recover(drv, err, err_len);
         if (rc != PIM_DPU_OK)
             goto done;
         headers = sl->headers; /* a new allocation binds new arrays */
+    }
+    /* a stage before (pim_dpu_run_stage) loaded its own program: the kernel again, MRAM kept */
+    if (drv->loaded != drv->binary) {
+        rc = pim_dpu_load_program(drv, drv->binary, err, err_len);
+        if (rc != PIM_DPU_OK)
+            goto done;
     }
     drv->batch_id = drv->batch_id + 1 ? drv->batch_id + 1 : 1; /* 0 means "no batch" */
     uint8_t *in = sl->in, *out = sl->out;
@@ -686,8 +719,8 @@ int pim_dpu_submit(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t 
         h->batch_id = drv->batch_id;
         h->arena_bytes = drv->arena;
         h->nr_tasklets = drv->nr_tasklets;
-        h->in_bytes = sizeof(pim_dpu_header_t);
-        h->out_off = (uint32_t)xfer;
+        h->in_bytes = keeps ? (uint32_t)mram->keep_to : sizeof(pim_dpu_header_t);
+        h->out_off = (uint32_t)out_off;
         h->out_bytes = sizeof(pim_dpu_status_t);
         h->samples_off = h->jobs_off = h->tables_off = h->lut_off = sizeof(pim_dpu_header_t);
         if ((debug & 0xff) && (int32_t)d == debug_dpu)
@@ -696,7 +729,7 @@ int pim_dpu_submit(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t 
     for (uint32_t d = 0; d < active; d++) {
         uint8_t *base = in + (size_t)d * xfer;
         pim_dpu_chunk_pack(&chunks[d], &headers[d], base, xfer, samples, plans, plan.bands + (size_t)d * (T + 1), T,
-                           srcs, tables, lut, lut_bytes, offs);
+                           srcs, mram_src, tables, lut, lut_bytes, offs);
         if ((debug & PIM_DPU_DEBUG_CORRUPT) && (int32_t)d == debug_dpu) {
             pim_sample_t *ds = (pim_sample_t *)(void *)(base + headers[d].samples_off);
             ds[0].crop_h = ds[0].src_h + 1; /* the kernel must refuse it */
@@ -759,7 +792,7 @@ int pim_dpu_submit(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t 
             at = (int32_t)d;
         }
     if (e == DPU_OK &&
-        (e = dpu_push_xfer(drv->set, DPU_XFER_FROM_DPU, DPU_MRAM_HEAP_POINTER_NAME, (uint32_t)xfer, out_xfer,
+        (e = dpu_push_xfer(drv->set, DPU_XFER_FROM_DPU, DPU_MRAM_HEAP_POINTER_NAME, (uint32_t)out_off, out_xfer,
                            DPU_XFER_ASYNC)) != DPU_OK)
         call = "dpu_push_xfer(FROM_DPU, outputs)";
     if (e == DPU_OK && (e = dpu_callback(drv->set, batch_done_on_rank, sl, DPU_CALLBACK_ASYNC)) != DPU_OK)
@@ -856,12 +889,12 @@ int pim_dpu_cancel(pim_dpu_driver_t *drv, uint32_t ticket)
 
 int pim_dpu_run(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t n, const uint8_t *const *srcs,
                 const uint64_t *src_bytes, const uint8_t *tables, uint64_t tables_bytes, const void *lut,
-                uint32_t lut_bytes, uint8_t *dst, uint64_t dst_bytes, uint32_t debug, int32_t debug_dpu, char *err,
-                uint32_t err_len)
+                uint32_t lut_bytes, uint8_t *dst, uint64_t dst_bytes, const pim_dpu_mram_sources_t *mram, uint32_t debug,
+                int32_t debug_dpu, char *err, uint32_t err_len)
 {
     uint32_t ticket = 0;
     int rc = pim_dpu_submit(drv, samples, n, srcs, src_bytes, tables, tables_bytes, lut, lut_bytes, dst, dst_bytes,
-                            debug, debug_dpu, &ticket, err, err_len);
+                            mram, debug, debug_dpu, &ticket, err, err_len);
     if (rc != PIM_DPU_OK)
         return rc;
     return pim_dpu_wait(drv, ticket, err, err_len);

@@ -6,6 +6,7 @@
  */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "pim_axis_check.h"
 #include "pim_dpu_layout.h"
@@ -231,7 +232,19 @@ int pim_dpu_plan(const pim_sample_t *samples, uint32_t n, const uint8_t *tables,
         plan->work[i] = pim_dpu_row_work(&samples[i], tables, &plan->samples[i], plan->row_work + row);
         row += samples[i].out_h;
     }
-    plan->active = pim_dpu_split(plan->work, n, nr_dpus, plan->first);
+    if (plan->extra_work == NULL) {
+        plan->active = pim_dpu_split(plan->work, n, nr_dpus, plan->first);
+    } else { /* one split for both stages: each sample's transform and decode work */
+        uint64_t *both = malloc((size_t)(n ? n : 1) * sizeof *both);
+        if (both == NULL) {
+            set_err(err, err_len, "pim_dpu_plan: out of host memory");
+            return -1;
+        }
+        for (uint32_t i = 0; i < n; i++)
+            both[i] = plan->work[i] + plan->extra_work[i];
+        plan->active = pim_dpu_split(both, n, nr_dpus, plan->first);
+        free(both);
+    }
     row = 0;
     for (uint32_t d = 0; d < plan->active; d++) {
         uint32_t rows = 0;

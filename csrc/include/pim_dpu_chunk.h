@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pim_dpu_driver.h"
 #include "pim_dpu_layout.h"
 #include "pim_dpu_plan.h"
 #include "pim_params.h"
@@ -25,19 +26,30 @@ typedef struct pim_dpu_chunk {
 int pim_dpu_check_buffers(const pim_sample_t *s, const uint8_t *src, uint64_t src_bytes, const void *lut,
                           uint32_t lut_bytes, uint64_t dst_bytes, char *msg, size_t msg_len);
 
+/* Sample i, whose source is in MRAM (mram->offsets[i]), checked as pim_dpu_check_buffers checks
+ * a host source: its source inside [keep_from, keep_to) and 8-byte aligned, its lookup table,
+ * its slot. Returns 1, or 0 with a message in msg. */
+int pim_dpu_check_in_mram(const pim_sample_t *s, const pim_dpu_mram_sources_t *mram, uint32_t i, const void *lut,
+                          uint32_t lut_bytes, uint64_t dst_bytes, char *msg, size_t msg_len);
+
 /* Sets c's in_bytes, out_bytes, tables_bytes and n_tables from its samples' plans (c->first
- * and c->count set); lut_bytes 0 without a lookup table. scratch: 4 x c->count entries. */
+ * and c->count set); lut_bytes 0 without a lookup table; mram_src (NULL: none) as
+ * pim_dpu_mram_sources_t.offsets: those sources are on the DPU already and take no room.
+ * scratch: 4 x c->count entries. */
 void pim_dpu_chunk_size(pim_dpu_chunk_t *c, const pim_sample_t *samples, const pim_dpu_sample_plan_t *plans,
-                        const uint8_t *tables, uint32_t lut_bytes, uint32_t nr_tasklets, uint32_t *scratch);
+                        const uint64_t *mram_src, const uint8_t *tables, uint32_t lut_bytes, uint32_t nr_tasklets,
+                        uint32_t *scratch);
 
 /* Packs chunk c (sized by pim_dpu_chunk_size) at base, xfer bytes (the common push length,
  * zero-filled past in_bytes): completes header h (the caller set magic, version, batch id,
- * arena, tasklets, out_off and debug) and writes it, the descriptors rewritten for the DPU,
- * the jobs, the tasklets' band edges (bands, nr_tasklets + 1), the tables, the lookup table and
- * each crop box's pixels, read from srcs. scratch: 4 x c->count entries. */
+ * arena, tasklets, out_off and debug; in_bytes is raised to the end of sources in MRAM by the
+ * caller) and writes it, the descriptors rewritten for the DPU, the jobs, the tasklets' band
+ * edges (bands, nr_tasklets + 1), the tables, the lookup table and each crop box's pixels,
+ * read from srcs; a source in MRAM (mram_src, as in pim_dpu_chunk_size) is pointed at, not
+ * copied. scratch: 4 x c->count entries. */
 void pim_dpu_chunk_pack(const pim_dpu_chunk_t *c, pim_dpu_header_t *h, uint8_t *base, uint64_t xfer,
                         const pim_sample_t *samples, const pim_dpu_sample_plan_t *plans, const uint32_t *bands,
-                        uint32_t nr_tasklets, const uint8_t *const *srcs, const uint8_t *tables, const void *lut,
-                        uint32_t lut_bytes, uint32_t *scratch);
+                        uint32_t nr_tasklets, const uint8_t *const *srcs, const uint64_t *mram_src,
+                        const uint8_t *tables, const void *lut, uint32_t lut_bytes, uint32_t *scratch);
 
 #endif /* PIM_DPU_CHUNK_H */

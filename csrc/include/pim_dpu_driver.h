@@ -33,6 +33,21 @@
 
 typedef struct pim_dpu_driver pim_dpu_driver_t;
 
+/* Sources already in MRAM: a stage before the kernel (the JPEG decoder, pim_dpu_decode_stage)
+ * left them there, on the DPU the batch's split gives their sample. On every DPU the sources
+ * lie in [keep_from, keep_to): the chunk the host writes must end at or before keep_from
+ * (it may overwrite what the stage before consumed, below it), and the outputs start at or
+ * after keep_to. */
+#define PIM_DPU_HOST_SOURCE 0xFFFFFFFFFFFFFFFFull /* offsets[i]: sample i's source is srcs[i] */
+typedef struct pim_dpu_mram_sources {
+    const uint64_t *offsets;    /* [n] sample i's source from DPU_MRAM_HEAP_POINTER, 8-byte aligned
+                                   (its pim_sample_t says its size and row stride), or
+                                   PIM_DPU_HOST_SOURCE */
+    const uint64_t *extra_work; /* [n] estimated work of the stage before, weighed in the split
+                                   (pim_dpu_plan_t.extra_work); NULL: none */
+    uint64_t keep_from, keep_to;
+} pim_dpu_mram_sources_t;
+
 typedef struct pim_dpu_run_info {
     uint32_t active_dpus;     /* DPUs that got samples in the last run */
     uint32_t arena_bytes;     /* per-tasklet WRAM arena planned for */
@@ -63,8 +78,31 @@ int pim_dpu_open(const char *profile, uint32_t nr_dpus, const char *binary, uint
 int pim_dpu_submit(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t n_samples,
                    const uint8_t *const *srcs, const uint64_t *src_bytes, const uint8_t *tables,
                    uint64_t tables_bytes, const void *lut, uint32_t lut_bytes, uint8_t *dst,
-                   uint64_t dst_bytes, uint32_t debug, int32_t debug_dpu, uint32_t *ticket, char *err,
-                   uint32_t err_len);
+                   uint64_t dst_bytes, const pim_dpu_mram_sources_t *mram, uint32_t debug,
+                   int32_t debug_dpu, uint32_t *ticket, char *err, uint32_t err_len);
+
+/* What pim_dpu_submit with these samples and `mram` (NULL: every source from the host) will
+ * plan, without libdpu: the first sample of each DPU (first[nr_dpus + 1]; DPUs past the
+ * returned count get none) and the bytes of each DPU's chunk as the host writes it
+ * (chunk_bytes[nr_dpus], 0 for DPUs without samples), so that a stage before can lay out its
+ * own MRAM around the chunk. Returns the DPUs with samples, or -1 with a message in err. */
+int32_t pim_dpu_plan_chunks(const pim_sample_t *samples, uint32_t n_samples, const uint8_t *tables,
+                            uint64_t tables_bytes, uint32_t lut_bytes, const pim_dpu_mram_sources_t *mram,
+                            uint32_t nr_dpus, uint32_t nr_tasklets, uint32_t arena_bytes, uint32_t *first,
+                            uint64_t *chunk_bytes, char *err, uint32_t err_len);
+
+/* A synchronous stage before the kernel, on the same DPUs (csrc/dpu_stage.c): loads `binary`
+ * (dpu_load; the kernel is loaded again by the next submit), pushes chunks[d] (xfer bytes
+ * each, d = 0..nr_dpus-1) to DPU d's MRAM at DPU_MRAM_HEAP_POINTER, launches and waits, then
+ * gathers status_bytes from status_off of each DPU into statuses[d] (all 8-byte multiples).
+ * No batch may be in flight (PIM_DPU_E_BUSY). A fault is PIM_DPU_E_FAULT naming the DPU
+ * (pim_dpu_last_dpu); the statuses are the caller's to read. */
+int pim_dpu_run_stage(pim_dpu_driver_t *drv, const char *binary, const uint8_t *chunks, uint64_t xfer,
+                      uint64_t status_off, uint64_t status_bytes, uint8_t *statuses, char *err,
+                      uint32_t err_len);
+
+/* dpu_load calls the driver made since it was opened (the kernel's first load included). */
+uint32_t pim_dpu_loads(const pim_dpu_driver_t *drv);
 
 /* Waits for batch `ticket`: dpu_sync on every rank (which also completes any batch queued
  * after it: libdpu's dpu_sync waits for everything queued on a rank), checks that its jobs ran
@@ -93,7 +131,8 @@ void pim_dpu_recoveries(const pim_dpu_driver_t *drv, uint32_t *reloads, uint32_t
 int pim_dpu_run(pim_dpu_driver_t *drv, const pim_sample_t *samples, uint32_t n_samples,
                 const uint8_t *const *srcs, const uint64_t *src_bytes, const uint8_t *tables,
                 uint64_t tables_bytes, const void *lut, uint32_t lut_bytes, uint8_t *dst,
-                uint64_t dst_bytes, uint32_t debug, int32_t debug_dpu, char *err, uint32_t err_len);
+                uint64_t dst_bytes, const pim_dpu_mram_sources_t *mram, uint32_t debug,
+                int32_t debug_dpu, char *err, uint32_t err_len);
 
 uint32_t pim_dpu_nr_dpus(const pim_dpu_driver_t *drv);
 int32_t pim_dpu_last_dpu(const pim_dpu_driver_t *drv); /* DPU the last error was about, -1: none */

@@ -54,6 +54,8 @@ struct pim_dpu_driver {
     struct dpu_set_t *ranks; /* each rank as a one-rank set, in DPU_RANK_FOREACH order */
     uint32_t *rank_of;       /* DPU index -> rank index */
     char *binary;            /* the kernel, loaded again after a fault */
+    const char *loaded;      /* the program the DPUs hold: binary, a stage's, NULL after a failed load */
+    uint32_t loads;          /* dpu_load calls made */
     char *profile;           /* for a new allocation after an asynchronous failure */
     uint32_t requested_dpus;
     bool lost;               /* the set could not be allocated again: every call fails */
@@ -74,5 +76,13 @@ struct pim_dpu_driver {
     uint64_t seq;
     batch_slot_t slots[PIM_DPU_MAX_PENDING];
 };
+
+/* dpu_driver.c's pieces that csrc/dpu_stage.c uses too. */
+void pim_dpu_error_text(dpu_error_t e, char *buf, size_t n);
+/* After a failure, before more jobs: the DPUs allocated again if a rank kept libdpu's error,
+ * else the kernel loaded again (dpu_driver.c's `recover`). */
+int pim_dpu_recover(pim_dpu_driver_t *drv, char *err, uint32_t err_len);
+/* dpu_load of `binary` (kept as drv->loaded: the caller keeps the string alive), counted. */
+int pim_dpu_load_program(pim_dpu_driver_t *drv, const char *binary, char *err, uint32_t err_len);
 
 #endif /* PIM_DPU_DRIVER_STATE_H */

@@ -43,6 +43,8 @@ typedef struct pim_dpu_plan {
     uint32_t *bands;                /* [D x (T + 1)] DPU d's band edges, rows of its chunk: tasklet t
                                        computes rows [bands[d (T+1) + t], bands[d (T+1) + t + 1]) */
     uint32_t active;                /* DPUs with samples: min(n, D) */
+    const uint64_t *extra_work;     /* [n] or NULL: work of an earlier stage on the same DPUs
+                                       (the JPEG decoder's), added to each sample's for the split */
 } pim_dpu_plan_t;
 
 /* Checks sample s against its tables and plans it for a kernel of nr_tasklets tasklets whose
@@ -76,8 +78,9 @@ void pim_dpu_cut_bands(const uint64_t *row_work, uint32_t rows, uint32_t nr_task
                        uint32_t *edges);
 
 /* The whole plan of n samples over nr_dpus DPUs of nr_tasklets tasklets (what pim_dpu_submit
- * runs). Returns 0; i + 1 when sample i is refused (message "sample i: ..." in err); -1 for
- * bad arguments. */
+ * runs); the split weighs work[i] + extra_work[i] when plan->extra_work is set. Returns 0;
+ * i + 1 when sample i is refused (message "sample i: ..." in err); -1 for bad arguments or
+ * host memory. */
 int pim_dpu_plan(const pim_sample_t *samples, uint32_t n, const uint8_t *tables,
                  uint64_t tables_bytes, uint32_t nr_dpus, uint32_t nr_tasklets,
                  uint32_t arena_bytes, pim_dpu_plan_t *plan, char *err, uint32_t err_len);

@@ -11,6 +11,11 @@ A second kind of run, for audio: a `FeatureRun` (clips of one shape -> log-mel /
 features, backends/audio_spec.py's `FeatureSpec`). A backend that computes features says
 which clips it cannot take (`unsupported_features`) and runs them (`submit_features`); the
 default is a backend that computes none, so the router sends every clip past it.
+
+A backend may also decode images itself (`decodes_images`; the DPU backends with
+decode_on_dpu): `decode_refusal(image)` says whether it decodes this `EncodedImage`, and if
+not why; a run's sources may then be encoded images, which the backend decodes where it
+transforms them. Everything it refuses the host decodes, as for every other backend.
 """
 from __future__ import annotations
 
@@ -23,19 +28,43 @@ import torch
 
 
 @dataclass
+class EncodedImage:
+    """A source a backend decodes itself: the pixels of `box` (top, left, height, width) of
+    the encoded image `data`, with `channels` channels. In a `KernelRun` its box is the
+    decoded box's own, (0, 0, height, width). `prepared` is what the backend's
+    `decode_refusal` made of it (its parsed structure), for its `submit` to reuse."""
+
+    data: Any
+    name: str
+    box: tuple
+    channels: int = 3
+    prepared: Any = None
+
+    @property
+    def shape(self) -> tuple:
+        """The decoded source's shape (height, width, channels): the box's."""
+        return (self.box[2], self.box[3], self.channels)
+
+
+@dataclass
 class KernelRun:
     """One kernel call: consecutive rows of `out`, each a decoded source resampled through
     its geometry (box -> resized -> window -> flips -> padding, colour), then converted
     through the lookup table `lut`. Every geometry has the output size `size` and one
     interpolation."""
 
-    sources: list                  # uint8 HWC arrays
+    sources: list                  # uint8 HWC arrays, or EncodedImage for a backend that decodes
     boxes: list                    # (top, left, height, width) within each source
     size: tuple                    # (out_height, out_width)
     out: torch.Tensor              # the run's rows: (N, C, H, W), or (N, H, W, C) for NHWC
     geometries: list               # transforms._params.Geometry, one per row
     layout: str = "NCHW"
     lut: np.ndarray | None = None
+
+    @property
+    def encoded(self) -> bool:
+        """Whether some source is still encoded (the backend decodes it)."""
+        return any(isinstance(source, EncodedImage) for source in self.sources)
 
     def kernel_arguments(self) -> dict[str, Any]:
         """The keyword arguments of `backends.kernels.resized_crop_batch` after `sources,
@@ -95,6 +124,15 @@ class Backend(ABC):
     @abstractmethod
     def unsupported(self, geometry) -> str:
         """What of this sample's geometry the backend cannot do ("" when it runs it)."""
+
+    #: whether the backend decodes some images itself (then `decode_refusal` says which)
+    decodes_images: bool = False
+
+    def decode_refusal(self, image: EncodedImage) -> str:
+        """"" when the backend decodes `image` itself, else why not (a short reason, which
+        loader.stats() counts): the host then decodes it. Asked only of a backend that
+        `decodes_images`; a corrupt image may raise DecodeError naming it."""
+        return "the backend decodes no image"
 
     @abstractmethod
     def submit(self, run: KernelRun) -> Handle:

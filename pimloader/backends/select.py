@@ -24,6 +24,7 @@ class BackendSpec:
     nr_dpus: int = 64
     nr_tasklets: int = 16
     profile: str = ""
+    decode: bool = False     # the backend decodes the images it can (decode_on_dpu)
 
     def open(self) -> Backend:
         if self.kind == "cpu":
@@ -31,21 +32,40 @@ class BackendSpec:
             return CpuBackend()
         from .dpu.backend import DpuBackend
         return DpuBackend(self.nr_dpus, self.nr_tasklets, self.profile,
-                          emulated=self.kind == "emulator")
+                          emulated=self.kind == "emulator", decode=self.decode)
 
 
 CPU = BackendSpec("cpu")
 
 
+DECODE_ON_DPU = ("auto", True, False)
+
+
+def check_decode_on_dpu(decode_on_dpu, backend: str) -> None:
+    """Refuses a bad `decode_on_dpu=` (before anything is built), and True with a backend
+    that can never be a DPU one."""
+    if not any(decode_on_dpu is value for value in DECODE_ON_DPU):
+        raise ValueError(f"decode_on_dpu must be 'auto', True or False, got {decode_on_dpu!r}")
+    if decode_on_dpu is True and backend == "cpu":
+        raise ValueError("decode_on_dpu=True needs a DPU backend (backend='emulator' or 'upmem'); "
+                         "backend='cpu' decodes on the host")
+
+
 def choose_backend(backend: str, nr_dpus: int = 64, nr_tasklets: int = 16,
-                   dpu_profile: str = "") -> BackendSpec:
+                   dpu_profile: str = "", decode_on_dpu=False) -> BackendSpec:
     """The spec for the loader's `backend=` ("auto": UPMEM DPUs when the SDK build is
-    present, else the CPU kernels); raises for a bad argument or a missing SDK build."""
+    present, else the CPU kernels); raises for a bad argument or a missing SDK build.
+    `decode_on_dpu` ("auto": on for DPU backends, True: on, an error on the CPU backend,
+    False: off) says whether the DPU backend decodes the JPEGs it can."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
     if not isinstance(dpu_profile, str):
         raise TypeError(f"dpu_profile must be a libdpu profile string, got {dpu_profile!r}")
+    check_decode_on_dpu(decode_on_dpu, backend)
     if backend == "cpu" or (backend == "auto" and not upmem_available()):
+        if decode_on_dpu is True:
+            raise ValueError("decode_on_dpu=True needs a DPU backend, and backend='auto' found no "
+                             "UPMEM SDK build: pass backend='emulator' or 'upmem'")
         return CPU
     if not 1 <= nr_tasklets <= 24 or nr_dpus < 1:
         raise ValueError(f"nr_dpus must be >= 1 and nr_tasklets 1..24, got {nr_dpus}, "
@@ -54,7 +74,7 @@ def choose_backend(backend: str, nr_dpus: int = 64, nr_tasklets: int = 16,
     if kind == "upmem":
         from .dpu.driver import driver_module
         driver_module(False)  # raises, saying what is missing
-    return BackendSpec(kind, nr_dpus, nr_tasklets, dpu_profile)
+    return BackendSpec(kind, nr_dpus, nr_tasklets, dpu_profile, decode=decode_on_dpu is not False)
 
 
 def upmem_available() -> bool:
@@ -128,6 +148,21 @@ class Router:
     @property
     def primary(self) -> Backend:
         return self.chain[0]
+
+    @property
+    def decodes_images(self) -> bool:
+        """Whether the loader's backend decodes some images itself (decode_on_dpu)."""
+        return self.primary.decodes_images
+
+    def decode_refusal(self, geometry, image) -> str:
+        """"" when the loader's backend runs `geometry` and decodes `image` (an EncodedImage,
+        or a callable making it, asked only if needed) itself; else why the host decodes it:
+        what the backend's kernel does not do ("pad", "adjust colours"), or the backend's
+        reason for the file."""
+        missing = self.primary.unsupported(geometry)
+        if missing:
+            return missing
+        return self.primary.decode_refusal(image() if callable(image) else image)
 
     def backend_for(self, geometry) -> Backend:
         refused = []

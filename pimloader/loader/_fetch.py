@@ -36,6 +36,10 @@ class Fetcher:
         count, self.kernel_samples = self.kernel_samples, 0
         return count
 
+    def take_decode_counts(self) -> dict:
+        """Where its samples were decoded since last taken (Produced.decode_counts)."""
+        return {}
+
 
 class MapFetcher(Fetcher):
     def __init__(self, dataset, auto_collation: bool) -> None:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from torch.utils.data import default_collate
@@ -26,6 +26,8 @@ class Produced:
     cache_misses: int = 0    # samples read from their files (cache_bytes > 0)
     cache_hit_bytes: int = 0
     cache_miss_bytes: int = 0
+    decode_counts: dict = field(default_factory=dict)  # "" -> decoded by the backend (DPUs),
+    #                                                    a reason -> decoded on the host
 
 
 class BatchProducer:
@@ -60,7 +62,8 @@ class BatchProducer:
                  direct_samples: int = 0) -> Produced:
         return Produced(data, count, fetch_s, write_s, self.fetcher.take_skipped(),
                         kernel_samples=self.fetcher.take_kernel_samples(),
-                        direct_samples=direct_samples)
+                        direct_samples=direct_samples,
+                        decode_counts=self.fetcher.take_decode_counts())
 
 
 def _describe(index, samples) -> str:

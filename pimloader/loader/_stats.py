@@ -1,7 +1,7 @@
 """Per-epoch accounting of where a loader's time goes."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -28,6 +28,9 @@ class EpochStats:
     cache_hits, cache_misses: samples read from the encoded-sample cache, and from their
                       files (cache_bytes > 0; docs/loader.md "Encoded-sample cache").
     cache_hit_bytes, cache_miss_bytes: the encoded bytes of those.
+    dpu_decoded_samples: images the DPU backend decoded itself (decode_on_dpu).
+    decode_fallbacks: with decode_on_dpu on, the images decoded on the host instead, by
+                      reason ({reason: count}; docs/loader.md "JPEG decoding on DPUs").
     """
 
     epoch: int
@@ -47,6 +50,8 @@ class EpochStats:
     cache_misses: int = 0
     cache_hit_bytes: int = 0
     cache_miss_bytes: int = 0
+    dpu_decoded_samples: int = 0
+    decode_fallbacks: dict = field(default_factory=dict)
 
     def add_batch(self, produced, shared: bool) -> None:
         """Account for one delivered batch (a _produce.Produced)."""
@@ -59,6 +64,11 @@ class EpochStats:
         self.cache_misses += produced.cache_misses
         self.cache_hit_bytes += produced.cache_hit_bytes
         self.cache_miss_bytes += produced.cache_miss_bytes
+        for reason, count in produced.decode_counts.items():
+            if reason:
+                self.decode_fallbacks[reason] = self.decode_fallbacks.get(reason, 0) + count
+            else:
+                self.dpu_decoded_samples += count
         self.fetch_s += produced.fetch_s
         self.decode_s += produced.decode_s
         self.write_s += produced.write_s

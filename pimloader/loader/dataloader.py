@@ -48,6 +48,13 @@ class PIMDataLoader(DataLoader[_T_co]):
         "emulator" (the same DPU kernel and driver on pimloader's libdpu emulator: a test
         bed whose speed says nothing about DPU speed).
     nr_dpus, nr_tasklets: the DPU set each worker allocates (DPU backends only).
+    decode_on_dpu: "auto" (default: on with a DPU backend), True (an error with
+        backend="cpu") or False: the DPU backends decode the JPEGs of image folders
+        themselves, on the DPUs that transform them (the host sends only the compressed
+        restart intervals each crop needs); the files they cannot take (progressive, CMYK,
+        no restart markers in a large image...), samples needing padding or colour and
+        reduced-DCT draft decodes are decoded on the host. stats() counts both, the
+        fallbacks by reason (docs/loader.md "JPEG decoding on DPUs").
     dpu_profile: the libdpu profile string of that allocation ("" by default: hardware for
         "upmem"; "backend=simulator" runs on UPMEM's functional simulator).
     on_error: "raise" (default) or "skip": skip samples that fail to decode, and count them.
@@ -78,10 +85,10 @@ class PIMDataLoader(DataLoader[_T_co]):
                  memory_format=torch.contiguous_format, nr_dpus: int = 64,
                  nr_tasklets: int = 16, dpu_profile: str = "", cache_bytes: int = 0,
                  share_with: str | None = None, share_jobs: int | None = None,
-                 **kwargs) -> None:
+                 decode_on_dpu="auto", **kwargs) -> None:
         super().__init__(dataset, *args, **kwargs)
         options = PipelineOptions(backend, on_error, reduced_dct, memory_format, nr_dpus,
-                                  nr_tasklets, dpu_profile, cache_bytes)
+                                  nr_tasklets, dpu_profile, cache_bytes, decode_on_dpu)
         _group.check_share_arguments(share_with, share_jobs)
         self._pipeline = build_pipeline(dataset, transform, options)
         self._share = None
@@ -173,7 +180,8 @@ def _signature_with_extras() -> inspect.Signature:
                                     ("memory_format", torch.contiguous_format),
                                     ("nr_dpus", 64), ("nr_tasklets", 16),
                                     ("dpu_profile", ""), ("cache_bytes", 0),
-                                    ("share_with", None), ("share_jobs", None))]
+                                    ("share_with", None), ("share_jobs", None),
+                                    ("decode_on_dpu", "auto"))]
     return torch_signature.replace(
         parameters=[*torch_signature.parameters.values(), *extras])
 

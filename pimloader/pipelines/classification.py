@@ -21,7 +21,7 @@ from pimloader.loader._fetch import Fetcher
 from pimloader.loader._layout import Layout, SlotField
 from pimloader.loader._produce import BatchProducer, Pipeline, Produced
 
-from .images import DecodeBuffers, ImagePipeline, lookup_table
+from .images import DecodeBuffers, DecodeCounts, ImagePipeline, lookup_table
 from .runs import RunBatcher
 
 
@@ -87,16 +87,20 @@ class ImageFetcher(Fetcher):
         super().__init__(auto_collation)
         self.pipeline = pipeline
         self.router = router
+        self.decodes = DecodeCounts()
+
+    def take_decode_counts(self) -> dict:
+        return self.decodes.take()
 
     def fetch(self, index):
         if not self.auto_collation:
             self.current = f"sample {index!r}"
-            return self.pipeline.transformed(index, self.router)
+            return self.pipeline.transformed(index, self.router, self.decodes)
         samples = []
         for sample_index in index:
             self.current = f"sample {sample_index!r}"
             try:
-                samples.append(self.pipeline.transformed(sample_index, self.router))
+                samples.append(self.pipeline.transformed(sample_index, self.router, self.decodes))
             except decode.DecodeError:
                 if not self.pipeline.skip_errors:
                     raise
@@ -120,6 +124,7 @@ class DirectImageProducer:
         self.skipped = 0
         self.layout: Layout | None = None  # sized by the first batch
         self.buffers = DecodeBuffers()
+        self.decodes = DecodeCounts()
 
     def produce(self, index) -> Produced:
         start = time.perf_counter()
@@ -135,7 +140,8 @@ class DirectImageProducer:
         total = time.perf_counter() - start
         skipped, self.skipped = self.skipped, 0
         return Produced(batch, batch.count, timing["fetch"],
-                        total - timing["fetch"] - timing["decode"], skipped, timing["decode"])
+                        total - timing["fetch"] - timing["decode"], skipped, timing["decode"],
+                        decode_counts=self.decodes.take())
 
     def _fill(self, index, out: torch.Tensor, timing: dict) -> list:
         """Reads and draws LOAD_AHEAD samples at a time, then decodes them into runs: the
@@ -168,22 +174,26 @@ class DirectImageProducer:
         return skeletons
 
     def _render(self, sample, params, row: int, out, runs: RunBatcher, timing: dict) -> bool:
-        """Decode the sample into a run (or render it alone); False if it was skipped."""
+        """Decode the sample into a run (or render it alone); False if it was skipped. (A
+        file the DPUs find corrupt when they decode a run raises from the run, on_error
+        "skip" or not: the run's other rows are already on their way.)"""
         started = time.perf_counter()
         geometry = params.geometry
         try:
             if geometry is not None and geometry.size == self.pipeline.plan.output_size:
-                source, box = self.pipeline.decoded_box(sample, geometry, self.buffers)
+                source, box = self.pipeline.source_for(sample, geometry, self.router, self.buffers,
+                                                       self.decodes)
                 timing["decode"] += time.perf_counter() - started
-                runs.add(out, row, source, box, geometry, self.pipeline.kernel_layout,
-                         self.pipeline.lut)
             else:
-                timing["decode"] += self.pipeline.render(sample, params, out[row], self.router)
+                timing["decode"] += self.pipeline.render(sample, params, out[row], self.router,
+                                                         decodes=self.decodes)
+                return True
         except decode.DecodeError:
             if not self.pipeline.skip_errors:
                 raise
             self.skipped += 1
             return False
+        runs.add(out, row, source, box, geometry, self.pipeline.kernel_layout, self.pipeline.lut)
         return True
 
     def _load_all(self, index: list, first: int, stop: int) -> list:
@@ -241,4 +251,4 @@ def build(dataset, transform, options) -> EncodedImages | None:
         reader, plan, lut, bool(reduced_dct), options.on_error == "skip",
         options.memory_format == torch.channels_last,
         choose_backend(options.backend, options.nr_dpus, options.nr_tasklets,
-                       options.dpu_profile)))
+                       options.dpu_profile, options.decode_on_dpu)))

@@ -3,7 +3,10 @@
 A picklable description, built once in the main process and sent to the workers: the
 reader of encoded samples, the lowered plan, its lookup table, the decode options and the
 backend spec. What it renders goes through a `RunBatcher` to the backends the process has
-open (`router`), never to a backend it picks itself.
+open (`router`), never to a backend it picks itself. When the router's backend decodes
+images itself (decode_on_dpu), `source_for` hands it the encoded sample instead of decoding
+it, unless the sample needs the host: what the backend's kernel does not do (padding,
+colour), a reduced-DCT draft decode, or the backend's own reason for the file.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import numpy as np
 import torch
 
 from pimloader import decode
+from pimloader.backends.base import EncodedImage
 from pimloader.backends.select import CPU, BackendSpec
 from pimloader.loader._layout import Layout
 from pimloader.transforms._params import Geometry, SampleParams
@@ -73,24 +77,25 @@ class ImagePipeline:
         return sample, self.plan.draw(height, width, self.channels)
 
     def render(self, sample, params: SampleParams, out: torch.Tensor, router,
-               layout: str | None = None) -> float:
+               layout: str | None = None, decodes: "DecodeCounts | None" = None) -> float:
         """Write the transformed image of `sample` into `out` (a slot row, stored as
         `layout`: the slots' by default), on the backends of `router`. Returns the seconds
-        spent decoding."""
+        spent decoding; `decodes` counts where the sample was decoded."""
         geometry = params.geometry
         start = time.perf_counter()
         if geometry is None:
             image = self._replayed(sample, params)
             (out if layout == "NCHW" else self.as_chw(out)).copy_(image)
             return time.perf_counter() - start
-        source, box = self.decoded_box(sample, geometry)
+        source, box = self.source_for(sample, geometry, router, decodes=decodes)
         decode_s = time.perf_counter() - start
         batcher = RunBatcher(router, 1)
         batcher.add(out[None], 0, source, box, geometry, layout or self.kernel_layout, self.lut)
         batcher.flush()
         return decode_s
 
-    def transformed(self, index: int, router) -> tuple[torch.Tensor, Any]:
+    def transformed(self, index: int, router, decodes: "DecodeCounts | None" = None
+                    ) -> tuple[torch.Tensor, Any]:
         """One (image, target) sample, for the collate path (variable sizes, Python tail)."""
         sample, params = self.load(index)
         geometry = params.geometry
@@ -99,12 +104,36 @@ class ImagePipeline:
         else:
             image = torch.empty((self.out_channels, *geometry.size),
                                 dtype=self.plan.output_dtype)
-            self.render(sample, params, image, router, "NCHW")
+            self.render(sample, params, image, router, "NCHW", decodes)
         for transform in self.plan.tail:
             image = transform(image)
         return image, sample.target
 
     # -- pieces -------------------------------------------------------------------------
+
+    def source_for(self, sample, geometry: Geometry, router, buffers: "DecodeBuffers | None" = None,
+                   decodes: "DecodeCounts | None" = None):
+        """(source, box) of the sample's row for `router`'s backends: the encoded sample
+        itself (an EncodedImage of the geometry's box, box (0, 0, h, w)) when the backend
+        decodes it, else `decoded_box`'s decoded pixels. `decodes` counts which, and why."""
+        if not router.decodes_images:
+            return self.decoded_box(sample, geometry, buffers)
+        refusal = "reduced_dct" if self._draft_scale(sample, geometry) < 8 else ""
+        if not refusal:
+            image = EncodedImage(sample.data, sample.name, geometry.box, self.channels)
+            refusal = router.decode_refusal(geometry, image)
+        if decodes is not None:
+            decodes.add(refusal)
+        if not refusal:
+            return image, (0, 0, *geometry.box[2:])
+        return self.decoded_box(sample, geometry, buffers)
+
+    def _draft_scale(self, sample, geometry: Geometry) -> int:
+        """The DCT scale (of 8) a reduced_dct decode of the box would use; 8: a full one."""
+        if (self.reduced_dct and geometry.resamples and not geometry.source_colour
+                and geometry.padding is None and decode.is_jpeg(sample.data)):
+            return decode.pick_scale(*geometry.box[2:], *geometry.resized)
+        return 8
 
     def decoded_box(self, sample, geometry: Geometry, buffers: "DecodeBuffers | None" = None):
         """The decoded pixels the geometry needs, and its box within them (within their
@@ -113,13 +142,10 @@ class ImagePipeline:
         if geometry.padding is not None or geometry.reads_whole_source:
             pixels = decode.decode_image(sample.data, channels=self.channels, name=sample.name)
             return pixels, geometry.box
-        if (self.reduced_dct and geometry.resamples and not geometry.source_colour
-                and decode.is_jpeg(sample.data)):
-            scale = decode.pick_scale(*geometry.box[2:], *geometry.resized)
-            if scale < 8:
-                scaled = decode.decode_jpeg_scaled(sample.data, geometry.box, scale=scale,
-                                                   name=sample.name)
-                return scaled.image, scaled.int_box()
+        scale = self._draft_scale(sample, geometry)
+        if scale < 8:
+            scaled = decode.decode_jpeg_scaled(sample.data, geometry.box, scale=scale, name=sample.name)
+            return scaled.image, scaled.int_box()
         if buffers is not None and decode.is_jpeg(sample.data):
             pixels, buffer = decode.decode_jpeg_into(sample.data, geometry.box, buffers.take(),
                                                      channels=self.channels, name=sample.name)
@@ -169,6 +195,22 @@ class DecodeBuffers:
             buffer = self._lent.pop(id(getattr(source, "base", None)), None)
             if buffer is not None and buffer.nbytes <= self.MAX_KEPT:
                 self._free.append(buffer)
+
+
+class DecodeCounts:
+    """Where a producer's samples were decoded since the counts were last taken: by the
+    backend itself (decode_on_dpu), or on the host and why (the reasons, counted)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def add(self, refusal: str) -> None:
+        """One sample: "" when the backend decodes it, else the reason the host does."""
+        self.counts[refusal] = self.counts.get(refusal, 0) + 1
+
+    def take(self) -> dict[str, int]:
+        counts, self.counts = self.counts, {}
+        return counts
 
 
 def lookup_table(plan: Plan, channels: int = 3) -> np.ndarray | None:

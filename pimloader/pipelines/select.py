@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pimloader.backends.select import BACKENDS
+from pimloader.backends.select import BACKENDS, check_decode_on_dpu
 from pimloader.loader._fetch import TransformingFetcher
 from pimloader.loader._produce import BatchProducer, Pipeline
 
@@ -31,6 +31,7 @@ class PipelineOptions:
     nr_tasklets: int = 16
     dpu_profile: str = ""
     cache_bytes: int = 0
+    decode_on_dpu: object = "auto"
 
     def __post_init__(self) -> None:
         if (isinstance(self.cache_bytes, bool) or not isinstance(self.cache_bytes, int)
@@ -47,6 +48,7 @@ class PipelineOptions:
         if self.reduced_dct not in ("auto", True, False):
             raise ValueError(f"reduced_dct must be 'auto', True or False, "
                              f"got {self.reduced_dct!r}")
+        check_decode_on_dpu(self.decode_on_dpu, self.backend)
 
 
 def build_pipeline(dataset, transform, options: PipelineOptions):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..base import Backend, FeatureRun, Handle, KernelRun
+from ..base import Backend, EncodedImage, FeatureRun, Handle, KernelRun
 from .audio_backend import DpuFeatureRuns
 from .driver import DpuBatch, DpuDriver
 
@@ -23,15 +23,22 @@ class DpuBackend(Backend):
     fixed overhead (planning, a launch, on the emulator NR_TASKLETS threads per DPU: runs of
     8 rows on 8 DPUs measured slower than runs of 32); but at most half the batch, so that a
     batch has two runs or more and its decode overlaps DPU work. With 64 DPUs and batches
-    of 256: 4 runs of 64 rows."""
+    of 256: 4 runs of 64 rows.
+
+    With `decode=True` (decode_on_dpu) it also decodes the JPEGs its decoder takes
+    (`decode_refusal`): a run holding such encoded images is decoded and transformed on the
+    same DPUs (`chain.DecodeStage`, one `dpu_load` per stage and run), on the image
+    kernel's DPU set."""
 
     MIN_RUN_ROWS = 32
     kernel = "the DPU kernel"
 
     def __init__(self, nr_dpus: int = 64, nr_tasklets: int = 16, profile: str = "",
-                 emulated: bool = True) -> None:
+                 emulated: bool = True, decode: bool = False) -> None:
         self._settings = (nr_dpus, nr_tasklets, profile, emulated)
         self._driver: Optional[DpuDriver] = None
+        self._decoder = None
+        self.decodes_images = decode
         self.features = DpuFeatureRuns(nr_dpus, nr_tasklets, profile, emulated)
         self.name = "emulator" if emulated else "upmem"
 
@@ -44,6 +51,20 @@ class DpuBackend(Backend):
         return self._driver
 
     @property
+    def decoder(self):
+        """The JPEG decoder as the stage before the kernel (chain.DecodeStage), built on first
+        use; None when the backend does not decode."""
+        if self._decoder is None and self.decodes_images:
+            from .chain import DecodeStage
+            self._decoder = DecodeStage(self.driver, self._settings[3])
+        return self._decoder
+
+    def decode_refusal(self, image: EncodedImage) -> str:
+        if not self.decodes_images:
+            return "decode_on_dpu is off"
+        return self.decoder.refusal(image)
+
+    @property
     def nr_dpus(self) -> int:
         return self.driver.nr_dpus
 
@@ -53,6 +74,10 @@ class DpuBackend(Backend):
         return " or ".join(needs)
 
     def submit(self, run: KernelRun) -> DpuBatch:
+        if run.encoded:
+            if not self.decodes_images:
+                raise ValueError("a run of encoded images, and this DPU backend does not decode (decode_on_dpu)")
+            return self.decoder.submit(run)
         return self.driver.submit(run.sources, run.boxes, run.size, run.out,
                                   **run.kernel_arguments())
 
@@ -70,7 +95,7 @@ class DpuBackend(Backend):
         return self.features.submit(run)
 
     def close(self) -> None:
-        driver, self._driver = self._driver, None
+        driver, self._driver, self._decoder = self._driver, None, None
         try:
             self.features.close()
         finally:

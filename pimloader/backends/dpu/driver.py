@@ -35,6 +35,29 @@ DEFAULT_STACK_BYTES = 1024
 ALL_DPUS = 0xFFFFFFFF  # DPU_ALLOCATE_ALL
 
 
+@dataclass(frozen=True)
+class MramSource:
+    """A sample's source that a stage before the kernel left in its DPU's MRAM
+    (`DpuDriver.run_stage`): `height` rows of `width` x `channels` uint8 pixels, `pitch`
+    bytes apart, from `offset` (from DPU_MRAM_HEAP_POINTER, 8-byte aligned). The sample must
+    land on that DPU: the stage packs by the split `plan_chunks` gives."""
+    offset: int
+    height: int
+    width: int
+    channels: int
+    pitch: int
+
+    @property
+    def shape(self) -> tuple:
+        return (self.height, self.width, self.channels)
+
+    def stand_in(self) -> np.ndarray:
+        """An array of the source's shape for planning, over one row of zeros (rows alias):
+        never read by the driver, which reads the source in MRAM."""
+        row = np.zeros(self.width * self.channels, np.uint8)
+        return np.lib.stride_tricks.as_strided(row, self.shape, (0, self.channels, 1), writeable=False)
+
+
 @dataclass
 class DpuCounters:
     """DMA counts of one DPU (or the set) from the emulator since the last reset."""
@@ -102,6 +125,7 @@ class DpuDriver:
         self.ffi, self.lib = self._mod.ffi, self._mod.lib
         self.emulated = bool(self.lib.pim_dpu_emulated())
         self.nr_tasklets = int(nr_tasklets)
+        self.stack_bytes = int(stack_bytes)
         if binary is None:
             binary = build_kernel(self.nr_tasklets, int(stack_bytes), emulated)
         if profile == "" and emulated:
@@ -161,32 +185,38 @@ class DpuDriver:
 
     def submit(self, sources: Sequence, boxes, size: Sequence[int], out, hflip=None, vflip=None,
                interpolation: str = "bilinear", layout: str = "NCHW", lut: Optional[np.ndarray] = None,
-               windows=None, *, debug: int = 0, debug_dpu: int = -1) -> "DpuBatch":
+               windows=None, *, extra_work=None, keep=None, debug: int = 0,
+               debug_dpu: int = -1) -> "DpuBatch":
         """Queues the batch on the DPUs and returns at once; `.wait()` on the result fills `out`.
 
         The arguments are those of `run`. Everything but `out` is copied into the driver's host
         staging before this returns (the sources may be released or reused at once); `out` is
         kept by the returned handle and written only by its `wait()`. At most
         `max_pending` batches may be in flight. Errors of the DPUs' work (a fault, a failed
-        transfer) are raised by `wait()`; errors of the arguments are raised here."""
+        transfer) are raised by `wait()`; errors of the arguments are raised here.
+
+        Sources may be `MramSource`s, left on the DPUs by `run_stage`: `keep` = (start, end)
+        is then the MRAM they lie in on every DPU (the chunk is written below it, the
+        outputs after it), and `extra_work` (per sample) the stage's estimated work, which the
+        split weighs as `plan_chunks` did."""
         drv = self._driver()
-        packed, arrays, lut = K.checked_batch(sources, boxes, size, out, hflip=hflip, vflip=vflip,
-                                              interpolation=interpolation, layout=layout, lut=lut,
-                                              windows=windows)
-        n = len(arrays)
-        if n == 0:
+        if keep is None and any(isinstance(source, MramSource) for source in sources):
+            raise ValueError("sources in MRAM need keep=(start, end): the MRAM they lie in")
+        batch = self._packed(sources, boxes, size, out, hflip, vflip, interpolation, layout, lut, windows,
+                             extra_work, keep)
+        if batch is None:
             return DpuBatch(self, 0, out)
+        samples, tables, arrays, lut, mram, keep_alive = batch
+        n = len(arrays)
         lut_ptr, lut_bytes = self.ffi.NULL, 0
         if lut is not None:
             lut_ptr, lut_bytes = self.ffi.cast("void *", self.ffi.from_buffer(lut)), lut.nbytes
-        samples = np.ascontiguousarray(packed.samples, dtype=K.SAMPLE_DTYPE)
-        tables = np.ascontiguousarray(packed.tables, dtype=np.uint8)
         address, dst_bytes = K.out_address(out)
         dst = self.ffi.cast("uint8_t *", address)
-        keep = [self.ffi.from_buffer(a) if a.flags.c_contiguous else None for a in arrays]
+        buffers = [self.ffi.from_buffer(a) if a.flags.c_contiguous else None for a in arrays]
         srcs = self.ffi.new("uint8_t *[]", [self.ffi.cast("uint8_t *", k) if k is not None
                                             else self.ffi.cast("uint8_t *", a.ctypes.data)
-                                            for k, a in zip(keep, arrays)])
+                                            for k, a in zip(buffers, arrays)])
         src_bytes = self.ffi.new("uint64_t[]", [(a.shape[0] - 1) * a.strides[0] + a.shape[1] * a.shape[2]
                                                 for a in arrays])
         err = self.ffi.new("char[]", 1024)
@@ -194,11 +224,92 @@ class DpuDriver:
         with self._lock:
             rc = self.lib.pim_dpu_submit(drv, self.ffi.cast("pim_sample_t *", self.ffi.from_buffer(samples)), n,
                                          srcs, src_bytes, self.ffi.cast("uint8_t *", self.ffi.from_buffer(tables)),
-                                         tables.nbytes, lut_ptr, lut_bytes, dst, dst_bytes, int(debug),
+                                         tables.nbytes, lut_ptr, lut_bytes, dst, dst_bytes, mram, int(debug),
                                          int(debug_dpu), ticket, err, len(err))
             if rc != 0:
                 self._raise(rc, err)
         return DpuBatch(self, int(ticket[0]), out)
+
+    def _packed(self, sources, boxes, size, out, hflip, vflip, interpolation, layout, lut, windows, extra_work,
+                keep):
+        """(descriptors, tables, HWC arrays, lookup table, pim_dpu_mram_sources_t or NULL, what
+        must stay alive with it) of a batch, None when it is empty."""
+        in_mram = [isinstance(source, MramSource) for source in sources]
+        planned = [source.stand_in() if mram else source for source, mram in zip(sources, in_mram)]
+        packed, arrays, lut = K.checked_batch(planned, boxes, size, out, hflip=hflip, vflip=vflip,
+                                              interpolation=interpolation, layout=layout, lut=lut,
+                                              windows=windows)
+        if not arrays:
+            return None
+        samples = np.ascontiguousarray(packed.samples, dtype=K.SAMPLE_DTYPE)
+        tables = np.ascontiguousarray(packed.tables, dtype=np.uint8)
+        if not any(in_mram) and extra_work is None:
+            return samples, tables, arrays, lut, self.ffi.NULL, ()
+        offsets = np.full(len(arrays), int(self.lib.PIM_DPU_HOST_SOURCE), np.uint64)
+        for i, source in enumerate(sources):
+            if in_mram[i]:
+                offsets[i] = source.offset
+                samples["src_stride"][i] = source.pitch
+        work = np.zeros(len(arrays), np.uint64) if extra_work is None else np.asarray(extra_work, np.uint64)
+        if work.shape != (len(arrays),):
+            raise ValueError(f"extra_work has {work.size} values for {len(arrays)} samples")
+        mram = self.ffi.new("pim_dpu_mram_sources_t *")
+        mram.offsets = self.ffi.cast("uint64_t *", self.ffi.from_buffer(offsets))
+        mram.extra_work = self.ffi.cast("uint64_t *", self.ffi.from_buffer(work))
+        mram.keep_from, mram.keep_to = (int(v) for v in (keep or (0, 0)))
+        return samples, tables, arrays, lut, mram, (offsets, work)
+
+    def plan_chunks(self, sources: Sequence, boxes, size: Sequence[int], out, hflip=None, vflip=None,
+                    interpolation: str = "bilinear", layout: str = "NCHW", lut: Optional[np.ndarray] = None,
+                    windows=None, *, extra_work=None) -> tuple[list, list]:
+        """What `submit` with these arguments will plan (pim_dpu_plan_chunks): the split, as
+        the first sample of each DPU (nr_dpus + 1 entries; DPUs without samples repeat the
+        end), and the bytes each DPU's chunk will take in MRAM, so that a stage before the
+        kernel can pack its own chunks for the same DPUs around it."""
+        batch = self._packed(sources, boxes, size, out, hflip, vflip, interpolation, layout, lut, windows,
+                             extra_work, None)
+        if batch is None:
+            return [0] * (self.nr_dpus + 1), [0] * self.nr_dpus
+        samples, tables, arrays, lut, mram, keep_alive = batch
+        first = self.ffi.new("uint32_t[]", self.nr_dpus + 1)
+        chunk_bytes = self.ffi.new("uint64_t[]", self.nr_dpus)
+        err = self.ffi.new("char[]", 1024)
+        active = self.lib.pim_dpu_plan_chunks(
+            self.ffi.cast("pim_sample_t *", self.ffi.from_buffer(samples)), len(arrays),
+            self.ffi.cast("uint8_t *", self.ffi.from_buffer(tables)), tables.nbytes, 0 if lut is None else lut.nbytes,
+            mram, self.nr_dpus, self.nr_tasklets, int(self.lib.pim_dpu_arena_bytes(self.nr_tasklets,
+                                                                                  self.stack_bytes)),
+            first, chunk_bytes, err, len(err))
+        if active < 0:
+            raise ValueError(f"DPU backend: {self.ffi.string(err).decode(errors='replace')}")
+        starts = [int(first[d]) for d in range(active + 1)]
+        return starts + [starts[-1]] * (self.nr_dpus - active), [int(chunk_bytes[d]) for d in range(self.nr_dpus)]
+
+    def run_stage(self, binary: str, chunks: np.ndarray, status_off: int, status_bytes: int) -> np.ndarray:
+        """A program run before the kernel on the same DPUs (pim_dpu_run_stage): dpu_load of
+        `binary`, chunks[d] (one row of a (nr_dpus, xfer) uint8 array) pushed to DPU d's MRAM
+        at DPU_MRAM_HEAP_POINTER, a synchronous launch, and the (nr_dpus, status_bytes) bytes
+        at `status_off` gathered and returned. What it leaves in MRAM stays there for the next
+        `submit` (MramSource). No batch may be in flight."""
+        drv = self._driver()
+        chunks = np.ascontiguousarray(chunks, dtype=np.uint8)
+        if chunks.ndim != 2 or chunks.shape[0] != self.nr_dpus:
+            raise ValueError(f"chunks must be (nr_dpus={self.nr_dpus}, bytes), got {chunks.shape}")
+        statuses = np.zeros((self.nr_dpus, int(status_bytes)), np.uint8)
+        err = self.ffi.new("char[]", 1024)
+        with self._lock:
+            self._stage_binary = self.ffi.new("char[]", binary.encode())  # the driver keeps the pointer
+            rc = self.lib.pim_dpu_run_stage(drv, self._stage_binary,
+                                            self.ffi.cast("uint8_t *", self.ffi.from_buffer(chunks)),
+                                            chunks.shape[1], int(status_off), int(status_bytes),
+                                            self.ffi.cast("uint8_t *", self.ffi.from_buffer(statuses)), err, len(err))
+            if rc != 0:
+                self._raise(rc, err)
+        return statuses
+
+    def loads(self) -> int:
+        """dpu_load calls made since the DPUs were allocated (the kernel's first included)."""
+        return int(self.lib.pim_dpu_loads(self._driver()))
 
     @property
     def max_pending(self) -> int:
@@ -325,4 +436,4 @@ class DpuBatch:
             pass
 
 
-__all__ = ["DpuDriver", "DpuBatch", "DpuCounters", "driver_module", "emulator_live_dpus"]
+__all__ = ["DpuDriver", "DpuBatch", "DpuCounters", "MramSource", "driver_module", "emulator_live_dpus"]

@@ -339,6 +339,42 @@ class _Chunk:
         return buf
 
 
+def prepare_image(data, name, box=None, *,
+                  max_mcus_without_restarts: int = DEFAULT_MAX_MCUS_WITHOUT_RESTARTS) -> _Image:
+    """A file (or its box) as the DPU decoder takes it: parsed, checked (UnsupportedJpeg with
+    its reason when the DPUs cannot decode it; DecodeError naming a corrupt file) and its
+    restart intervals chosen. What `_Chunk` packs."""
+    return _Image(bytes(data), name, max_mcus_without_restarts, box)
+
+
+def image_status(statuses: np.ndarray, k: Optional[int], batch_id: int) -> np.ndarray:
+    """The chunk's status (k None) or image k's, from a DPU's gathered status block."""
+    at = 0 if k is None else (k + 1) * STATUS.itemsize
+    return statuses[at:at + STATUS.itemsize].view(STATUS)[0]
+
+
+def check_status(status, batch_id: int, dpu: int, names: Sequence, image: bool):
+    """Raises DpuKernelError unless the kernel wrote `status` in batch `batch_id` and it is
+    OK or (an image's) an error of the file's data (codes 4..8); returns it."""
+    code = int(status["code"])
+    data_error = image and code in DATA_ERRORS
+    if (code != STATUS_OK and not data_error) or int(status["batch_id"]) != batch_id:
+        what = KERNEL_ERRORS.get(code, f"no status written (code 0x{code:x})")
+        listed = ", ".join(str(name) for name in names)
+        raise DpuKernelError(f"JPEG kernel on DPU {dpu} ({'images ' + listed if listed else 'no images'}): {what} "
+                             f"(detail {int(status['detail'])})", code, dpu)
+    return status
+
+
+def data_error(status, name, dpu: int) -> Optional[DecodeError]:
+    """The DecodeError naming the file of an image status that is an error of its data."""
+    code = int(status["code"])
+    if code == STATUS_OK:
+        return None
+    return _fail(name, f"DPU decoder: {_describe(code, int(status['detail']))} in restart interval "
+                       f"{int(status['interval'])} (DPU {dpu})")
+
+
 class DpuJpegDecoder:
     """DPUs decoding JPEGs: `with DpuJpegDecoder(nr_dpus=4) as dec: images = dec.decode(files)`.
 
@@ -416,11 +452,8 @@ class DpuJpegDecoder:
                 status = self._check_status(dpu, gathered[dpu], chunk, k)
                 self.last_work[i] = {f: int(status[f]) for f in WORK_FIELDS}
                 self.last_work[i]["pixels"] = images[i].box[2] * images[i].box[3]
-                if int(status["code"]) == STATUS_OK:
-                    results[i] = self._pixels(gathered[dpu], chunk, k, out_off)
-                else:
-                    results[i] = _fail(images[i].name, f"DPU decoder: {_describe(int(status['code']), int(status['detail']))}"
-                                                       f" in restart interval {int(status['interval'])} (DPU {dpu})")
+                error = data_error(status, images[i].name, dpu)
+                results[i] = error if error is not None else self._pixels(gathered[dpu], chunk, k, out_off)
         return results
 
     def _run(self, chunks: List["_Chunk"], out_off: int, debug: int) -> np.ndarray:
@@ -434,18 +467,9 @@ class DpuJpegDecoder:
         return self.dpus.gather(self._symbol, out_bytes, offset=out_off)
 
     def _check_status(self, dpu: int, out: np.ndarray, chunk: "_Chunk", k: Optional[int]):
-        """The chunk's status (k None) or image k's; raises DpuKernelError unless the kernel
-        wrote it in this batch and it is OK or an error of the file's data (codes 4..8)."""
-        at = 0 if k is None else (k + 1) * STATUS.itemsize
-        status = out[at:at + STATUS.itemsize].view(STATUS)[0]
-        code = int(status["code"])
-        data_error = k is not None and code in DATA_ERRORS
-        if (code != STATUS_OK and not data_error) or int(status["batch_id"]) != self._batch:
-            what = KERNEL_ERRORS.get(code, f"no status written (code 0x{code:x})")
-            names = ", ".join(str(im.name) for im in (chunk.images if k is None else [chunk.images[k]]))
-            raise DpuKernelError(f"JPEG kernel on DPU {dpu} ({'images ' + names if names else 'no images'}): {what} "
-                                 f"(detail {int(status['detail'])})", code, dpu)
-        return status
+        """The chunk's status (k None) or image k's, checked (check_status)."""
+        names = [im.name for im in (chunk.images if k is None else [chunk.images[k]])]
+        return check_status(image_status(out, k, self._batch), self._batch, dpu, names, k is not None)
 
     def _pixels(self, out: np.ndarray, chunk: "_Chunk", k: int, out_off: int) -> np.ndarray:
         im = chunk.images[k]
@@ -456,4 +480,5 @@ class DpuJpegDecoder:
         return np.ascontiguousarray(rows[:, :width * im.channels]).reshape(shape)
 
 
-__all__ = ["DpuJpegDecoder", "fallback_reason", "check_decodable", "needed_intervals", "arena_bytes"]
+__all__ = ["DpuJpegDecoder", "fallback_reason", "check_decodable", "needed_intervals", "arena_bytes",
+           "prepare_image", "image_status", "check_status", "data_error"]
