@@ -90,8 +90,12 @@ static int dpu_fail(pim_dpu_driver_t *drv, char *err, uint32_t err_len, const ch
 
 int pim_dpu_load_program(pim_dpu_driver_t *drv, const char *binary, char *err, uint32_t err_len)
 {
-    const dpu_error_t e = dpu_load(drv->set, binary, NULL);
+    struct dpu_program_t *program = NULL;
+    dpu_error_t e = dpu_load(drv->set, binary, &program);
     drv->loads++;
+    struct dpu_symbol_t heap = { 0, 0 };
+    if (e == DPU_OK && program != NULL)
+        e = dpu_get_symbol(program, DPU_MRAM_HEAP_POINTER_NAME, &heap);
     if (e != DPU_OK) {
         char text[200];
         pim_dpu_error_text(e, text, sizeof text);
@@ -101,6 +105,9 @@ int pim_dpu_load_program(pim_dpu_driver_t *drv, const char *binary, char *err, u
         return PIM_DPU_E_LIBDPU;
     }
     drv->loaded = binary;
+    drv->loaded_heap = heap.address;
+    if (binary == drv->binary)
+        drv->kernel_heap = heap.address;
     return PIM_DPU_OK;
 }
 

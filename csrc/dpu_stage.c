@@ -91,6 +91,12 @@ int pim_dpu_run_stage(pim_dpu_driver_t *drv, const char *binary, const uint8_t *
         return rc;
     if ((rc = pim_dpu_load_program(drv, binary, err, err_len)) != PIM_DPU_OK)
         return rc;
+    if (drv->loaded_heap != drv->kernel_heap) { /* each side counts offsets from its own heap start */
+        set_err(err, err_len, "%s starts its free MRAM (DPU_MRAM_HEAP_POINTER) at 0x%x, the kernel at 0x%x: what it "
+                "leaves in MRAM would not be where the kernel reads it", binary, drv->loaded_heap, drv->kernel_heap);
+        drv->recover = true;
+        return PIM_DPU_E_ARG;
+    }
     dpu_error_t e = DPU_OK;
     for (uint32_t d = 0; d < drv->nr_dpus && e == DPU_OK; d++)
         e = dpu_prepare_xfer(drv->dpus[d], (void *)(chunks + (size_t)d * xfer));

@@ -37,7 +37,7 @@ typedef struct pim_dpu_driver pim_dpu_driver_t;
  * left them there, on the DPU the batch's split gives their sample. On every DPU the sources
  * lie in [keep_from, keep_to): the chunk the host writes must end at or before keep_from
  * (it may overwrite what the stage before consumed, below it), and the outputs start at or
- * after keep_to. */
+ * after keep_to. keep_to = 0: no sources in MRAM (extra_work alone). */
 #define PIM_DPU_HOST_SOURCE 0xFFFFFFFFFFFFFFFFull /* offsets[i]: sample i's source is srcs[i] */
 typedef struct pim_dpu_mram_sources {
     const uint64_t *offsets;    /* [n] sample i's source from DPU_MRAM_HEAP_POINTER, 8-byte aligned

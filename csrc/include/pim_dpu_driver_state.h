@@ -56,6 +56,8 @@ struct pim_dpu_driver {
     char *binary;            /* the kernel, loaded again after a fault */
     const char *loaded;      /* the program the DPUs hold: binary, a stage's, NULL after a failed load */
     uint32_t loads;          /* dpu_load calls made */
+    uint32_t loaded_heap;    /* DPU_MRAM_HEAP_POINTER of the loaded program (dpu_get_symbol) */
+    uint32_t kernel_heap;    /* and of the kernel's: a stage's MRAM offsets count from the same place */
     char *profile;           /* for a new allocation after an asynchronous failure */
     uint32_t requested_dpus;
     bool lost;               /* the set could not be allocated again: every call fails */

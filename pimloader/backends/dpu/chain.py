@@ -73,6 +73,7 @@ class DecodeStage:
         self.binary = build_kernel(driver.nr_tasklets, driver.stack_bytes, emulated, source=jpeg.KERNEL_SOURCE)
         self.batch = 0
         self.last_work: list = []   # per encoded sample of the last run: the decoder's work counts
+        self.last_transfer = {"to_dpus": 0, "from_dpus": 0}   # the last decode stage's bytes
 
     def refusal(self, image: EncodedImage) -> str:
         """"" when the DPUs decode `image` (then `image.prepared` holds its structure), else
@@ -128,6 +129,7 @@ class DecodeStage:
         for d, chunk_bytes in enumerate(packed):
             table[d, :chunk_bytes.nbytes] = chunk_bytes
         status_bytes = _round8((max(len(c.images) for c in chunks) + 1) * jpeg.STATUS.itemsize)
+        self.last_transfer = {"to_dpus": table.nbytes, "from_dpus": table.shape[0] * status_bytes}
         return self.driver.run_stage(self.binary, table, keep_from, status_bytes)
 
     def _check(self, statuses: np.ndarray, chunks: list) -> None:
