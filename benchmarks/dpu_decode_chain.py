@@ -14,7 +14,7 @@ On the benchmark dataset's seekable copy (benchmarks/make_dataset.py, made seeka
 Counts and equality, not time: the emulator's speed is not DPU speed (docs/dpu.md). Not part
 of `python -m benchmarks`.
 
-    python -m benchmarks.dpu_decode_chain [--count 500] [--out benchmarks/results/dpu_decode_chain.json]
+    python -m benchmarks.dpu_decode_chain [--quick] [--data DIR] [--out benchmarks/results/dpu_decode_chain.json]
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ import torchvision.transforms.v2 as v2
 from PIL import Image
 
 from benchmarks.imagenet_pipeline import seekable_copy
-from benchmarks.make_dataset import DEFAULT_ROOT, make_imagenet_like
+from benchmarks.make_dataset import DATA_DIR, QUICK, make_imagenet_like
 from pimloader import PIMDataLoader
 from pimloader.backends.base import EncodedImage, KernelRun
 from pimloader.backends.dpu import jpeg as DJ
@@ -92,6 +92,7 @@ def centre_crops(root: Path, count: int, size=(224, 224)):
 
 
 def transfers(root: Path, count: int = BATCH, size=(224, 224)) -> dict:
+    """Host<->DPU bytes per image of one run of `count` centre crops."""
     files, boxes, geometries = centre_crops(root, count, size)
     backend = DpuBackend(8, NR_TASKLETS, decode=True)
     n = len(files)
@@ -127,14 +128,16 @@ def transfers(root: Path, count: int = BATCH, size=(224, 224)) -> dict:
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.dpu_decode_chain",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--count", type=int, default=500, help="files in the ImageNet-like folder")
-    parser.add_argument("--classes", type=int, default=10)
+    parser.add_argument("--quick", action="store_true", help=f"a folder of {QUICK['count']} files, one run of 16")
+    parser.add_argument("--data", type=Path, help="dataset folder (default: results/data/imagenet_like[_quick])")
     parser.add_argument("--out", type=Path,
                         default=Path(__file__).parent / "results" / "dpu_decode_chain.json")
     args = parser.parse_args(argv)
-    root = DEFAULT_ROOT if args.count == 500 else DEFAULT_ROOT.with_name(f"imagenet_like_{args.count}")
-    seekable = seekable_copy(make_imagenet_like(root, count=args.count, classes=args.classes))
-    results = {"whole_loader": whole_loader(seekable), "transfers": transfers(seekable)}
+    sizes = QUICK if args.quick else {"count": 500, "classes": 10}
+    data = args.data or DATA_DIR / ("imagenet_like_quick" if args.quick else "imagenet_like")
+    seekable = seekable_copy(make_imagenet_like(data, **sizes))
+    results = {"whole_loader": whole_loader(seekable),
+               "transfers": transfers(seekable, 16 if args.quick else BATCH)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2))
     return results

@@ -217,3 +217,10 @@ def test_sources_in_mram_must_leave_the_chunk_room(seekable_files):
             backend.driver.submit(run.sources, run.boxes, run.size, run.out)
     finally:
         backend.close()
+
+
+def test_the_benchmark_runs_quick(tmp_path):
+    from benchmarks import dpu_decode_chain
+    results = dpu_decode_chain.main(["--quick", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "r.json")])
+    assert all(row["identical"] and row["decoded_on_dpus"] > 0 for row in results["whole_loader"].values())
+    assert results["transfers"]["decode on the DPUs"]["dpu_loads"] == 2

@@ -155,14 +155,13 @@ class Router:
         return self.primary.decodes_images
 
     def decode_refusal(self, geometry, image) -> str:
-        """"" when the loader's backend runs `geometry` and decodes `image` (an EncodedImage,
-        or a callable making it, asked only if needed) itself; else why the host decodes it:
-        what the backend's kernel does not do ("pad", "adjust colours"), or the backend's
-        reason for the file."""
+        """"" when the loader's backend runs `geometry` and decodes `image` (an
+        EncodedImage) itself; else why the host decodes it: what the backend's kernel does
+        not do ("pad", "adjust colours"), or the backend's reason for the file."""
         missing = self.primary.unsupported(geometry)
         if missing:
             return missing
-        return self.primary.decode_refusal(image() if callable(image) else image)
+        return self.primary.decode_refusal(image)
 
     def backend_for(self, geometry) -> Backend:
         refused = []
