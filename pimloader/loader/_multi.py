@@ -29,6 +29,7 @@ from torch.utils.data.dataloader import (
 from pimloader.errors import TOO_MANY_OPEN_FILES, LoaderTimeoutError, WorkerDiedError, WorkerError
 from ._produce import Produced, deliver
 from ._resume import EpochTracker, WorkerCycle
+from ._arena import ArenaBatch
 from ._slots import SlotBatch
 from ._worker import IterableEnd, ResumeIteration, WorkerConfig, worker_loop
 
@@ -83,7 +84,8 @@ class MultiProcessIter(_BaseDataLoaderIter):
             process = context.Process(
                 target=worker_loop, daemon=True,
                 args=(config, [self._dataset], index_queue, self._result_queue,
-                      self._done_event, self._pool.flags, self._pool.inherited(worker_id)))
+                      self._done_event, self._pool.flags, self._pool.inherited(worker_id),
+                      self._arena_of(worker_id)))
             try:
                 process.start()
             except (TypeError, AttributeError, PicklingError):
@@ -97,6 +99,14 @@ class MultiProcessIter(_BaseDataLoaderIter):
                 raise
             self._index_queues.append(index_queue)
             self._workers.append(process)
+
+    def _arena_of(self, worker_id: int):
+        """(flags, inherited blocks) of a worker's output arena; None for a loader that
+        publishes its batches to a coordinated-prep group, which sends collated batches
+        by value, not as views of this process's memory."""
+        if self._state.publish is not None:
+            return None
+        return self._pool.arena.flags, self._pool.arena.inherited(worker_id)
 
     # -- epoch bookkeeping (torch's semantics) ------------------------------------------
 
@@ -231,6 +241,8 @@ class MultiProcessIter(_BaseDataLoaderIter):
     def _discard(self, data) -> None:
         if isinstance(data, Produced) and isinstance(data.data, SlotBatch):
             self._pool.discard(data.data)
+        elif isinstance(data, Produced) and isinstance(data.data, ArenaBatch):
+            self._pool.arena.discard(data.data)
 
     def _retire_workers(self) -> None:
         """Once the sampler is exhausted, a fresh (non-persistent) worker whose batches have

@@ -7,6 +7,7 @@ from typing import Any
 
 from torch.utils.data import default_collate
 
+from ._arena import ArenaBatch
 from ._slots import SlotBatch, SlotWriter
 
 
@@ -140,6 +141,8 @@ def deliver(produced: Produced, pool, stats, pin_device: str | None, publish=Non
 def _handed_over(data, shared: bool, pool, pin_device: str | None):
     if shared:
         return pool.lend(data)
+    if isinstance(data, ArenaBatch):
+        data = pool.arena.lend(data)
     if pin_device is not None:
         from ._pin import pin_collated
         return pin_collated(data, pin_device)

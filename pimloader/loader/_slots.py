@@ -18,8 +18,6 @@ one leaves the inherited ids unused and numbers its new slots after them.
 """
 from __future__ import annotations
 
-import ctypes
-import mmap
 import weakref
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -27,8 +25,10 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from ._arena import ArenaPool
 from ._layout import (
     Layout, NotSlottable, collate_skeletons, compile_batch_splitter, split_sample)
+from ._pages import populate_for_writing
 
 MAX_SLOTS_PER_PRODUCER = 1024
 
@@ -189,35 +189,6 @@ class SlotWriter:
             column.clear()
 
 
-def populate_for_writing(buffer: torch.Tensor) -> None:
-    """Map every page of a shared buffer into this process before writing it.
-
-    A worker maps its slots afresh (a fork does not copy the page tables of shared
-    mappings), and faulting them in one page at a time costs more than the copy itself;
-    one madvise(MADV_POPULATE_WRITE) (Linux 5.14+) maps them all. Only a hint: where the
-    kernel lacks it, the pages fault in as they are written."""
-    start, length = buffer.data_ptr(), buffer.numel() * buffer.element_size()
-    first = start - start % _PAGE_SIZE
-    last = start + length
-    if _LIBC is not None and length:
-        _LIBC.madvise(ctypes.c_void_p(first), ctypes.c_size_t(last - first),
-                      _MADV_POPULATE_WRITE)
-
-
-def _load_libc():
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-        return libc
-    except (OSError, AttributeError):
-        return None
-
-
-_LIBC = _load_libc()
-_PAGE_SIZE = mmap.PAGESIZE
-_MADV_POPULATE_WRITE = 23
-
-
 def _as_numpy(leaf) -> np.ndarray:
     return leaf if isinstance(leaf, np.ndarray) else leaf.resolve_conj().resolve_neg().numpy()
 
@@ -240,6 +211,7 @@ class SlotPool:
         self._register = register
         self._slots: dict[tuple[int, int], tuple[torch.Tensor, Layout]] = {}
         self._lent: set[tuple[int, int]] = set()
+        self.arena = ArenaPool(num_producers, shared)  # variable-size outputs (_arena.py)
 
     def lend(self, batch: SlotBatch) -> Any:
         """The user's batch: the skeletons collated over views of the batch's slot."""
@@ -264,6 +236,7 @@ class SlotPool:
         for key in self._slots:
             if key not in self._lent:
                 self._flag_bytes[key] = 0
+        self.arena.release_unlent()
 
     def inherited(self, producer_id: int) -> InheritedSlots:
         ids = [slot_id for (producer, slot_id) in self._slots if producer == producer_id]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import queue
 import random
+import time
 from dataclasses import dataclass
 
 import torch
@@ -30,7 +31,8 @@ from pimloader.backends.select import Backends
 
 from ._produce import ProducerContext, make_producer
 from ._snapshots import attach, producer_snapshot, resume_dataset, resume_producer
-from ._slots import SlotWriter
+from ._arena import ArenaWriter, set_current as set_current_arena
+from ._slots import SlotBatch, SlotWriter
 
 STATUS_CHECK_INTERVAL = 0.5
 
@@ -80,11 +82,15 @@ def _where(config: WorkerConfig, doing: str) -> str:
 
 class _Worker:
     def __init__(self, config: WorkerConfig, dataset, flags: torch.Tensor,
-                 inherited_slots: list) -> None:
+                 inherited_slots: list, arena: tuple | None = None) -> None:
         self.config = config
         self.dataset = dataset
         self.shared_rng = torch.Generator()
         self.writer = SlotWriter(config.worker_id, flags, _allocate_shared, inherited_slots)
+        self.arena = None  # the output arena (_arena.py) of collated batches, if any
+        if arena is not None:
+            self.arena = ArenaWriter(config.worker_id, arena[0], _allocate_shared, arena[1])
+        set_current_arena(self.arena)
         self.producer = None
         self.backends = Backends()  # this worker's own (DPU sets), closed when it exits
         self.pending_error: WorkerError | None = None
@@ -150,7 +156,7 @@ class _Worker:
             return self.pending_error  # every batch fails until a restart succeeds
         self.fetches, self.last_index = self.fetches + 1, index
         try:
-            return self.producer.produce(index)
+            return self._produce(index)
         except StopIteration:
             if self.config.is_iterable:
                 self.iteration_end = True
@@ -158,6 +164,21 @@ class _Worker:
             return WorkerError(_where(self.config, f"while fetching {self.producer.current}"))
         except Exception:
             return WorkerError(_where(self.config, f"while fetching {self.producer.current}"))
+
+    def _produce(self, index):
+        """The producer's batch; a collated one with its tensors in the output arena."""
+        if self.arena is None:
+            return self.producer.produce(index)
+        self.arena.begin()
+        try:
+            produced = self.producer.produce(index)
+            if not isinstance(produced.data, SlotBatch):
+                start = time.perf_counter()
+                produced.data = self.arena.pack(produced.data)
+                produced.write_s += time.perf_counter() - start
+            return produced
+        finally:
+            self.arena.abandon()  # what pack did not take (a failed batch, a slot batch)
 
     def with_snapshot(self, result):
         """`result` carrying this worker's state after it (none after a failed start)."""
@@ -196,13 +217,14 @@ def _allocate_shared(nbytes: int) -> torch.Tensor:
 
 
 def worker_loop(config: WorkerConfig, dataset_holder: list, index_queue, result_queue,
-                done_event, flags: torch.Tensor, inherited_slots: list) -> None:
+                done_event, flags: torch.Tensor, inherited_slots: list,
+                arena: tuple | None = None) -> None:
     parent = os.getppid()
     worker = None
     try:
         torch._C._set_worker_signal_handlers()
         torch.set_num_threads(1)
-        worker = _Worker(config, dataset_holder.pop(), flags, inherited_slots)
+        worker = _Worker(config, dataset_holder.pop(), flags, inherited_slots, arena)
         worker.start()
         while os.getppid() == parent:
             try:

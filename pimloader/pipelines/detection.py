@@ -36,13 +36,13 @@ from pimloader import decode
 from pimloader.backends.select import BackendSpec, choose_backend, native_available
 from pimloader.datasets.cache import CachedReader, SampleCache
 from pimloader.datasets.coco import CocoSource, is_coco
+from pimloader.loader._arena import output_tensor, output_tensors
 from pimloader.loader._fetch import Fetcher, TransformingFetcher
 from pimloader.loader._produce import BatchProducer, Pipeline
 from pimloader.transforms._probe import (ImageProbe, apply_elementwise, for_probe, is_probe,
                                          run_on_probe)
 
 from .classification import CacheCountingProducer
-from .padded import worker_tensor
 from .runs import RunBatcher
 
 
@@ -137,11 +137,11 @@ class Detection(Pipeline):
             return []
         shapes = {(item.geometry.size, item.dtype) for item in pending}
         if len(shapes) == 1:
-            out = worker_tensor((len(pending), 3, *pending[0].geometry.size), pending[0].dtype)
+            out = output_tensor((len(pending), 3, *pending[0].geometry.size), pending[0].dtype)
             rows = [(out, row) for row in range(len(pending))]
         else:
-            rows = [(worker_tensor((1, 3, *item.geometry.size), item.dtype), 0)
-                    for item in pending]
+            outs = output_tensors([((1, 3, *item.geometry.size), item.dtype) for item in pending])
+            rows = [(out, 0) for out in outs]
         runs = RunBatcher(router, len(pending))
         for (out, row), item in zip(rows, pending):
             runs.add(out, row, item.pixels, item.box, item.geometry, "NCHW", item.lut)

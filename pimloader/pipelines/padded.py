@@ -17,7 +17,8 @@ import math
 from typing import NamedTuple
 
 import torch
-from torch.utils.data import get_worker_info
+
+from pimloader.loader._arena import output_tensor
 
 
 class PaddedImages(NamedTuple):
@@ -49,7 +50,7 @@ class PaddedBatch:
                     f"(C, H, W) with C={first.shape[0]} and dtype {first.dtype}")
         height = self._rounded(max(image.shape[1] for image in images))
         width = self._rounded(max(image.shape[2] for image in images))
-        out = worker_tensor((len(images), first.shape[0], height, width), first.dtype)
+        out = output_tensor((len(images), first.shape[0], height, width), first.dtype)
         out.fill_(self.fill)
         for row, image in zip(out, images):
             row[:, :image.shape[1], :image.shape[2]].copy_(image)
@@ -73,12 +74,3 @@ def _split(batch):
                              f"(image tensor, target) pair but a {type(sample).__name__}")
     images, targets = zip(*batch)
     return images, targets
-
-
-def worker_tensor(shape: tuple, dtype: torch.dtype) -> torch.Tensor:
-    """An uninitialised plain tensor; in a worker, over shared memory from the start."""
-    if get_worker_info() is None:
-        return torch.empty(shape, dtype=dtype)
-    element_size = torch.empty((), dtype=dtype).element_size()
-    storage = torch.UntypedStorage._new_shared(max(1, math.prod(shape) * element_size))
-    return torch.tensor([], dtype=dtype).set_(storage, 0, shape)
