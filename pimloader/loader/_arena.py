@@ -416,13 +416,17 @@ def populate_or_raise(block: torch.Tensor) -> None:
 
 def _no_room_message(nbytes: int, failure: int) -> str:
     try:
-        free = f"{shutil.disk_usage('/dev/shm').free / 2**20:.1f} MiB free in /dev/shm"
+        free = f"{_in_units(shutil.disk_usage('/dev/shm').free)} free in /dev/shm"
     except OSError:
         free = "no /dev/shm to measure"
-    return (f"pimloader: no room in shared memory for a {nbytes / 2**20:.1f} MiB block of "
+    return (f"pimloader: no room in shared memory for a {_in_units(nbytes)} block of "
             f"the worker's output arena (the batch's images and targets; {free}; "
             f"{os.strerror(failure)}). Enlarge /dev/shm (docker: --shm-size), or lower "
             f"batch_size, num_workers or prefetch_factor")
+
+
+def _in_units(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.1f} MiB" if nbytes >= 2**20 else f"{nbytes / 2**10:.1f} KiB"
 
 
 def _aligned(nbytes: int, alignment: int = ALIGNMENT) -> int:
