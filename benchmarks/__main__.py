@@ -11,7 +11,8 @@
                                     # for audio_fixed_point, the DPU log-mel kernel's dB
                                     # errors, about 20 s for audio_instruction_counts (with
                                     # riscv64-unknown-elf-gcc) and 20 s for
-                                    # audio_dpu_projection: PROJECTED;
+                                    # audio_dpu_projection: PROJECTED; + 15-45 s for
+                                    # detection_projection: PROJECTED;
                                     # + about a minute for coordinated_prep)
     python -m benchmarks --quick    # smoke run, about 2 minutes (measured at load 4-5; the
                                     # quick coordinated_prep adds about 20 s)
@@ -21,8 +22,8 @@ from __future__ import annotations
 import argparse
 
 from benchmarks import (audio, audio_dpu_projection, audio_fixed_point, audio_instruction_counts,
-                        coordinated_prep,
-                        decode_projection, detection, dpu_projection, imagenet_pipeline,
+                        coordinated_prep, decode_projection, detection, detection_projection,
+                        dpu_projection, imagenet_pipeline,
                         instruction_counts, kernel_speed, loader_overhead, naive_sweep, op_costs,
                         peers, plot, sample_cache, stall, viability)
 
@@ -39,9 +40,11 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     flags = ["--quick"] if args.quick else []
     # naive_sweep reads dpu_projection's JSON, viability that of imagenet_pipeline,
-    # kernel_speed, dpu_projection, op_costs and decode_projection: they run after them
+    # kernel_speed, dpu_projection, op_costs, decode_projection and detection_projection:
+    # they run after them
     for benchmark in (loader_overhead, imagenet_pipeline, kernel_speed, instruction_counts,
-                      dpu_projection, decode_projection, sample_cache, coordinated_prep,
+                      dpu_projection, decode_projection, detection_projection, sample_cache,
+                      coordinated_prep,
                       naive_sweep, stall, op_costs, viability, peers, detection, audio,
                       audio_fixed_point, audio_instruction_counts, audio_dpu_projection):
         print(f"\n== {benchmark.__name__} ==", flush=True)

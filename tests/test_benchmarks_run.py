@@ -10,8 +10,9 @@ import shutil
 import pytest
 
 from benchmarks import (audio, audio_dpu_projection, audio_fixed_point, coordinated_prep,
-                        decode_projection, detection, dpu_projection, imagenet_pipeline,
-                        instruction_counts, kernel_speed, loader_overhead, sample_cache)
+                        decode_projection, detection, detection_projection, dpu_projection,
+                        imagenet_pipeline, instruction_counts, kernel_speed, loader_overhead,
+                        sample_cache)
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -126,6 +127,19 @@ def test_detection_quick(tmp_path):
     saved = json.loads(out.read_text())
     assert {g["pipeline"] for g in saved["groups"]} == set(detection.PIPELINES)
     assert all({"torchvision", "pimloader"} <= set(g["images_per_s"]) for g in report["groups"])
+
+
+def test_detection_projection_quick(tmp_path):
+    out = tmp_path / "detection_projection.json"
+    detection_projection.main(["--quick", "--out", str(out), "--root", str(tmp_path / "coco")])
+    saved = json.loads(out.read_text())
+    assert saved["label"] == "PROJECTED" and saved["assumptions"]
+    entries = {entry["pipeline"]: entry for entry in saved["pipelines"]}
+    assert set(entries) == set(detection_projection.PIPELINES)
+    assert entries["faster-rcnn"]["padded_share"] == 0   # no zoom-out: every image on DPUs
+    assert sum(launch["share"] for launch in entries["faster-rcnn"]["launches"]) == \
+        pytest.approx(1.0)
+    assert all(p["images_per_s"] > 0 for e in entries.values() for p in e["projections"])
 
 
 @pytest.mark.skipif(shutil.which("espeak-ng") is None or shutil.which("sox") is None,

@@ -213,7 +213,8 @@ def test_stall_shares_add_up_within_the_loop(tmp_path, data, workers, step):
 
 def _inputs():
     return [json.loads((RESULTS / f"{name}.json").read_text())
-            for name in ("imagenet_pipeline", "kernel_speed", "dpu_projection", "op_costs", "decode_projection")]
+            for name in ("imagenet_pipeline", "kernel_speed", "dpu_projection", "op_costs",
+                         "decode_projection", "detection_projection")]
 
 
 def test_op_costs_quick_measures_every_operation(tmp_path):
@@ -257,4 +258,9 @@ def test_viability_table_follows_from_its_json_alone(tmp_path):
         assert "](viability.png)" in text
         assert (tmp_path / "viability.png").read_bytes()[:4] == b"\x89PNG"
     assert all(row["op"] in text for row in table["rows"])
-    assert "to be filled as the detection pipeline lands" in text
+    assert sum(row["op"].startswith("detection: ") for row in table["rows"]) == 3
+    assert "to be filled as the detection pipeline lands" not in text
+    assert "to be filled as the audio pipeline lands" in text
+    without = viability.build(*_inputs()[:5])   # detection_projection is optional too
+    assert not any(row["op"].startswith("detection: ") for row in without["rows"])
+    assert ("detection", viability.LATER[0][1]) in without["later"]

@@ -6,10 +6,10 @@ images: every image is copied into the top-left corner of one (N, C, H, W) tenso
 and W are the largest height and width of the batch rounded up to `size_divisibility`,
 the rest holding `fill`. It returns `(PaddedImages(tensors, image_sizes), [targets])`.
 
-It works under torch's DataLoader and PIMDataLoader alike. In a worker, the batch tensor
-is allocated in shared memory before the images are copied in, so that the batch goes to
-the main process as one handle (torch would otherwise copy it into shared memory when the
-worker sends it), instead of one shared segment per image.
+It works under torch's DataLoader and PIMDataLoader alike. The batch tensor is the
+loader's `output_tensor`: in a PIMDataLoader worker, memory of its output arena, reused
+batch after batch (loader/_arena.py); in torch's workers, shared memory from the start, so
+that the batch goes to the main process as one handle, not a copy per image.
 """
 from __future__ import annotations
 
