@@ -4,9 +4,11 @@ masks equal, whether the pipeline lowers to the fused kernel or runs as Python."
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 import torch
+from PIL import Image
 from torch.utils.data import DataLoader
 from torchvision import tv_tensors
 from torchvision.transforms import v2
@@ -101,13 +103,29 @@ def test_draws_that_do_not_fuse_replay_from_the_same_random_state(annotated):
     assert 0 < stats.kernel_samples < count
 
 
-def test_a_crop_that_removes_every_box(annotated):
+@pytest.mark.parametrize("num_workers", [0, 2])   # 2: empty boxes through the output arena
+def test_a_crop_that_removes_every_box(annotated, num_workers):
     root, ann_file = annotated
     oracle = torchvision_coco(root, ann_file, small_crop())
     want, _ = batches(DataLoader, oracle, batch_size=3, shuffle=True)
     assert any(len(target["boxes"]) == 0 for _, targets in want for target in targets)
     compare(CocoDetection(root, ann_file, transforms=small_crop()), oracle,
-            batch_size=3, shuffle=True)
+            batch_size=3, shuffle=True, num_workers=num_workers)
+
+
+def test_grey_and_cmyk_images_give_torchvisions_samples(annotated):
+    root, ann_file = annotated
+    theirs = torchvision_coco(root, ann_file, wrapped=False)
+    modes = {}
+    for index, image_id in enumerate(theirs.ids):
+        with Image.open(Path(root) / theirs.coco.loadImgs(image_id)[0]["file_name"]) as image:
+            modes.setdefault(image.mode, index)
+    assert {"L", "CMYK", "RGB"} <= set(modes)
+    sampler = [modes["L"], modes["CMYK"], modes["RGB"]]
+    for make in (faster_rcnn, ssd_geometry):
+        stats, _ = check(annotated, make, sampler=sampler, num_workers=2,
+                         target_keys=["boxes", "labels", "masks"])
+        assert stats.kernel_samples == len(sampler)
 
 
 def test_degenerate_boxes_and_boxes_on_the_border(annotated, tmp_path):
