@@ -332,6 +332,12 @@ the operation whose DPUs free a host core most cheaply. The host work
 the DPU path adds enters those verdicts beside the transfer (`host_extra_ms` in
 viability.json). See [cost_model.md](cost_model.md#decode-on-dpus-projected) for the model and
 [results.md](results.md) for the measurements.
+
+The detection rows: a zoom-out canvas cannot go to DPUs as the kernel stands (it does not
+pad, and a canvas filled by the host would multiply the bytes sent), and the box ops are a
+few numbers per image, done by torchvision's own functions on the host; the Faster
+R-CNN-style fused step has far more work per image than the classification one, and its
+float32 output is the largest transfer of all (cost_model.md, "Detection pipelines").
 """
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)

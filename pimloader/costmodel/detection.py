@@ -45,7 +45,7 @@ def combine(groups: Sequence[SizeGroup], host_s_per_image: float, host_cores: in
     host_rate = host_cores / host_s_per_image if host_s_per_image > 0 else math.inf
     return {"dpu_images_per_s": dpu_rate, "host_images_per_s": host_rate,
             "images_per_s": min(dpu_rate, host_rate),
-            "bound": "host (decode, probe, padded samples)" if host_rate < dpu_rate
+            "bound": "host (read, probe, decode, padded samples, copies)" if host_rate < dpu_rate
             else "DPU path"}
 
 

@@ -15,8 +15,8 @@ torchvision's wrapper does. Then:
   state) the image is decoded natively and the transforms run as Python on it.
 
 A batch's samples are prepared in order (targets, draws, decodes), then the kernel renders
-their images together: images of one size are rows of one batch tensor (in a worker, one
-shared-memory segment, so that the result queue passes a handle, not the pixels). The
+their images together: images of one size are rows of one tensor (in a worker, memory of
+the loader's output arena, reused batch after batch and sent as a reference). The
 samples go to the loader's collate_fn (the detection references' `lambda batch:
 tuple(zip(*batch))`, or pimloader.PaddedBatch), or into a slot when the default collate
 meets fixed-size samples.
@@ -36,7 +36,7 @@ from pimloader import decode
 from pimloader.backends.select import BackendSpec, choose_backend, native_available
 from pimloader.datasets.cache import CachedReader, SampleCache
 from pimloader.datasets.coco import CocoSource, is_coco
-from pimloader.loader._arena import output_tensor, output_tensors
+from pimloader.loader._arena import output_tensors
 from pimloader.loader._fetch import Fetcher, TransformingFetcher
 from pimloader.loader._produce import BatchProducer, Pipeline
 from pimloader.transforms._probe import (ImageProbe, apply_elementwise, for_probe, is_probe,
@@ -131,22 +131,25 @@ class Detection(Pipeline):
 
     def render(self, pending: list["Pending"], router) -> list:
         """The pending samples with their images made by the kernel. Images of one size
-        and dtype are rows of one batch tensor (in a worker, one shared segment), so that
-        the kernel runs them in runs of many rows, on the DPUs too."""
+        and dtype are rows of one tensor (in a worker, memory of its output arena), added
+        to the run batcher group by group, so that the kernel runs them in runs of many
+        rows, on the DPUs too (a DPU launch has one output size)."""
         if not pending:
             return []
-        shapes = {(item.geometry.size, item.dtype) for item in pending}
-        if len(shapes) == 1:
-            out = output_tensor((len(pending), 3, *pending[0].geometry.size), pending[0].dtype)
-            rows = [(out, row) for row in range(len(pending))]
-        else:
-            outs = output_tensors([((1, 3, *item.geometry.size), item.dtype) for item in pending])
-            rows = [(out, 0) for out in outs]
+        groups: dict[tuple, list[int]] = {}
+        for position, item in enumerate(pending):
+            groups.setdefault((item.geometry.size, item.dtype), []).append(position)
+        outs = output_tensors([((len(members), 3, *size), dtype)
+                               for (size, dtype), members in groups.items()])
+        places: list = [None] * len(pending)   # (out, row) of each pending sample
         runs = RunBatcher(router, len(pending))
-        for (out, row), item in zip(rows, pending):
-            runs.add(out, row, item.pixels, item.box, item.geometry, "NCHW", item.lut)
+        for out, members in zip(outs, groups.values()):
+            for row, position in enumerate(members):
+                item = pending[position]
+                places[position] = (out, row)
+                runs.add(out, row, item.pixels, item.box, item.geometry, "NCHW", item.lut)
         runs.flush()
-        return [item.with_image(out[row]) for (out, row), item in zip(rows, pending)]
+        return [item.with_image(out[row]) for (out, row), item in zip(places, pending)]
 
     def _table(self, elementwise: list[tuple]):
         """(kernel lookup table or None, output dtype) of the elementwise steps, or None
