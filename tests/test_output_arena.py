@@ -244,3 +244,43 @@ def test_a_worker_that_cannot_place_its_batch_names_itself_and_the_samples(coco,
         next(iter(loader))
     assert "worker 0" in str(caught.value) and "samples [0, 1]" in str(caught.value)
     loader.close()
+
+
+def writer_and_pool(monkeypatch=None, max_blocks=None):
+    if max_blocks is not None:
+        monkeypatch.setattr(_arena, "MAX_BLOCKS_PER_PRODUCER", max_blocks)
+    pool = SlotPool(1, shared=False)
+    writer = _arena.ArenaWriter(0, pool.arena.flags, lambda n: torch.empty(n, dtype=torch.uint8))
+    return writer, pool
+
+
+def test_what_torch_must_send_leaves_as_torch_sends_it():
+    writer, pool = writer_and_pool()
+    dataset_tensor = torch.arange(1 << 20, dtype=torch.float32)
+    writer.begin()
+    image, needing_grad = writer.tensors([((4,), torch.float32), ((4,), torch.float32)])
+    image.copy_(torch.arange(4.0))
+    needing_grad.copy_(torch.arange(4.0)).requires_grad_()
+    weight = torch.nn.Parameter(torch.ones(3))
+    data = {"image": image, "row": dataset_tensor[10:20], "weight": weight,
+            "in_arena_needing_grad": needing_grad}
+    got = pool.arena.lend(writer.pack(data))
+    assert torch.equal(got["image"], torch.arange(4.0))
+    assert got["row"] is data["row"]      # a slice of a larger storage: torch shares it once
+    assert got["weight"] is weight        # a Parameter: torch's own reduction
+    kept = got["in_arena_needing_grad"]   # an arena tensor torch must send: a copy of it
+    assert kept.requires_grad and torch.equal(kept.detach(), torch.arange(4.0))
+    assert writer.block_of(kept) is None
+
+
+def test_a_full_arena_falls_back_to_fresh_memory(monkeypatch):
+    writer, pool = writer_and_pool(monkeypatch, max_blocks=1)
+    writer.begin()
+    first = writer.tensors([((8,), torch.float32)])[0].fill_(1)
+    held = pool.arena.lend(writer.pack({"image": first, "boxes": torch.ones(2, 4)}))
+    writer.begin()   # block 0 is held: no block left for this batch
+    assert writer.tensors([((8,), torch.float32)]) is None
+    image = _arena.output_tensor((8,), torch.float32).fill_(2)   # plain memory, not the arena
+    sent = writer.pack({"image": image, "boxes": torch.zeros(2, 4)})
+    assert not isinstance(sent, _arena.ArenaBatch) and sent["image"] is image
+    assert torch.equal(held["image"], torch.ones(8)) and torch.equal(held["boxes"], torch.ones(2, 4))

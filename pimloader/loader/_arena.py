@@ -136,13 +136,11 @@ class ArenaWriter:
 
     def pack(self, data) -> Any:
         """The batch `data` as an ArenaBatch over this batch's blocks (ends the batch);
-        `data` itself when it holds no tensor to place, or the arena is full."""
-        try:
-            packer = _Packer(self)
-            payload = packer.dumps(data)
-        except ArenaFull:
-            self.abandon()
-            return data
+        `data` itself when it holds no tensor placed in the arena. No tensor of the arena
+        ever leaves through torch's own sharing (its block could be refilled while the
+        user holds it): one that cannot be referenced is sent as a copy."""
+        packer = _Packer(self)
+        payload = packer.dumps(data)
         if not packer.placed:
             self.abandon()
             return data
@@ -154,13 +152,16 @@ class ArenaWriter:
         self._taken, self._in_batch = [], False
         return ArenaBatch(self.producer_id, payload, packer.refs, blocks, new_blocks)
 
-    def holds(self, tensor: torch.Tensor) -> int | None:
-        """The id of the block of this batch that `tensor`'s storage is, if any."""
+    def block_of(self, tensor: torch.Tensor) -> int | None:
+        """The id of the block that is `tensor`'s storage, if any."""
         pointer = tensor.untyped_storage().data_ptr()
-        for block_id, _ in self._taken:
-            if self._blocks[block_id].untyped_storage().data_ptr() == pointer:
+        for block_id, block in enumerate(self._blocks):
+            if block is not None and block.untyped_storage().data_ptr() == pointer:
                 return block_id
         return None
+
+    def in_batch(self, block_id: int) -> bool:
+        return any(taken == block_id for taken, _ in self._taken)
 
     # -- blocks -------------------------------------------------------------------------
 
@@ -231,27 +232,29 @@ class _Packer(ForkingPickler):
         if index is not None:
             return index
         ref = self._ref(obj)
-        if ref is None:
-            ref = obj
-        else:
+        if isinstance(ref, TensorRef):
             self.placed += 1
         self._keep.append(obj)
         self._ids[id(obj)] = len(self.refs)
         self.refs.append(ref)
         return len(self.refs) - 1
 
-    def _ref(self, tensor: torch.Tensor) -> TensorRef | None:
+    def _ref(self, tensor: torch.Tensor):
+        """A TensorRef into the arena for `tensor`, or the tensor torch is to send (itself,
+        or a copy of it when it lies in a block the batch cannot reference)."""
         state = _plain_state(tensor)
-        if state is _NOT_PLAIN:
-            return None
-        block_id = self.writer.holds(tensor)
+        block_id = self.writer.block_of(tensor)
         if block_id is not None:
-            block = self.writer._blocks[block_id]
-            offset = tensor.untyped_storage().data_ptr() - block.data_ptr()
-        elif tensor.is_shared():
-            return None   # already shared: torch passes its handle, as it would
+            if state is _NOT_PLAIN or not self.writer.in_batch(block_id):
+                return _outside_arena(tensor)
+            offset = 0   # a view of the block: its storage is the block's
+        elif state is _NOT_PLAIN or tensor.is_shared() or _views_a_larger_storage(tensor):
+            return tensor   # torch sends it as it would: a handle to its whole storage
         else:
-            block_id, offset = self._copy_storage(tensor.untyped_storage())
+            try:
+                block_id, offset = self._copy_storage(tensor.untyped_storage())
+            except ArenaFull:
+                return tensor
         return TensorRef(block_id, offset, tensor.dtype, tuple(tensor.shape), tensor.stride(),
                          tensor.storage_offset(), type(tensor), state)
 
@@ -269,6 +272,26 @@ class _Packer(ForkingPickler):
 
 
 _NOT_PLAIN = object()
+LARGER_STORAGE_SLACK = 64 << 10
+
+
+def _views_a_larger_storage(tensor: torch.Tensor) -> bool:
+    """A view of a storage much larger than itself (a slice of a dataset's tensor): torch
+    moves that storage into shared memory once and sends its handle after; the arena would
+    copy all of it for every batch."""
+    return tensor.untyped_storage().nbytes() > 2 * tensor.nbytes + LARGER_STORAGE_SLACK
+
+
+def _outside_arena(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy of `tensor` in ordinary memory, for torch to send (a Parameter stays one; a
+    non-leaf tensor that requires grad is left for torch to refuse, with its own error)."""
+    if tensor.requires_grad and not tensor.is_leaf:
+        return tensor
+    with torch.no_grad():
+        copy = tensor.clone()
+    if isinstance(tensor, torch.nn.Parameter):
+        return torch.nn.Parameter(copy, requires_grad=tensor.requires_grad)
+    return copy.requires_grad_(tensor.requires_grad)
 
 
 def _plain_state(tensor: torch.Tensor):
