@@ -34,7 +34,6 @@ dies: nothing can leak past the processes, a killed worker included.
 """
 from __future__ import annotations
 
-import ctypes
 import errno
 import io
 import math
@@ -99,7 +98,7 @@ class ArenaWriter:
         self._allocate = allocate
         self._blocks: list[torch.Tensor | None] = list(inherited)
         self._announced = {i for i, block in enumerate(self._blocks) if block is not None}
-        self._populated: set[int] = set()
+        self._populated: set[int] = set()   # blocks whose pages this process has mapped
         self._taken: list[list[int]] = []   # [block id, bytes used] of the batch being made
         self._in_batch = False
         self._largest_batch = 0             # bytes, so a batch's first block holds it all
@@ -188,6 +187,9 @@ class ArenaWriter:
         if fitting:
             roomy = [entry for entry in fitting if entry[0] >= wanted]
             block_id = (roomy or fitting[::-1])[0][1]
+            if block_id not in self._populated:   # inherited: a fork maps it afresh
+                populate_for_writing(self._blocks[block_id])
+                self._populated.add(block_id)
         else:
             block_id = min(free)[1] if free else len(self._blocks)
             if block_id >= MAX_BLOCKS_PER_PRODUCER:
@@ -205,6 +207,7 @@ class ArenaWriter:
         block = self._allocate(nbytes)
         populate_or_raise(block)
         self._blocks[block_id] = block
+        self._populated.add(block_id)
         self._announced.discard(block_id)
 
 
