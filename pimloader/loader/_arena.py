@@ -153,6 +153,9 @@ class ArenaWriter:
 
     def block_of(self, tensor: torch.Tensor) -> int | None:
         """The id of the block that is `tensor`'s storage, if any."""
+        if tensor.device.type != "cpu" or tensor.layout is not torch.strided \
+                or tensor.is_nested:
+            return None   # sparse, nested, device tensors: not memory of a block
         pointer = tensor.untyped_storage().data_ptr()
         for block_id, block in enumerate(self._blocks):
             if block is not None and block.untyped_storage().data_ptr() == pointer:
