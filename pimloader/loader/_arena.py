@@ -306,7 +306,7 @@ def _plain_state(tensor: torch.Tensor):
     must send itself (not a dense CPU tensor, grad, conjugate or negative bits...)."""
     if (tensor.device.type != "cpu" or tensor.layout is not torch.strided or tensor.is_nested
             or tensor.requires_grad or tensor.is_quantized or tensor.is_conj()
-            or tensor.is_neg() or type(tensor) is torch.nn.Parameter):
+            or tensor.is_neg() or isinstance(tensor, torch.nn.Parameter)):
         return _NOT_PLAIN
     if type(tensor) is torch.Tensor:
         return None
