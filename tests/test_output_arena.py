@@ -42,12 +42,12 @@ def coco(tmp_path_factory):
     return make_coco(tmp_path_factory.mktemp("coco"), count=9, empty=1)
 
 
-def loader_pair(coco, collate_fn, **kwargs):
+def loader_pair(coco, collate_fn, persistent_workers=True, **kwargs):
     """(torch's DataLoader over torchvision's wrapped CocoDetection, PIMDataLoader over
-    pimloader's), same seed and arguments, two persistent workers."""
+    pimloader's), same seed and arguments, two workers."""
     root, ann_file = coco
-    common = dict(batch_size=3, shuffle=True, num_workers=2, persistent_workers=True,
-                  collate_fn=collate_fn, **kwargs)
+    common = dict(batch_size=3, shuffle=True, num_workers=2,
+                  persistent_workers=persistent_workers, collate_fn=collate_fn, **kwargs)
     torch.manual_seed(7)
     theirs = DataLoader(torchvision_coco(root, ann_file, faster_rcnn()),
                         generator=torch.Generator().manual_seed(7), **common)
@@ -81,10 +81,11 @@ def shared_mappings() -> set:
             .splitlines() if "/dev/shm/" in line or "/memfd:" in line}
 
 
-@pytest.mark.parametrize("collate_fn", [collate_list, PaddedBatch(size_divisibility=32)],
-                         ids=["list", "padded"])
-def test_batches_equal_torchvisions_and_their_memory_is_reused(coco, collate_fn):
-    want, ours = loader_pair(coco, collate_fn)
+@pytest.mark.parametrize("collate_fn, persistent", [
+    (collate_list, True), (PaddedBatch(size_divisibility=32), True), (collate_list, False)],
+    ids=["list", "padded", "list-fresh-workers"])   # fresh workers inherit the blocks
+def test_batches_equal_torchvisions_and_their_memory_is_reused(coco, collate_fn, persistent):
+    want, ours = loader_pair(coco, collate_fn, persistent)
     segments_per_batch = []
     for epoch in range(EPOCHS):
         for index, batch in enumerate(ours):
