@@ -123,7 +123,7 @@ class ArenaWriter:
         if not self._in_batch:
             return None
         try:
-            block_id, offset = self._place(sum(sizes))
+            block_id, offset = self.place(sum(sizes))
         except ArenaFull:
             return None
         block, views = self._blocks[block_id], []
@@ -162,12 +162,16 @@ class ArenaWriter:
                 return block_id
         return None
 
-    def in_batch(self, block_id: int) -> bool:
+    def block(self, block_id: int) -> torch.Tensor:
+        return self._blocks[block_id]
+
+    def takes(self, block_id: int) -> bool:
+        """Whether the batch being made took block `block_id`."""
         return any(taken == block_id for taken, _ in self._taken)
 
     # -- blocks -------------------------------------------------------------------------
 
-    def _place(self, nbytes: int) -> tuple[int, int]:
+    def place(self, nbytes: int) -> tuple[int, int]:
         """(block id, byte offset) of `nbytes` of room in the batch's blocks."""
         for taken in self._taken:
             block_id, used = taken
@@ -251,7 +255,7 @@ class _Packer(ForkingPickler):
         state = _plain_state(tensor)
         block_id = self.writer.block_of(tensor)
         if block_id is not None:
-            if state is _NOT_PLAIN or not self.writer.in_batch(block_id):
+            if state is _NOT_PLAIN or not self.writer.takes(block_id):
                 return _outside_arena(tensor)
             offset = 0   # a view of the block: its storage is the block's
         elif state is _NOT_PLAIN or tensor.is_shared() or _views_a_larger_storage(tensor):
@@ -268,8 +272,8 @@ class _Packer(ForkingPickler):
         key = storage.data_ptr()
         if key not in self._copies:
             nbytes = storage.nbytes()
-            block_id, offset = self.writer._place(_aligned(max(nbytes, 1)))
-            block = self.writer._blocks[block_id]
+            block_id, offset = self.writer.place(_aligned(max(nbytes, 1)))
+            block = self.writer.block(block_id)
             if nbytes:
                 source = torch.empty(0, dtype=torch.uint8).set_(storage)
                 block[offset:offset + nbytes].copy_(source)
