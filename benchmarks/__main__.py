@@ -40,13 +40,14 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     flags = ["--quick"] if args.quick else []
     # naive_sweep reads dpu_projection's JSON, viability that of imagenet_pipeline,
-    # kernel_speed, dpu_projection, op_costs, decode_projection and detection_projection:
-    # they run after them
+    # kernel_speed, dpu_projection, op_costs, decode_projection, detection_projection, audio
+    # and audio_dpu_projection: they run after them
     for benchmark in (loader_overhead, imagenet_pipeline, kernel_speed, instruction_counts,
                       dpu_projection, decode_projection, detection_projection, sample_cache,
                       coordinated_prep,
-                      naive_sweep, stall, op_costs, viability, peers, detection, audio,
-                      audio_fixed_point, audio_instruction_counts, audio_dpu_projection):
+                      naive_sweep, stall, op_costs, peers, detection, audio,
+                      audio_fixed_point, audio_instruction_counts, audio_dpu_projection,
+                      viability):
         print(f"\n== {benchmark.__name__} ==", flush=True)
         benchmark.main(list(flags))
     if not args.quick:  # plot.py's PNGs, from the JSON just written (peers draws its own)

@@ -89,7 +89,8 @@ def main(argv=None) -> dict:
     out = args.out or os.path.join(RESULTS, "audio_dpu_projection" + (".quick" if args.quick else "") + ".json")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as f:
-        json.dump({"dpus": dpus, "clips_per_dpu": args.clips_per_dpu, "results": results}, f, indent=1, default=float)
+        json.dump({"benchmark": "audio_dpu_projection", "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                   "dpus": dpus, "clips_per_dpu": args.clips_per_dpu, "results": results}, f, indent=1, default=float)
     return results
 
 

@@ -158,10 +158,53 @@ def detection_rows(detection: dict, assumptions: dict, rates: dict) -> list[dict
     return rows
 
 
+AUDIO_STAGES = (("framing, Hann window, block scaling", ("sample", "scale", "peak", "frame")),
+                ("FFT (mixed radix, Q15 products)", ("bf2", "bf4", "odd_term", "mul_q15")),
+                ("power", ("square", "power_bin")),
+                ("mel filter bank", ("mel_mac",)),
+                ("log / dB by table, top_db clamp", ("mel_value", "clamp_value")),
+                ("SpecAugment masks", ("mask_value",)))
+
+
+def audio_rows(audio: dict, projection: dict, rates: dict) -> list[dict]:
+    """The keyword pipeline's operations per clip: its waveform steps (benchmarks.audio's
+    stage times) and the fused log-mel step (the CPU kernel measured by benchmarks.audio,
+    the fixed-point DPU kernel projected by benchmarks.audio_dpu_projection with counted
+    instructions), then each stage's share of the DPU step's instructions."""
+    stages = audio["ms_per_clip_by_stage"]
+    setting = next(v for k, v in projection["results"].items() if k.startswith("n_mels=40"))
+    first = setting["projections"][0]["system"]
+    instructions = {p["case"]: p["instructions_per_clip"] for p in setting["projections"]
+                    if p["system"] == first}
+    share = next(p["share"] for p in setting["projections"]
+                 if p["system"] == first and p["case"] == "nominal")
+    per_clip = projection["clips_per_dpu"]
+    clip_bytes = 16000 * 4
+    rows = [
+        _row("audio: waveform steps (crop/pad 1 s, shift, gain, noise mix)", clip_bytes, clip_bytes,
+             stages["waveform augmentations (torch, per clip)"],
+             stages["waveform augmentations (native: draws, one call)"], None, rates,
+             "on the host: the DPU kernel takes the finished clip; these steps are a few "
+             "operations per sample, and their random draws are the host's"),
+        _row("audio: fused log-mel features (framing, FFT 400, power, 40 mels, dB, masks)",
+             setting["dma_per_clip"]["push_bytes_per_dpu"] / per_clip,
+             setting["dma_per_clip"]["gather_bytes_per_dpu"] / per_clip,
+             stages["features (torchaudio, per clip)"],
+             stages["features (fused kernel: masks drawn, one call)"], instructions, rates),
+    ]
+    for stage, units in AUDIO_STAGES:
+        part = sum(share.get(unit, 0.0) for unit in units)
+        rows.append(_row(f"audio: - {stage}", 0, 0, None, None,
+                         {case: part * n for case, n in instructions.items()}, rates,
+                         f"part of the fused step: {part:.1%} of its DPU instructions"))
+    return rows
+
+
 def build(pipeline: dict, kernel: dict, projection: dict, op_costs: dict | None = None,
-          decode: dict | None = None, detection: dict | None = None) -> dict:
-    """Rows of the table from the benchmarks' results (op_costs, decode_projection and
-    detection_projection optional)."""
+          decode: dict | None = None, detection: dict | None = None, audio: dict | None = None,
+          audio_projection: dict | None = None) -> dict:
+    """Rows of the table from the benchmarks' results (op_costs, decode_projection,
+    detection_projection, and audio with audio_dpu_projection optional)."""
     entry, entry16 = (next(e for e in projection["pipelines"]
                            if (e["pipeline"], e["dtype"]) == ("train", dtype))
                       for dtype in ("float32", "float16"))
@@ -211,14 +254,19 @@ def build(pipeline: dict, kernel: dict, projection: dict, op_costs: dict | None 
              kernel["cpu_ms_per_image"]["pimloader kernel float16"],
              cycles(RESIZE_UNITS + EMIT_UNITS, entry16), rates),
         *(detection_rows(detection, assumptions, rates) if detection else []),
+        *(audio_rows(audio, audio_projection, rates) if audio and audio_projection else []),
     ]
-    later = [(task, ops) for task, ops in LATER if not (detection and task == "detection")]
+    landed = {"detection": bool(detection), "audio": bool(audio and audio_projection)}
+    later = [(task, ops) for task, ops in LATER if not landed[task]]
     return {"benchmark": "viability", "rows": rows,
             "sources": {"imagenet_pipeline": pipeline["date"], "kernel_speed": kernel.get("date"),
                         "dpu_projection": projection["date"],
                         "op_costs": op_costs["date"] if op_costs else None,
                         "decode_projection": decode["date"] if decode else None,
-                        "detection_projection": detection["date"] if detection else None},
+                        "detection_projection": detection["date"] if detection else None,
+                        "audio": audio["date"] if audio else None,
+                        "audio_dpu_projection": (audio_projection.get("date", "undated")
+                                                 if audio_projection else None)},
             "op_costs_load": ([op_costs["loadavg_before"][0], op_costs["loadavg_after"][0]]
                               if op_costs and "loadavg_before" in op_costs else None),
             "clock_hz": CLOCK_HZ, "rates": rates, "later": later}
@@ -283,7 +331,8 @@ Generated by `python -m benchmarks.viability` from `benchmarks/results/*.json`
 (op_costs of {src['op_costs'] or '- (not run: torchvision steps from imagenet_pipeline)'},
 imagenet_pipeline of {src['imagenet_pipeline']}, kernel_speed, dpu_projection of
 {src['dpu_projection']}, decode_projection of {src.get('decode_projection') or '- (not run)'},
-detection_projection of {src.get('detection_projection') or '- (not run)'}); do not edit by hand. Per training image (500x375-ish photo,
+detection_projection of {src.get('detection_projection') or '- (not run)'}, audio of
+{src.get('audio') or '- (not run)'}, audio_dpu_projection); do not edit by hand. Per training image (500x375-ish photo,
 RandomResizedCrop to 224x224, float32 output). **DPU figures are PROJECTED** by the cost
 model ([cost_model.md](cost_model.md)): instructions per unit of work (assumed, best /
 nominal / worst) x the work counted from real batches, one instruction per cycle per DPU
@@ -316,6 +365,12 @@ within the noise (it can come out negative).
   offline COCO-format set (640x480-ish photos): the SSD-style geometry's zoom-out samples
   and box ops, and the Faster R-CNN-style fused step (shortest side 800, max 1333, float32:
   about 10 MB out per image), its bytes and work averaged over its output sizes.
+- the audio rows (when `benchmarks/audio.py` and `audio_dpu_projection.py` ran) are per
+  clip of the keyword pipeline (1 s at 16 kHz): CPU ms are in-process wall times per clip
+  of each stage (`ms_per_clip_by_stage`, torchaudio's transforms against pimloader's native
+  steps and fused kernel), DPU instructions are the fixed-point kernel's, counted on the
+  RV32 proxy per unit of work (cost_model.md); the stage rows split them by the nominal
+  case's shares.
 
 {format_markdown(table)}{figure}
 
@@ -338,6 +393,14 @@ pad, and a canvas filled by the host would multiply the bytes sent), and the box
 few numbers per image, done by torchvision's own functions on the host; the Faster
 R-CNN-style fused step has far more work per image than the classification one, and its
 float32 output is the largest transfer of all (cost_model.md, "Detection pipelines").
+
+The audio rows: the fixed-point FFT is where a DPU's lack of a 32-bit multiplier shows
+(its Q15 products and butterflies are most of the instructions), so the DPU time per clip
+is large next to the quarter of a millisecond the host's vectorised float kernel
+takes; the bytes are small (a 32 kB int16 clip in, 16 kB of features out), so the verdict
+is a ratio of DPUs to host cores, not a transfer bound ([audio.md](audio.md)). The host
+figure of the fused step includes drawing the masks, which stays on the host with the DPU
+path too, so its verdict leans slightly towards the DPUs.
 """
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
@@ -395,11 +458,10 @@ def main(argv: list[str] | None = None) -> dict:
     suffix = ".quick.json" if args.quick else ".json"
     inputs = [json.loads((args.results / f"{name}{suffix}").read_text())
               for name in ("imagenet_pipeline", "kernel_speed", "dpu_projection")]
-    op_costs = args.results / f"op_costs{suffix}"
-    decode = args.results / f"decode_projection{suffix}"
-    detection = args.results / f"detection_projection{suffix}"
+    optional = [args.results / f"{name}{suffix}" for name in (
+        "op_costs", "decode_projection", "detection_projection", "audio", "audio_dpu_projection")]
     table = build(*inputs, *(json.loads(path.read_text()) if path.exists() else None
-                             for path in (op_costs, decode, detection)))
+                             for path in optional))
     if args.plot is None and args.doc is None and not args.quick:
         args.plot = DOCS / "viability.png"
     doc = args.doc or (RESULTS_DIR / "viability.quick.md" if args.quick

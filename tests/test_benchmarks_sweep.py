@@ -214,7 +214,8 @@ def test_stall_shares_add_up_within_the_loop(tmp_path, data, workers, step):
 def _inputs():
     return [json.loads((RESULTS / f"{name}.json").read_text())
             for name in ("imagenet_pipeline", "kernel_speed", "dpu_projection", "op_costs",
-                         "decode_projection", "detection_projection")]
+                         "decode_projection", "detection_projection", "audio",
+                         "audio_dpu_projection")]
 
 
 def test_op_costs_quick_measures_every_operation(tmp_path):
@@ -260,7 +261,23 @@ def test_viability_table_follows_from_its_json_alone(tmp_path):
     assert all(row["op"] in text for row in table["rows"])
     assert sum(row["op"].startswith("detection: ") for row in table["rows"]) == 3
     assert "to be filled as the detection pipeline lands" not in text
-    assert "to be filled as the audio pipeline lands" in text
-    without = viability.build(*_inputs()[:5])   # detection_projection is optional too
-    assert not any(row["op"].startswith("detection: ") for row in without["rows"])
+    assert "to be filled as the audio pipeline lands" not in text
+    without = viability.build(*_inputs()[:5])   # detection_projection and audio are optional too
+    assert not any(row["op"].startswith(("detection: ", "audio: ")) for row in without["rows"])
     assert ("detection", viability.LATER[0][1]) in without["later"]
+    assert ("audio", viability.LATER[1][1]) in without["later"]
+
+
+def test_viability_audio_rows_split_the_fused_step():
+    rows = {row["op"]: row for row in viability.build(*_inputs())["rows"]}
+    fused = next(row for op, row in rows.items() if op.startswith("audio: fused log-mel"))
+    stages = [row for op, row in rows.items() if op.startswith("audio: - ")]
+    assert len(stages) == len(viability.AUDIO_STAGES)
+    for case in ("best", "nominal", "worst"):   # every counted unit lands in one stage
+        assert sum(row["dpu_cycles"][case] for row in stages) == pytest.approx(
+            fused["dpu_cycles"][case], rel=1e-9)
+    projection = _inputs()[-1]["results"]
+    setting = next(v for k, v in projection.items() if k.startswith("n_mels=40"))
+    assert fused["dpu_cycles"]["nominal"] == max(
+        p["instructions_per_clip"] for p in setting["projections"] if p["case"] == "nominal")
+    assert fused["bytes_out"] == setting["dma_per_clip"]["gather_bytes_per_dpu"] / _inputs()[-1]["clips_per_dpu"]
