@@ -1486,10 +1486,10 @@ static void load_fault(struct dpu_t *d, const char *rule, const char *detail)
     d->load_fault = true;
 }
 
-static dpu_error_t load_one(struct dpu_t *d, const uint8_t *buf, size_t size, const struct elf_info *info, uint64_t load_id,
-    char *why, size_t why_size)
+/* One private copy of the kernel for DPU d in im: a memfd, dlopen, the emulator's symbols. */
+static dpu_error_t open_copy(struct dpu_t *d, const uint8_t *buf, size_t size, struct emu_image *im, char *why,
+    size_t why_size)
 {
-    struct emu_image *im = &d->image;
     char name[48];
     snprintf(name, sizeof name, "pimloader-dpu-%u", d->global_id);
     im->fd = memfd_create(name, MFD_CLOEXEC);
@@ -1527,6 +1527,60 @@ static dpu_error_t load_one(struct dpu_t *d, const uint8_t *buf, size_t size, co
     if (dlinfo(im->handle, RTLD_DI_LINKMAP, &lm) != 0 || lm == NULL) return DPU_ERR_SYSTEM;
     im->base = (uintptr_t)lm->l_addr;
     attach(&g_ops);
+    return DPU_OK;
+}
+
+/* Whether the 32-bit MRAM addresses of this copy wrap around: DPU code keeps MRAM addresses
+ * in uint32_t (DPU pointers are 32 bits; the emulator takes their low 32 bits), and on a DPU
+ * they increase over the whole MRAM (0x08000000 up), so a kernel may compare them and add
+ * sizes to them. A copy mapped across a 4 GB boundary of the host's address space would give
+ * it addresses that wrap to 0 inside the MRAM, where `end = start + length` falls below
+ * `start` (the JPEG decoder then read an interval as empty). The end address counts too. */
+static bool mram_wraps_32(const struct emu_image *im)
+{
+    return ((uintptr_t)im->mram >> 32) != (((uintptr_t)im->mram + MRAM_SIZE) >> 32);
+}
+
+static void close_copy(struct emu_image *im)
+{
+    if (im->handle != NULL) dlclose(im->handle);
+    if (im->fd >= 0) close(im->fd);
+    im->handle = NULL;
+    im->fd = -1;
+}
+
+#define MAX_PLACEMENTS 8
+
+/* A copy of the kernel whose MRAM's 32-bit addresses do not wrap: a copy that lands across a
+ * 4 GB boundary stays mapped while the next one is opened (so that one maps elsewhere), then
+ * is closed. */
+static dpu_error_t open_placed_copy(struct dpu_t *d, const uint8_t *buf, size_t size, char *why, size_t why_size)
+{
+    struct emu_image misplaced[MAX_PLACEMENTS];
+    uint32_t nr_misplaced = 0;
+    dpu_error_t e;
+    while ((e = open_copy(d, buf, size, &d->image, why, why_size)) == DPU_OK && mram_wraps_32(&d->image) &&
+        nr_misplaced < MAX_PLACEMENTS) {
+        misplaced[nr_misplaced++] = d->image;
+        d->image.handle = NULL;
+        d->image.fd = -1;
+    }
+    for (uint32_t i = 0; i < nr_misplaced; ++i) close_copy(&misplaced[i]);
+    if (e == DPU_OK && mram_wraps_32(&d->image)) {
+        snprintf(why, why_size, "could not map the MRAM where its 32-bit addresses do not wrap (%u tries)", MAX_PLACEMENTS + 1);
+        return DPU_ERR_SYSTEM;
+    }
+    return e;
+}
+
+static dpu_error_t load_one(struct dpu_t *d, const uint8_t *buf, size_t size, const struct elf_info *info, uint64_t load_id,
+    char *why, size_t why_size)
+{
+    struct emu_image *im = &d->image;
+    dpu_error_t e = open_placed_copy(d, buf, size, why, why_size);
+    if (e != DPU_OK) return e;
+    const uint32_t *nr_tasklets = dlsym(im->handle, "__dpuemu_nr_tasklets");
+    const uint32_t *stack_size = dlsym(im->handle, "__dpuemu_stack_size");
     im->nr_tasklets = *nr_tasklets;
     im->stack_size = *stack_size;
     im->globals_bytes = (uint32_t)info->globals_bytes;
