@@ -1627,8 +1627,11 @@ static dpu_error_t load_one(struct dpu_t *d, const uint8_t *buf, size_t size, co
  * own MRAM sections only (src/backends/api/src/dpu_loader.c, load_dpu_mram). Here the MRAM
  * lives in the loaded object, so the old object's MRAM past the new program's variables
  * (from its DPU_MRAM_HEAP_POINTER on) moves to the new object: the whole pages by mremap (no
- * copy, untouched pages stay unallocated), the partial first page by memcpy. Returns false
- * if the kernel refused the move (errno says why). */
+ * copy, untouched pages stay unallocated), the partial first page by memcpy. The move leaves
+ * the old range mapped, empty (MREMAP_DONTUNMAP, Linux 5.7; a plain move before it): a hole
+ * there could take another thread's mmap meanwhile, and the dlclose of the old object, which
+ * unmaps its whole span, would unmap that too. Returns false if the kernel refused the move
+ * (errno says why). */
 static bool carry_mram(const struct emu_image *from, struct emu_image *to)
 {
     const size_t page = (size_t)sysconf(_SC_PAGESIZE);
@@ -1636,8 +1639,10 @@ static bool carry_mram(const struct emu_image *from, struct emu_image *to)
     const size_t whole = (keep + page - 1) & ~(page - 1);
     if (whole > keep) memcpy(to->mram + keep, from->mram + keep, (whole < MRAM_SIZE ? whole : MRAM_SIZE) - keep);
     if (whole >= MRAM_SIZE) return true;
-    void *moved = mremap(from->mram + whole, MRAM_SIZE - whole, MRAM_SIZE - whole, MREMAP_MAYMOVE | MREMAP_FIXED,
-        to->mram + whole);
+    void *src = from->mram + whole, *dst = to->mram + whole;
+    const size_t n = MRAM_SIZE - whole;
+    void *moved = mremap(src, n, n, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP, dst);
+    if (moved == MAP_FAILED && errno == EINVAL) moved = mremap(src, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, dst);
     return moved != MAP_FAILED;
 }
 
