@@ -7,7 +7,7 @@ MRAM addresses wrap to 0 inside a restart interval's bytes (`end = start + lengt
 and reported a false "bad Huffman code" on a valid file, now and then, wherever mmap happened
 to put the copy. Here the process's address space is steered (tests/_address_space.py) so that
 the next copy would land with a boundary inside the chunk's compressed data; a control shows
-the steering puts a copy exactly where asked. Oracle: Pillow's decode of the same file.
+the steering puts a copy where asked. Oracle: Pillow's decode of the same file.
 """
 import json
 import os
@@ -65,6 +65,8 @@ def test_a_dpus_mram_is_never_mapped_across_a_4_gb_boundary():
     out = subprocess.run([sys.executable, "-c", STEERED_LOAD, ROOT, HERE], check=True, capture_output=True,
                          text=True, timeout=100).stdout
     result = json.loads(out.splitlines()[-1])
-    assert result["control"]["boundary_at"] == 0, result  # the steering puts a copy exactly where asked
+    # the steering puts a copy where asked (give or take a small mapping made meanwhile, which
+    # would move the boundary a little further into the MRAM: still inside it)
+    assert 0 <= result["control"]["boundary_at"] <= 1 << 20, result
     assert not result["steered"]["wraps"], result
     assert result["steered"]["decode"] == "equal"
