@@ -355,6 +355,9 @@ def test_ranks_run_their_queues_independently():
             dpus.sync(rank=1)                      # rank 1 is done ...
             assert dpus.queued_jobs(dpus.rank(0)) == 1  # ... while rank 0 still runs its launch
             assert dpus.copy_from(HEAP, 8, index=1).view(np.uint64)[0] == 2   # rank 1 serves the host
+            deadline = time.monotonic() + 30      # rank 0's thread boots its launch when it gets a core
+            while dpus.nr_running(dpus.rank(0)) != 1 and time.monotonic() < deadline:
+                time.sleep(0.01)
             assert dpus.queued_jobs(dpus.rank(0)) == 1 and dpus.nr_running(dpus.rank(0)) == 1
         finally:
             dpus.hold_launches(False, target=dpus.rank(0))
