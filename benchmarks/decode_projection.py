@@ -38,6 +38,7 @@ import torch
 
 from benchmarks.dpu_projection import PIPELINES, QUICK, RESULTS_DIR, host_copy_bandwidth, image_files, measure, write_json
 from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
+from benchmarks.progress import bar
 from pimloader import costmodel as cm
 from pimloader.backends.dpu import jpeg as DJ
 from pimloader.backends.dpu.driver import DEFAULT_STACK_BYTES, DpuDriver
@@ -209,7 +210,7 @@ def run(args: argparse.Namespace) -> dict:
     copy_bw = host_copy_bandwidth()
     entries = []
     with DpuDriver(args.dpus, args.tasklets) as driver, DJ.DpuJpegDecoder(1, args.tasklets) as decoder:
-        for pipeline, dtype in PIPELINES:
+        for pipeline, dtype in bar(PIPELINES, desc="decode projection", unit="pipeline"):
             entries.append(chain_entry(pipeline, dtype, paths, driver, decoder, args, copy_bw, share))
             entries[-1]["verdict"] = verdict(entries[-1])
             print(f"  measured {pipeline} {dtype} ({time.perf_counter() - started:.0f} s)", flush=True)

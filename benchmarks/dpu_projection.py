@@ -36,6 +36,7 @@ import torch
 
 from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
 from benchmarks.pipelines import DTYPES, MEAN, STD, make_transform
+from benchmarks.progress import bar
 from pimloader import costmodel as cm
 from pimloader import decode
 from pimloader.backends import kernels as K
@@ -162,7 +163,7 @@ def run(args: argparse.Namespace) -> dict:
     assumptions = cm.Assumptions()
     entries = []
     with DpuDriver(args.dpus, args.tasklets) as backend:
-        for pipeline, dtype in PIPELINES:
+        for pipeline, dtype in bar(PIPELINES, desc="dpu projection", unit="pipeline"):
             entry = measure(pipeline, dtype, files, backend, args.decode_repeats)
             entries.append(summarise(entry, copy_bw, args.host_cores, assumptions))
             print(f"  measured {pipeline} {dtype} ({time.perf_counter() - started:.0f} s)", flush=True)
