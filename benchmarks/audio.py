@@ -43,7 +43,6 @@ import statistics
 import time
 from pathlib import Path
 
-import numpy as np
 import soundfile
 import torch
 from torch.utils.data import DataLoader, Dataset

@@ -36,7 +36,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.dpu_projection import PIPELINES, QUICK, RESULTS_DIR, host_copy_bandwidth, image_files, measure, write_json
+from benchmarks.dpu_projection import PIPELINES, QUICK, RESULTS_DIR, host_copy_bandwidth, image_files, measure
+from benchmarks.harness import write_results
 from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
 from benchmarks.progress import bar
 from pimloader import costmodel as cm
@@ -318,7 +319,7 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     results = run(args)
     report(results)
-    write_json(results, args.out)
+    write_results(results, args.out)
     return results
 
 

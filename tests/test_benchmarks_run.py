@@ -121,7 +121,7 @@ def test_audio_dpu_projection_quick(tmp_path):
 # the emulator contender routes the SSD samples that pad or adjust colours to the CPU kernel,
 # which pimloader warns about once per loader (asserted in test_colour_pad.py)
 @pytest.mark.filterwarnings("ignore:pimloader. the DPU kernel does not")
-def test_detection_quick(tmp_path):
+def test_detection_quick(tmp_path, capsys):
     out = tmp_path / "detection.json"
     report = detection.main(["--quick", "--out", str(out), "--root", str(tmp_path / "coco"),
                              *plot_flags(tmp_path)])
@@ -129,6 +129,7 @@ def test_detection_quick(tmp_path):
     assert {g["pipeline"] for g in saved["groups"]} == set(detection.PIPELINES)
     assert all({"torchvision", "pimloader"} <= set(g["images_per_s"]) for g in report["groups"])
     assert_png_if_plotted(tmp_path)
+    assert "loading annotations" not in capsys.readouterr().out  # pycocotools' chatter dropped
 
 
 def test_detection_projection_quick(tmp_path):
