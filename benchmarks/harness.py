@@ -67,9 +67,10 @@ def write_results(results: dict, path: Path) -> None:
 @contextlib.contextmanager
 def warnings_once():
     """Each distinct UserWarning shown once within the block (Python's default shows it
-    again from every new loader, pipeline and call site)."""
+    again from every new loader, pipeline and call site). Filters already set (-W, a test's
+    "ignore" or "error") come first and still apply."""
     with warnings.catch_warnings():
-        warnings.simplefilter("once", UserWarning)
+        warnings.filterwarnings("once", category=UserWarning, append=True)
         yield
 
 

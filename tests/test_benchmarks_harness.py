@@ -14,7 +14,7 @@ def warn_from_two_places(message: str) -> None:
 
 def test_a_repeated_user_warning_is_shown_once_and_others_still_show():
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+        warnings.resetwarnings()  # Python's default: once per call site
         with harness.warnings_once():
             for _ in range(3):
                 warn_from_two_places("pimloader: the DPU kernel does not pad")
@@ -37,3 +37,15 @@ def test_silenced_drops_prints_and_keeps_the_result_and_the_error(capsys):
     assert capsys.readouterr().out == ""
     print("after")
     assert capsys.readouterr().out == "after\n"
+
+
+def test_filters_set_before_still_apply():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.resetwarnings()
+        warnings.filterwarnings("ignore", message="pimloader: the DPU kernel")
+        with harness.warnings_once():
+            warn_from_two_places("pimloader: the DPU kernel does not pad")
+        warnings.simplefilter("error")
+        with harness.warnings_once(), pytest.raises(UserWarning, match="another"):
+            warn_from_two_places("another")
+    assert caught == []
