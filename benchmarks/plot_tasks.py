@@ -50,7 +50,7 @@ def detection_title(results: dict) -> str:
              if env else "date and load not recorded in this JSON")
     return (f"Detection pipelines: {settings['count']} COCO-format photos, batch "
             f"{settings['batch_size']}, median of {settings['epochs']} epochs after "
-            f"{settings['warmup']} warm-up, contenders interleaved\n{where}; label: ratio to "
+            f"{settings['warmup']} warm-up, contenders interleaved\n{where}\nlabel: ratio to "
             "torchvision in the same group; * DPU kernel on pimloader's emulator: not DPU speed")
 
 
