@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> None:
                       viability):
         print(f"\n== {benchmark.__name__} ==", flush=True)
         benchmark.main(list(flags))
-    if not args.quick:  # plot.py's PNGs, from the JSON just written (peers draws its own)
+    if not args.quick:  # plot.py's PNGs, from the JSON just written (peers, detection, audio
+        # and the other benchmarks with a --plot draw their own)
         print("\n== plots ==", flush=True)
         plot.main([])
 

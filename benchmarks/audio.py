@@ -28,28 +28,31 @@ with torch.set_num_threads(1), as DataLoader workers do; with workers,
 persistent_workers=True. Then ms per clip by stage, one thread, in this process.
 
 `python -m benchmarks` runs it with its defaults (400 clips, 5 epochs, 0 and 2 workers).
+Writes results/audio.json and, but for --quick, the plot docs/audio.png
+(benchmarks/plot_tasks.py).
 
-    python -m benchmarks.audio --per-word 40 --epochs 3 [--quick]
+    python -m benchmarks.audio --per-word 40 --epochs 3 [--quick] [--plot FILE.png]
 """
 from __future__ import annotations
 
 import argparse
 import io
-import json
 import os
 import platform
 import statistics
 import time
 from pathlib import Path
 
-import numpy as np
 import soundfile
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from benchmarks import peer_dali_audio
 from benchmarks.cpu_time import CpuClock
+from benchmarks.harness import interleaved, warnings_once, write_results
 from benchmarks.make_speech_dataset import DATA_DIR, Params, ensure_dataset
+from benchmarks.plot_tasks import DOCS, draw_audio
+from benchmarks.progress import bar
 from pimloader import PIMDataLoader
 from pimloader import transforms as T
 from pimloader.backends.select import CPU, Backends
@@ -153,15 +156,18 @@ def measure(root: Path, workers: int, batch_size: int, epochs: int, warmup: int 
     seconds = {name: [] for name in names}
     cpu = {name: [] for name in names}   # this process + every live worker (all loaders')
     try:
-        for repeat in range(warmup + epochs):
-            shift = repeat % len(names)
-            for name in names[shift:] + names[:shift]:
-                clock = CpuClock().start()
-                elapsed = run_epoch(loaders[name])
-                used = clock.elapsed()
-                if repeat >= warmup:
-                    seconds[name].append(elapsed)
-                    cpu[name].append(used)
+        with bar(total=(warmup + epochs) * len(names), desc=f"audio workers={workers}",
+                 unit="epoch") as progress:
+            for repeat in range(warmup + epochs):
+                for name in interleaved(names, repeat):
+                    progress.set_postfix_str(name)
+                    clock = CpuClock().start()
+                    elapsed = run_epoch(loaders[name])
+                    used = clock.elapsed()
+                    if repeat >= warmup:
+                        seconds[name].append(elapsed)
+                        cpu[name].append(used)
+                    progress.update()
         kernel_clips = {name: loader.stats()[-1].kernel_samples
                         for name, loader in loaders.items() if isinstance(loader, PIMDataLoader)}
     finally:
@@ -291,10 +297,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=None,
                         help="JSON results (default: benchmarks/results/audio[.quick].json)")
+    parser.add_argument("--plot", type=Path, default=None,
+                        help="PNG to draw (default: docs/audio.png; none with --quick)")
     args = parser.parse_args(argv)
     if args.quick:
         for name, value in QUICK.items():
             setattr(args, name, value)
+    elif args.plot is None:
+        args.plot = DOCS / "audio.png"
     if args.root is None:
         args.root = DATA_DIR / ("speech_commands_like_quick" if args.quick else "speech_commands_like")
     return args
@@ -302,16 +312,18 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
-    results = run(args)
+    with warnings_once():
+        results = run(args)
     print(f"route: {results['route']}; batch {results['batch_size']}; "
           f"load average {results['machine']['load_average_1m']:.1f}")
     print(format_rows(results["rows"]))
     print("ms per clip by stage (one thread):")
     for name, value in results["ms_per_clip_by_stage"].items():
         print(f"  {name:<56} {value:8.3f}")
-    path = args.out or RESULTS_DIR / ("audio.quick.json" if args.quick else "audio.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=1) + "\n")
+    write_results(results, args.out or RESULTS_DIR / ("audio.quick.json" if args.quick
+                                                      else "audio.json"))
+    if args.plot is not None:
+        draw_audio(results, args.plot)
     return results
 
 

@@ -29,6 +29,7 @@ import wave
 import numpy as np
 
 from benchmarks import audio_reference
+from benchmarks.progress import bar
 from pimloader.backends.dpu.audio import DpuMelFeatures
 from pimloader.backends.dpu.audio_tables import DpuMelSpec, quantize_waveforms
 
@@ -88,7 +89,7 @@ def spoken_word_waveform(word: str, voice: str, speed: int, pitch: int):
 def spoken_words(count: int, rng: np.random.Generator) -> list:
     """`count` words from espeak-ng at random voices, speeds, pitches and levels ([] without it)."""
     clips = []
-    for k in range(count):
+    for k in bar(range(count), desc="espeak-ng words", unit="word"):
         word, voice = WORDS[k % len(WORDS)], VOICES[rng.integers(len(VOICES))]
         spoken = spoken_word_waveform(word, voice, int(rng.integers(110, 200)), int(rng.integers(20, 80)))
         if spoken is None:
@@ -137,21 +138,29 @@ def errors(dpu: np.ndarray, ref: np.ndarray) -> dict:
 
 def measure(kinds: dict, settings: dict) -> dict:
     results = {}
-    for name, kwargs in settings.items():
-        spec = DpuMelSpec(sample_rate=RATE, **kwargs)
-        with DpuMelFeatures(spec, nr_dpus=4, nr_tasklets=16) as mel:
-            for kind, clips in kinds.items():
-                if not clips:
-                    continue
-                waves = np.stack(clips)
-                dpu = mel(waves)
-                ref = audio_reference.reference_db(waves.astype(np.float32), spec)
-                pcm, gains = quantize_waveforms(waves)
-                same_pcm = pcm / 2.0 ** (15 + gains[:, None])
-                ref_pcm = audio_reference.reference_db(same_pcm.astype(np.float32), spec)
-                results.setdefault(name, {})[kind] = {"clips": len(clips), **errors(dpu, ref),
-                                                      "kernel only": errors(dpu, ref_pcm)["all"]}
+    with bar(total=len(settings) * len(kinds), desc="DPU log-mel on the emulator",
+             unit="set") as progress:
+        for name, kwargs in settings.items():
+            spec = DpuMelSpec(sample_rate=RATE, **kwargs)
+            with DpuMelFeatures(spec, nr_dpus=4, nr_tasklets=16) as mel:
+                for kind, clips in kinds.items():
+                    progress.set_postfix_str(f"{name}, {kind}")
+                    if clips:
+                        results.setdefault(name, {})[kind] = kind_errors(mel, spec, clips)
+                    progress.update()
     return results
+
+
+def kind_errors(mel, spec, clips: list) -> dict:
+    """The DPU kernel's |dB error| on `clips` against the float reference on the same
+    waveforms, and against it on the kernel's own 16-bit input ("kernel only")."""
+    waves = np.stack(clips)
+    dpu = mel(waves)
+    ref = audio_reference.reference_db(waves.astype(np.float32), spec)
+    pcm, gains = quantize_waveforms(waves)
+    same_pcm = pcm / 2.0 ** (15 + gains[:, None])
+    ref_pcm = audio_reference.reference_db(same_pcm.astype(np.float32), spec)
+    return {"clips": len(clips), **errors(dpu, ref), "kernel only": errors(dpu, ref_pcm)["all"]}
 
 
 def print_table(results: dict) -> None:

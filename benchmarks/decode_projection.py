@@ -36,8 +36,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.dpu_projection import PIPELINES, QUICK, RESULTS_DIR, host_copy_bandwidth, image_files, measure, write_json
+from benchmarks.dpu_projection import PIPELINES, QUICK, RESULTS_DIR, host_copy_bandwidth, image_files, measure
+from benchmarks.harness import write_results
 from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
+from benchmarks.progress import bar
 from pimloader import costmodel as cm
 from pimloader.backends.dpu import jpeg as DJ
 from pimloader.backends.dpu.driver import DEFAULT_STACK_BYTES, DpuDriver
@@ -209,7 +211,7 @@ def run(args: argparse.Namespace) -> dict:
     copy_bw = host_copy_bandwidth()
     entries = []
     with DpuDriver(args.dpus, args.tasklets) as driver, DJ.DpuJpegDecoder(1, args.tasklets) as decoder:
-        for pipeline, dtype in PIPELINES:
+        for pipeline, dtype in bar(PIPELINES, desc="decode projection", unit="pipeline"):
             entries.append(chain_entry(pipeline, dtype, paths, driver, decoder, args, copy_bw, share))
             entries[-1]["verdict"] = verdict(entries[-1])
             print(f"  measured {pipeline} {dtype} ({time.perf_counter() - started:.0f} s)", flush=True)
@@ -317,7 +319,7 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     results = run(args)
     report(results)
-    write_json(results, args.out)
+    write_results(results, args.out)
     return results
 
 

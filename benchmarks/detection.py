@@ -16,14 +16,14 @@ over pimloader.datasets.CocoDetection, cpu backend), and with 0 workers "pim emu
 (the DPU kernel on pimloader's libdpu emulator: a correctness test bed, its speed is not
 DPU speed). Each group runs its contenders one epoch each in rotating order, medians over
 the timed epochs; with workers, persistent_workers=True. Then ms per image by stage, in
-this process with one thread.
+this process with one thread. Writes results/detection.json and, but for --quick, the plot
+docs/detection.png (benchmarks/plot_tasks.py).
 
-    python -m benchmarks.detection --count 200 --epochs 3 [--quick]
+    python -m benchmarks.detection --count 200 --epochs 3 [--quick] [--plot FILE.png]
 """
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from pathlib import Path
@@ -35,7 +35,11 @@ from torchvision import tv_tensors
 from torchvision.transforms import v2
 
 from benchmarks import peer_dali_detection as dali_detection
+from benchmarks.harness import (RunWindow, interleaved, machine, silenced, utc_date,
+                                warnings_once, write_results)
 from benchmarks.make_detection_dataset import DEFAULT_ROOT, make_detection_dataset
+from benchmarks.plot_tasks import DOCS, draw_detection
+from benchmarks.progress import bar
 from pimloader import PIMDataLoader, decode
 from pimloader.datasets import CocoDetection
 from pimloader.transforms._probe import for_probe, run_on_probe
@@ -77,7 +81,7 @@ def make_loader(contender: str, root: str, ann_file: str, make, workers: int, ba
                   sampler=sampler, persistent_workers=workers > 0)
     if contender == "torchvision":
         dataset = torchvision.datasets.wrap_dataset_for_transforms_v2(
-            torchvision.datasets.CocoDetection(root, ann_file, transforms=make()))
+            silenced(torchvision.datasets.CocoDetection, root, ann_file, transforms=make()))
         return DataLoader(dataset, **common)
     if contender == dali_detection.NAME:
         return dali_detection.loader(make, root, ann_file, workers, batch_size, len(sampler))
@@ -93,17 +97,20 @@ def epoch(loader) -> float:
     return images / (time.perf_counter() - started)
 
 
-def run_group(contenders, root, ann_file, make, workers, args) -> dict:
+def run_group(contenders, root, ann_file, make, workers, args, desc: str) -> dict:
     sampler = list(range(args.count))
     loaders = {name: make_loader(name, root, ann_file, make, workers, args.batch_size, sampler)
                for name in contenders}
     rates = {name: [] for name in contenders}
-    for round_ in range(args.warmup + args.epochs):
-        order = contenders[round_ % len(contenders):] + contenders[:round_ % len(contenders)]
-        for name in order:
-            rate = epoch(loaders[name])
-            if round_ >= args.warmup:
-                rates[name].append(rate)
+    rounds = args.warmup + args.epochs
+    with bar(total=rounds * len(contenders), desc=desc, unit="epoch") as epochs:
+        for round_ in range(rounds):
+            for name in interleaved(contenders, round_):
+                epochs.set_postfix_str(name)
+                rate = epoch(loaders[name])
+                if round_ >= args.warmup:
+                    rates[name].append(rate)
+                epochs.update()
     kernel = {}
     for name, loader in loaders.items():
         if isinstance(loader, PIMDataLoader):
@@ -115,13 +122,13 @@ def run_group(contenders, root, ann_file, make, workers, args) -> dict:
 def stages(root, ann_file, make, count: int) -> dict:
     """ms per image of each stage, this process, one thread: torchvision's PIL load and
     transforms; pimloader's read + header + target, probe run, decode, kernel."""
-    theirs = torchvision.datasets.CocoDetection(root, ann_file)
+    theirs = silenced(torchvision.datasets.CocoDetection, root, ann_file)
     wrapped = torchvision.datasets.wrap_dataset_for_transforms_v2(theirs)
     ours = CocoDetection(root, ann_file, transforms=make())
     transforms, on_probe = make(), for_probe(make())
     times = dict.fromkeys(["tv load", "tv transforms", "pim read+target", "pim probe",
                            "pim decode+kernel"], 0.0)
-    for index in range(count):
+    for index in bar(range(count), desc="stages", unit="image"):
         started = time.perf_counter()
         image, target = wrapped[index]
         loaded = time.perf_counter()
@@ -161,7 +168,7 @@ def _timed_sample(dataset, index: int) -> float:
     return time.perf_counter() - started
 
 
-def main(argv=None) -> dict:
+def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=200)
     parser.add_argument("--epochs", type=int, default=3)
@@ -173,13 +180,23 @@ def main(argv=None) -> dict:
     parser.add_argument("--quick", action="store_true", help="tiny settings (a smoke run)")
     parser.add_argument("--out", type=Path, default=None,
                         help="JSON results (default: benchmarks/results/detection[.quick].json)")
+    parser.add_argument("--plot", type=Path, default=None,
+                        help="PNG to draw (default: docs/detection.png; none with --quick)")
     args = parser.parse_args(argv)
     if args.quick:
         args.count, args.epochs, args.warmup, args.workers = 16, 1, 0, [0]
-    torch.set_num_threads(1)
+    elif args.plot is None:
+        args.plot = DOCS / "detection.png"
+    return args
+
+
+def run(args: argparse.Namespace) -> dict:
     ann_file = make_detection_dataset(args.root, count=max(args.count, 16), seed=0)
     root = str(Path(args.root) / "images")
-    report = {"settings": vars(args), "groups": [], "stages": {}}
+    window = RunWindow()
+    settings = {key: str(value) if isinstance(value, Path) else value
+                for key, value in vars(args).items() if key != "plot"}
+    report = {"settings": settings, "groups": [], "stages": {}}
     print(f"detection pipelines, {args.count} images, batch {args.batch_size}; images/s "
           f"(median of {args.epochs} epochs), ratio to torchvision in the same run")
     for name in args.pipelines:
@@ -187,7 +204,8 @@ def main(argv=None) -> dict:
         for workers in args.workers:
             contenders = (["torchvision", "pimloader"] + ([EMULATOR] if workers == 0 else [])
                           + dali_detection.contenders(make))
-            rates, kernel = run_group(contenders, root, ann_file, make, workers, args)
+            rates, kernel = run_group(contenders, root, ann_file, make, workers, args,
+                                      desc=f"{name} workers={workers}")
             base = rates["torchvision"]
             cells = ", ".join(f"{c} {rates[c]:.1f} ({rates[c] / base:.2f}x)" for c in contenders)
             print(f"  {name:13s} workers={workers}: {cells}; fused kernel made "
@@ -199,9 +217,19 @@ def main(argv=None) -> dict:
                                            for stage, ms in report["stages"][name].items()))
     print(f"  * {EMULATOR}: the DPU kernel on pimloader's libdpu emulator (a test bed, not "
           "DPU speed); samples that pad run on the CPU kernel")
+    report["environment"] = {**machine(), **window.load_and_wall(), "date": utc_date()}
+    return report
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    torch.set_num_threads(1)
+    with warnings_once():
+        report = run(args)
     out = args.out or RESULTS.with_suffix(".quick.json" if args.quick else ".json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    write_results(report, out)
+    if args.plot is not None:
+        draw_detection(report, args.plot)
     return report
 
 

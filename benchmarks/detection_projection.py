@@ -38,6 +38,7 @@ import torch
 from benchmarks.detection import faster_rcnn, ssd_geometry
 from benchmarks.dpu_projection import host_copy_bandwidth
 from benchmarks.make_detection_dataset import DEFAULT_ROOT, make_detection_dataset
+from benchmarks.progress import bar
 from pimloader import costmodel as cm
 from pimloader import decode
 from pimloader.backends import kernels as K
@@ -227,7 +228,7 @@ def main(argv=None) -> dict:
     args.copy_bandwidth = host_copy_bandwidth()
     with DpuDriver(args.dpus, args.tasklets) as driver:
         entries = [project_pipeline(name, root, str(ann_file), args, driver)
-                   for name in PIPELINES]
+                   for name in bar(PIPELINES, desc="detection projection", unit="pipeline")]
     results = {"benchmark": "detection_projection", "label": LABEL,
                "settings": {k: str(v) if isinstance(v, Path) else v
                             for k, v in vars(args).items()},

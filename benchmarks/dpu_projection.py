@@ -24,7 +24,6 @@ a crop decoded from the restart intervals around it; column "e2e seek").
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -34,8 +33,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from benchmarks.harness import write_results
 from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
 from benchmarks.pipelines import DTYPES, MEAN, STD, make_transform
+from benchmarks.progress import bar
 from pimloader import costmodel as cm
 from pimloader import decode
 from pimloader.backends import kernels as K
@@ -162,7 +163,7 @@ def run(args: argparse.Namespace) -> dict:
     assumptions = cm.Assumptions()
     entries = []
     with DpuDriver(args.dpus, args.tasklets) as backend:
-        for pipeline, dtype in PIPELINES:
+        for pipeline, dtype in bar(PIPELINES, desc="dpu projection", unit="pipeline"):
             entry = measure(pipeline, dtype, files, backend, args.decode_repeats)
             entries.append(summarise(entry, copy_bw, args.host_cores, assumptions))
             print(f"  measured {pipeline} {dtype} ({time.perf_counter() - started:.0f} s)", flush=True)
@@ -247,12 +248,6 @@ def report(results: dict) -> None:
           "value (docs/cost_model.md); decode stays on the host CPU")
 
 
-def write_json(results: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=1) + "\n")
-    print(f"results written to {path}")
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.dpu_projection",
                                      description=__doc__.split("\n\n")[0])
@@ -290,7 +285,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     results = run(args)
     report(results)
-    write_json(results, args.out)
+    write_results(results, args.out)
     return results
 
 

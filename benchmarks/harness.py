@@ -1,15 +1,18 @@
 """What the benchmarks share around their measurements: the order of interleaved rounds,
-the machine's load, the date and the wall time around a run, and writing the results' JSON.
+the machine's load, the date and the wall time around a run, writing the results' JSON, and
+keeping the run's output readable (a warning shown once, not once per loader).
 
 Each benchmark keeps its own JSON layout (other benchmarks and docs read them); these are
 the pieces they had each written alike.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
 import time
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -59,3 +62,20 @@ def write_results(results: dict, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1) + "\n")
     print(f"results written to {path}")
+
+
+@contextlib.contextmanager
+def warnings_once():
+    """Each distinct UserWarning shown once within the block (Python's default shows it
+    again from every new loader, pipeline and call site). Filters already set (-W, a test's
+    "ignore" or "error") come first and still apply."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("once", category=UserWarning, append=True)
+        yield
+
+
+def silenced(make, *args, **kwargs):
+    """make(*args, **kwargs) with its prints to standard output dropped (pycocotools' COCO
+    announces every annotation file it loads)."""
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+        return make(*args, **kwargs)

@@ -33,6 +33,7 @@ import torch
 
 from benchmarks.dpu_projection import PIPELINES, RESULTS_DIR, image_files, measure
 from benchmarks.make_dataset import DEFAULT_ROOT, QUICK, make_imagenet_like
+from benchmarks.progress import bar
 from pimloader import costmodel as cm
 from pimloader.backends import kernels as K
 from pimloader.backends.dpu.driver import DpuDriver
@@ -130,13 +131,18 @@ def run(args: argparse.Namespace) -> dict:
     elves = {isa: proxy.build_kernel(KERNEL, nr_tasklets=args.tasklets, isa=isa) for isa in proxy.ISAS}
     simulator = proxy.build_simulator()
     entries, extra = [], []
-    with DpuDriver(1, args.tasklets) as driver:
+    fit_batches = FIT_BATCHES[:3] if args.quick else FIT_BATCHES
+    with DpuDriver(1, args.tasklets) as driver, \
+            bar(total=len(PIPELINES) + len(fit_batches), desc="instruction counts",
+                unit="launch") as progress:
         for pipeline, dtype in PIPELINES:
             entries.append({"pipeline": pipeline, "dtype": dtype,
                             **count(pipeline_batch(pipeline, dtype, files), driver, elves, simulator)})
+            progress.update()
             print(f"  counted {pipeline} {dtype} ({time.perf_counter() - started:.0f} s)", flush=True)
-        for i, shape in enumerate(FIT_BATCHES[:3] if args.quick else FIT_BATCHES):
+        for i, shape in enumerate(fit_batches):
             extra.append(count(photo_batch(*shape, seed=args.seed + i), driver, elves, simulator))
+            progress.update()
         print(f"  counted {len(extra)} more launches for the fit ({time.perf_counter() - started:.0f} s)",
               flush=True)
     sizes = {f"{isa} {opt}": proxy.static_size(proxy.build_kernel(KERNEL, nr_tasklets=args.tasklets, isa=isa,

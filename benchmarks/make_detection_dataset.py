@@ -29,6 +29,7 @@ import numpy as np
 from PIL import Image
 
 from .make_dataset import DATA_DIR, load_photo
+from .progress import bar
 
 DEFAULT_ROOT = DATA_DIR / "coco_like"
 ANNOTATIONS = "annotations/instances.json"
@@ -219,7 +220,7 @@ def make_detection_dataset(root: str | Path = DEFAULT_ROOT, count: int = 300, se
     ann_file.parent.mkdir(parents=True, exist_ok=True)
     kinds = _kinds(count, np.random.default_rng([seed, count]))
     images, annotations, started = [], [], time.perf_counter()
-    for index in range(count + empty):
+    for index in bar(range(count + empty), desc="detection set", unit="image"):
         kind = kinds[index] if index < count else "rgb"
         data, width, height, found = make_image(index, kind, seed, objects=index < count)
         name = f"{index:06d}.jpg"

@@ -33,6 +33,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from benchmarks.progress import bar
+
 DATA_DIR = Path(__file__).resolve().parent / "results" / "data"
 DEFAULT_ROOT = DATA_DIR / "speech_commands_like"
 MANIFEST_NAME = "manifest.json"
@@ -248,8 +250,10 @@ def make_dataset(root: Path, params: Params, workers: int | None = None) -> Path
         (root / word).mkdir(parents=True)
     make_noises(root / NOISE_FOLDER, variants, random.Random(params.seed + 1),
                 params.noise_seconds)
-    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool:
-        list(pool.map(lambda clip: synthesise(clip, root), clips))
+    with ThreadPoolExecutor(max_workers=workers or os.cpu_count() or 1) as pool, \
+            bar(total=len(clips), desc="speech set", unit="clip") as progress:
+        for _ in pool.map(lambda clip: synthesise(clip, root), clips):
+            progress.update()
     write_split_lists(root, clips)
     (root / MANIFEST_NAME).write_text(json.dumps(manifest(root, params), indent=1))
     return root

@@ -23,7 +23,6 @@ in the same run. Results go to results/peers.json and the plot to docs/peers.png
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -37,6 +36,7 @@ import torchvision
 from torchvision.datasets import ImageFolder
 
 from benchmarks import imagenet_pipeline, peer_dali, peer_ffcv
+from benchmarks.harness import interleaved, write_results
 from benchmarks.imagenet_pipeline import SEEKABLE, Group, seekable_copy
 from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
 from benchmarks.pipelines import make_transform
@@ -143,8 +143,7 @@ def measure(contenders: list[Contender], class_counts: torch.Tensor, epochs: int
     load_before = os.getloadavg()
     with bar(total=(warmup + epochs) * len(contenders), desc=desc, unit="epoch") as epochs_bar:
         for repeat in range(warmup + epochs):
-            shift = repeat % len(contenders)
-            for contender in contenders[shift:] + contenders[:shift]:
+            for contender in interleaved(contenders, repeat):
                 epochs_bar.set_postfix_str(contender.name)
                 elapsed = run_epoch(contender, class_counts)
                 (seconds if repeat >= warmup else warmups)[contender.name].append(elapsed)
@@ -253,12 +252,6 @@ def report(results: dict) -> None:
     print(format_table(results["rows"]))
 
 
-def write_json(results: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=1) + "\n")
-    print(f"results written to {path}")
-
-
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.peers",
                                      description=__doc__.split("\n\n")[0])
@@ -309,7 +302,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     results = run(args)
     report(results)
-    write_json(results, args.out)
+    write_results(results, args.out)
     if args.plot is not None:
         from benchmarks.plot_peers import draw
         draw(results, args.plot)

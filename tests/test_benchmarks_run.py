@@ -121,12 +121,15 @@ def test_audio_dpu_projection_quick(tmp_path):
 # the emulator contender routes the SSD samples that pad or adjust colours to the CPU kernel,
 # which pimloader warns about once per loader (asserted in test_colour_pad.py)
 @pytest.mark.filterwarnings("ignore:pimloader. the DPU kernel does not")
-def test_detection_quick(tmp_path):
+def test_detection_quick(tmp_path, capsys):
     out = tmp_path / "detection.json"
-    report = detection.main(["--quick", "--out", str(out), "--root", str(tmp_path / "coco")])
+    report = detection.main(["--quick", "--out", str(out), "--root", str(tmp_path / "coco"),
+                             *plot_flags(tmp_path)])
     saved = json.loads(out.read_text())
     assert {g["pipeline"] for g in saved["groups"]} == set(detection.PIPELINES)
     assert all({"torchvision", "pimloader"} <= set(g["images_per_s"]) for g in report["groups"])
+    assert_png_if_plotted(tmp_path)
+    assert "loading annotations" not in capsys.readouterr().out  # pycocotools' chatter dropped
 
 
 def test_detection_projection_quick(tmp_path):
@@ -146,6 +149,8 @@ def test_detection_projection_quick(tmp_path):
                     reason="the speech dataset needs espeak-ng and sox")
 def test_audio_quick(tmp_path):
     out = tmp_path / "audio.json"
-    audio.main(["--quick", "--out", str(out), "--root", str(tmp_path / "speech")])
+    audio.main(["--quick", "--out", str(out), "--root", str(tmp_path / "speech"),
+                *plot_flags(tmp_path)])
     saved = json.loads(out.read_text())
     assert saved["rows"] and saved["ms_per_clip_by_stage"]
+    assert_png_if_plotted(tmp_path)
