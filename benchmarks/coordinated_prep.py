@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.harness import RunWindow, machine, utc_date, write_results
+from benchmarks.harness import RunWindow, machine, utc_date, write_results, pyplot
 from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
 from benchmarks.pipelines import make_transform
 from benchmarks.progress import bar
@@ -150,9 +150,9 @@ def report(results: dict) -> None:
 def plot(results: dict, path: Path) -> None:
     """Total images/s delivered to the jobs (left) and the CPU seconds they spent (right),
     independent vs shared, per number of jobs."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot(path)
+    if plt is None:
+        return
 
     rows, settings, env = results["rows"], results["settings"], results["environment"]
     counts = sorted({row["jobs"] for row in rows})

@@ -31,6 +31,8 @@ from pimloader.costmodel.provisioning import (DPUS_PER_DIMM, GPU_RATES, Prices,
                                               break_even_dimm_price, dimms_for, gpu_rates_table,
                                               host_cores, hourly_cost)
 
+from benchmarks.harness import pyplot
+
 DPU_SYSTEM = "2,560 DPUs"
 DPU_HOST = "pimloader seekable"   # the host path the DPU configuration keeps (decode, read)
 LABEL = "DPUs + host"
@@ -192,9 +194,9 @@ def format_table(table: dict) -> str:
 def plot(results: dict, path: Path) -> None:
     """Left: img/s against workers per loader (dashed: linear from 1 worker). Right: host
     cores per GPU rate for each loader, with the DPU configuration's host cores and DIMMs."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot(path)
+    if plt is None:
+        return
 
     rows, table = results["rows"], results["cost_table"]
     fig, (left, middle, right) = plt.subplots(1, 3, figsize=(16, 4.6), dpi=110)

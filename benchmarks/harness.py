@@ -79,3 +79,16 @@ def silenced(make, *args, **kwargs):
     announces every annotation file it loads)."""
     with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
         return make(*args, **kwargs)
+
+
+def pyplot(path):
+    """matplotlib's pyplot on the Agg backend, or None after a line saying that the plot at
+    `path` is not drawn (matplotlib is a benchmark extra: requirements-bench.txt)."""
+    try:
+        import matplotlib
+    except ImportError as error:
+        print(f"no plot {path}: {error} (pip install -r requirements-bench.txt)")
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt

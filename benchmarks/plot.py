@@ -13,6 +13,8 @@ import argparse
 import json
 from pathlib import Path
 
+from benchmarks.harness import pyplot
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results" / "imagenet_pipeline.json"
 LOADER_RESULTS = REPO / "benchmarks" / "results" / "loader_overhead.json"
@@ -31,9 +33,9 @@ def workers_label(row: dict) -> str:
 
 
 def plot_throughput(results: dict, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot(path)
+    if plt is None:
+        return
 
     rows = results["rows"]
     names = list(COLOURS)
@@ -67,9 +69,9 @@ def plot_throughput(results: dict, path: Path) -> None:
 
 
 def plot_breakdown(results: dict, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot(path)
+    if plt is None:
+        return
 
     entries = results["breakdown"]
     fig, ax = plt.subplots(figsize=(9, 0.42 * len(entries) + 1.8), dpi=110)
@@ -100,9 +102,9 @@ def plot_breakdown(results: dict, path: Path) -> None:
 def plot_loader_overhead(results: dict, path: Path) -> None:
     """images/s of torch's DataLoader and PIMDataLoader per configuration (no transform),
     and, when measured, with a training transform on the same in-memory images."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot(path)
+    if plt is None:
+        return
 
     groups = [(f"batch {row['batch_size']}\n{_loader_workers(row)}", row["torch"],
                {"pimloader": row["pimloader"]}) for row in results["rows"]]

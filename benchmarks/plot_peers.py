@@ -10,6 +10,8 @@ import argparse
 import json
 from pathlib import Path
 
+from benchmarks.harness import pyplot
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results" / "peers.json"
 OUT = REPO / "docs" / "peers.png"
@@ -19,13 +21,9 @@ COLOURS = {"torchvision": "#4c72b0", "DALI": "#76b900", "FFCV": "#8172b3",
 
 def draw(results: dict, path: Path) -> None:
     """Write the PNG, or say why not (matplotlib missing) and go on."""
-    try:
-        import matplotlib
-    except ImportError as error:
-        print(f"no plot {path}: {error}")
+    plt = pyplot(path)
+    if plt is None:
         return
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     rows = results["rows"]
     fig, ax = plt.subplots(figsize=(9, 5), dpi=110)

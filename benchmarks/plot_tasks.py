@@ -13,6 +13,8 @@ import argparse
 import json
 from pathlib import Path
 
+from benchmarks.harness import pyplot
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
 DOCS = REPO / "docs"
@@ -66,13 +68,9 @@ def audio_title(results: dict) -> str:
 def draw_bars(groups: list, colours: dict, ylabel: str, title: str, path: Path) -> None:
     """Grouped bars, one colour per contender, the ratio above each; the PNG at `path`, or
     a line saying why not (matplotlib missing)."""
-    try:
-        import matplotlib
-    except ImportError as error:
-        print(f"no plot {path}: {error}")
+    plt = pyplot(path)
+    if plt is None:
         return
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(max(9.0, 1.6 * len(groups) + 2), 5), dpi=110)
     seen = set()

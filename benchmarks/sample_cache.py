@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 import torchvision.transforms.v2 as v2
 
-from benchmarks.harness import RunWindow, machine, utc_date, write_results
+from benchmarks.harness import RunWindow, machine, utc_date, write_results, pyplot
 from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
 from benchmarks.progress import bar
 from pimloader import PIMDataLoader
@@ -208,9 +208,9 @@ def report(results: dict) -> None:
 def plot(results: dict, path: Path) -> None:
     """Images/s per contender with its hit rate (left), and each epoch's seconds (right:
     epoch 0 reads everything and fills the MinIO cache)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot(path)
+    if plt is None:
+        return
 
     rows, data, settings = results["rows"], results["dataset"], results["settings"]
     env = results["environment"]

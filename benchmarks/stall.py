@@ -32,7 +32,7 @@ import torch
 
 from benchmarks.imagenet_pipeline import (SEEKABLE, Group, close, dataset_summary, environment,
                                           make_loader)
-from benchmarks.harness import RunWindow, interleaved, local_date, write_results
+from benchmarks.harness import RunWindow, interleaved, local_date, write_results, pyplot
 from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
 from benchmarks.progress import bar
 from pimloader.costmodel.provisioning import GPU_RATES
@@ -181,9 +181,9 @@ def format_tables(results: dict) -> str:
 
 
 def plot(results: dict, path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot(path)
+    if plt is None:
+        return
 
     entries = [(row["step_ms"], name, entry) for row in results["rows"]
                for name, entry in row["loaders"].items()]

@@ -33,6 +33,7 @@ import textwrap
 from pathlib import Path
 
 from pimloader.costmodel.provisioning import DPUS_PER_DIMM, Prices, break_even_dimm_price
+from benchmarks.harness import pyplot
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -410,9 +411,9 @@ def plot(table: dict, path: Path) -> None:
     """Per operation, the verdict's two host costs per image: the operation on the host (its
     reference: pimloader's where measured) and moving its bytes to and from the DPUs (plus
     host work the DPU path adds), with the verdict's DPUs per host core freed."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot(path)
+    if plt is None:
+        return
 
     rows = table["rows"]
     fig, ax = plt.subplots(figsize=(11, 0.7 * len(rows) + 1.8), dpi=110)
