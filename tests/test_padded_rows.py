@@ -100,13 +100,15 @@ def test_the_cpu_kernel_renders_into_the_corners_without_a_copy(coco, monkeypatc
                                                   collate_fn=collate_list))
 
 
-def test_a_backend_without_strided_rows_gets_contiguous_ones(coco, monkeypatch):
+def test_a_backend_without_strided_rows_renders_runs_of_its_own(coco, monkeypatch):
     seen = runs_seen(monkeypatch, DpuBackend)
+    padded = PaddedBatch(32)
     got, loader = batches(PIMDataLoader, CocoDetection(*coco, transforms=odd_sizes()),
-                          batch_size=3, collate_fn=PaddedBatch(32), backend="emulator",
+                          batch_size=3, collate_fn=padded, backend="emulator",
                           nr_dpus=3, nr_tasklets=4)
     loader.close()
-    assert seen and all(seen)          # DpuBackend.writes_strided_out is False: staged
+    assert seen and all(seen)          # DpuBackend.writes_strided_out is False
+    assert padded.copies == len(loader.dataset)   # its images copied into their corners
     assert_equal_batches(got, torchvisions_padded(coco, odd_sizes, 32, 0, batch_size=3,
                                                   collate_fn=collate_list))
 
@@ -154,3 +156,29 @@ def test_rows_that_are_not_runs_of_pixels_are_refused():
     columns = torch.empty(1, 3, 8, 16, dtype=torch.uint8)[..., ::2]   # every other pixel
     with pytest.raises(ValueError, match="last stride 1"):
         K.resized_crop_batch([image], [(0, 0, 20, 20)], (8, 8), columns)
+
+
+class ContiguousOnly(CpuBackend):
+    writes_strided_out = False
+
+
+def test_the_run_batcher_stages_strided_rows_for_a_backend_without_them():
+    from pimloader.backends.select import Router
+    from pimloader.pipelines.runs import RunBatcher
+    from pimloader.transforms._params import Geometry
+    image = np.random.default_rng(1).integers(0, 256, (30, 40, 3), dtype=np.uint8)
+    backend = ContiguousOnly()
+    seen = []
+    submit = backend.submit
+    backend.submit = lambda run: seen.append(run.out.is_contiguous()) or submit(run)
+    whole = torch.full((2, 3, 32, 32), 9, dtype=torch.uint8)
+    geometry = Geometry.identity(30, 40).resize(17, 23, "bilinear", True)
+    corners = whole[:, :, :17, :23]
+    runs = RunBatcher(Router([backend]), 2)
+    for row in range(2):
+        runs.add(corners, row, image, (0, 0, 30, 40), geometry)
+    runs.flush()
+    want = K.resized_crop_batch([image, image], [(0, 0, 30, 40)] * 2, (17, 23),
+                                torch.empty(2, 3, 17, 23, dtype=torch.uint8))
+    assert seen == [True] and torch.equal(whole[:, :, :17, :23], want)
+    assert (whole[:, :, 17:] == 9).all() and (whole[:, :, :, 23:] == 9).all()

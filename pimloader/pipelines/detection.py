@@ -138,23 +138,27 @@ class Detection(Pipeline):
         rows, on the DPUs too (a DPU launch has one output size).
 
         With `padded` (a PaddedBatch's reserved batch tensor) and `rows` (each pending
-        sample's row in it), each image is rendered straight into its top-left corner:
-        the images of one size are rows of the strided view `padded[:, :, :h, :w]`."""
+        sample's row in it), an image whose backend `writes_strided_out` is rendered
+        straight into its top-left corner: the images of one size are rows of the strided
+        view `padded[:, :, :h, :w]`. The others keep their long runs into tensors of their
+        own, which the PaddedBatch copies into their corners."""
         if not pending:
             return []
-        groups: dict[tuple, list[int]] = {}
+        groups: dict[tuple, list[int]] = {}   # (size, dtype, in its corner) -> positions
         for position, item in enumerate(pending):
-            groups.setdefault((item.geometry.size, item.dtype), []).append(position)
-        if padded is None:
-            outs = output_tensors([((len(members), 3, *size), dtype)
-                                   for (size, dtype), members in groups.items()])
-            rows_of = [range(len(members)) for members in groups.values()]
-        else:
-            outs = [padded[:, :, :size[0], :size[1]] for size, _ in groups]
-            rows_of = [[rows[position] for position in members] for members in groups.values()]
+            in_corner = padded is not None and \
+                router.backend_for(item.geometry).writes_strided_out
+            groups.setdefault((item.geometry.size, item.dtype, in_corner), []).append(position)
+        own = [((len(members), 3, *size), dtype)
+               for (size, dtype, in_corner), members in groups.items() if not in_corner]
+        made = iter(output_tensors(own) if own else [])
         places: list = [None] * len(pending)   # (out, row) of each pending sample
         runs = RunBatcher(router, len(pending))
-        for out, members, out_rows in zip(outs, groups.values(), rows_of):
+        for (size, _, in_corner), members in groups.items():
+            if in_corner:
+                out, out_rows = padded[:, :, :size[0], :size[1]], [rows[p] for p in members]
+            else:
+                out, out_rows = next(made), range(len(members))
             for row, position in zip(out_rows, members):
                 item = pending[position]
                 places[position] = (out, row)
