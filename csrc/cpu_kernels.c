@@ -127,10 +127,42 @@ static int check_colour(const pim_sample_t *s, const pim_extra_t *e, char *err,
     return 1;
 }
 
+/* Where the rows and planes of sample s's output lie: `given`, or its slot contiguous. */
+static pim_out_pitch_t slot_pitch(const pim_sample_t *s, const pim_extra_t *e,
+                                  const pim_out_pitch_t *given)
+{
+    if (given != NULL)
+        return *given;
+    const int nhwc = (s->flags & PIM_FLAG_NHWC) != 0;
+    pim_out_pitch_t pitch;
+    pitch.row = (uint64_t)s->out_w * (nhwc ? out_channels(s, e) : 1u) * s->out_esize;
+    pitch.plane = (uint64_t)s->out_h * pitch.row;
+    return pitch;
+}
+
+/* Whether rows of `pitch` hold sample s's output rows without overlapping: into *extent,
+ * the bytes from the slot's start to the end of its last element. */
+static int check_pitch(const pim_sample_t *s, const pim_extra_t *e, pim_out_pitch_t pitch,
+                       uint64_t *extent, char *err, uint32_t err_len)
+{
+    const int nhwc = (s->flags & PIM_FLAG_NHWC) != 0;
+    const uint64_t channels = out_channels(s, e), planes = nhwc ? 1u : channels;
+    const uint64_t row_bytes = (uint64_t)s->out_w * (nhwc ? channels : 1u) * s->out_esize;
+    if (pitch.row < row_bytes || pitch.row % s->out_esize != 0 ||
+        (planes > 1 && (pitch.plane < s->out_h * pitch.row || pitch.plane % s->out_esize != 0))) {
+        set_err(err, err_len, "output pitch (row %llu, plane %llu bytes) overlaps or misaligns "
+                "%u rows of %llu bytes", (unsigned long long)pitch.row,
+                (unsigned long long)pitch.plane, s->out_h, (unsigned long long)row_bytes);
+        return 0;
+    }
+    *extent = (planes - 1) * pitch.plane + (uint64_t)(s->out_h - 1) * pitch.row + row_bytes;
+    return 1;
+}
+
 static int check_sample(const pim_sample_t *s, const pim_extra_t *e, const uint8_t *src,
                         const uint64_t *src_bytes, uint32_t i, const uint8_t *tables,
-                        uint64_t tables_bytes, const void *lut, uint64_t dst_bytes, char *err,
-                        uint32_t err_len)
+                        uint64_t tables_bytes, const void *lut, uint64_t dst_bytes,
+                        const pim_out_pitch_t *pitch, char *err, uint32_t err_len)
 {
     const int padded = e != NULL && e->pad_mode != PIM_PAD_NONE;
     if (s->channels != 1 && s->channels != 3) {
@@ -184,7 +216,9 @@ static int check_sample(const pim_sample_t *s, const pim_extra_t *e, const uint8
             return 0;
         }
     }
-    const uint64_t out_bytes = (uint64_t)s->out_h * s->out_w * out_channels(s, e) * s->out_esize;
+    uint64_t out_bytes;
+    if (!check_pitch(s, e, slot_pitch(s, e, pitch), &out_bytes, err, err_len))
+        return 0;
     if (s->dst_offset % s->out_esize != 0 || s->dst_offset > dst_bytes ||
         out_bytes > dst_bytes - s->dst_offset) {
         set_err(err, err_len, "output slot at %llu (%llu bytes) is misaligned or outside the "
@@ -591,7 +625,8 @@ typedef struct scratch {
  * not NULL, copied there unflipped (out_h rows of out_w * channels bytes) for the colour
  * step. */
 static void run_sample(const pim_sample_t *s, const uint8_t *src, const uint8_t *tables,
-                       const void *lut, uint8_t *dst, uint8_t *staging, const scratch_t *sc)
+                       const void *lut, uint8_t *dst, pim_out_pitch_t pitch, uint8_t *staging,
+                       const scratch_t *sc)
 {
     const uint32_t C = s->channels, oh = s->out_h, ow = s->out_w, es = s->out_esize;
     const int hflip = (s->flags & PIM_FLAG_HFLIP) != 0;
@@ -605,8 +640,6 @@ static void run_sample(const pim_sample_t *s, const uint8_t *src, const uint8_t 
     const uint8_t *crop = image + (size_t)s->crop_top * s->src_stride + (size_t)s->crop_left * C;
     const size_t stride = s->src_stride;
     const uint32_t len = ow * C; /* bytes of one resampled row */
-    const size_t plane_bytes = (size_t)oh * ow * es;
-    const size_t out_row_bytes = nhwc ? (size_t)ow * C * es : (size_t)ow * es;
     /* what the SIMD horizontal pass may read from a row's crop start */
     const size_t reach = need_h ? (size_t)C * (s->crop_w + ax->taps) + 32 : 0;
 
@@ -621,14 +654,14 @@ static void run_sample(const pim_sample_t *s, const uint8_t *src, const uint8_t 
         hpass(row_, C, ax, (out));                                                   \
     } while (0)
 
-#define FINISH_ROW(y, row)                                                           \
+#define FINISH_ROW(y, resampled)                                                     \
     do {                                                                             \
         if (staging != NULL) {                                                       \
-            memcpy(staging + (size_t)(y) * len, (row), len);                         \
+            memcpy(staging + (size_t)(y) * len, (resampled), len);                   \
         } else {                                                                     \
             const uint32_t yy = vflip ? oh - 1 - (y) : (y);                          \
-            emit((row), ow, C, hflip, nhwc, es, lut, dst + yy * out_row_bytes,       \
-                 plane_bytes, sc->converted);                                        \
+            emit((resampled), ow, C, hflip, nhwc, es, lut, dst + yy * pitch.row,     \
+                 pitch.plane, sc->converted);                                        \
         }                                                                            \
     } while (0)
 
@@ -672,18 +705,16 @@ static void run_sample(const pim_sample_t *s, const uint8_t *src, const uint8_t 
 
 /* A finished uint8 image (out_h x out_w x channels, unflipped) into the output slot. */
 static void emit_image(const pim_sample_t *s, const uint8_t *image, uint32_t channels,
-                       const void *lut, uint8_t *dst, uint8_t *converted)
+                       const void *lut, uint8_t *dst, pim_out_pitch_t pitch, uint8_t *converted)
 {
     const uint32_t oh = s->out_h, ow = s->out_w, es = s->out_esize;
     const int hflip = (s->flags & PIM_FLAG_HFLIP) != 0;
     const int vflip = (s->flags & PIM_FLAG_VFLIP) != 0;
     const int nhwc = (s->flags & PIM_FLAG_NHWC) != 0;
-    const size_t plane_bytes = (size_t)oh * ow * es;
-    const size_t out_row_bytes = nhwc ? (size_t)ow * channels * es : (size_t)ow * es;
     for (uint32_t y = 0; y < oh; y++) {
         const uint32_t yy = vflip ? oh - 1 - y : y;
         emit(image + (size_t)y * ow * channels, ow, channels, hflip, nhwc, es, lut,
-             dst + yy * out_row_bytes, plane_bytes, converted);
+             dst + yy * pitch.row, pitch.plane, converted);
     }
 }
 
@@ -739,7 +770,8 @@ static uint32_t colour_box(const pim_sample_t *s, const pim_extra_t *e, const ui
 
 /* One sample: colour its source and pad (gather its box), resample, colour, convert. */
 static void run_one(const pim_sample_t *s, const pim_extra_t *e, const uint8_t *src,
-                    const uint8_t *tables, const void *lut, uint8_t *dst, const scratch_t *sc)
+                    const uint8_t *tables, const void *lut, uint8_t *dst,
+                    pim_out_pitch_t pitch, const scratch_t *sc)
 {
     pim_sample_t view = *s;
     const int source_colour = e != NULL && e->n_source_ops > 0;
@@ -756,14 +788,14 @@ static void run_one(const pim_sample_t *s, const pim_extra_t *e, const uint8_t *
         src = sc->box;
     }
     if (e == NULL || e->n_ops == e->n_source_ops) {
-        run_sample(&view, src, tables, lut, dst, NULL, sc);
+        run_sample(&view, src, tables, lut, dst, pitch, NULL, sc);
         return;
     }
-    run_sample(&view, src, tables, lut, NULL, sc->image, sc);
+    run_sample(&view, src, tables, lut, NULL, pitch, sc->image, sc);
     const uint32_t channels =
         pim_colour_apply(e, sc->image, (size_t)s->out_h * s->out_w, view.channels, sc->gray,
                          pim_cpu_simd_level());
-    emit_image(s, sc->image, channels, lut, dst, sc->converted);
+    emit_image(s, sc->image, channels, lut, dst, pitch, sc->converted);
 }
 
 static int has_contrast(const pim_extra_t *e, uint32_t first, uint32_t end)
@@ -811,7 +843,8 @@ int pim_cpu_crop_resize(const pim_sample_t *samples, const pim_extra_t *extras,
                         uint32_t n_samples, const uint8_t *const *srcs,
                         const uint64_t *src_bytes, const uint8_t *tables,
                         uint64_t tables_bytes, const void *lut, uint8_t *dst,
-                        uint64_t dst_bytes, char *err, uint32_t err_len)
+                        uint64_t dst_bytes, const pim_out_pitch_t *pitch, char *err,
+                        uint32_t err_len)
 {
     if (err != NULL && err_len > 0)
         err[0] = '\0';
@@ -827,7 +860,7 @@ int pim_cpu_crop_resize(const pim_sample_t *samples, const pim_extra_t *extras,
         const pim_sample_t *s = &samples[i];
         char msg[256];
         if (!check_sample(s, extras != NULL ? &extras[i] : NULL, srcs[i], src_bytes, i, tables,
-                          tables_bytes, lut, dst_bytes, msg, sizeof msg)) {
+                          tables_bytes, lut, dst_bytes, pitch, msg, sizeof msg)) {
             set_err(err, err_len, "sample %u: %s", i, msg);
             return (int)i + 1;
         }
@@ -880,9 +913,11 @@ int pim_cpu_crop_resize(const pim_sample_t *samples, const pim_extra_t *extras,
     sc.image = sc.box + box_bytes;
     sc.source_row = sc.image + image_bytes;
     sc.gray = sc.source_row + source_row_bytes;
-    for (uint32_t i = 0; i < n_samples; i++)
-        run_one(&samples[i], extras != NULL ? &extras[i] : NULL, srcs[i], tables, lut,
-                dst + samples[i].dst_offset, &sc);
+    for (uint32_t i = 0; i < n_samples; i++) {
+        const pim_extra_t *e = extras != NULL ? &extras[i] : NULL;
+        run_one(&samples[i], e, srcs[i], tables, lut, dst + samples[i].dst_offset,
+                slot_pitch(&samples[i], e, pitch), &sc);
+    }
     stream_fence();
     free(mem);
     return 0;

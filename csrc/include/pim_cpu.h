@@ -9,6 +9,14 @@
 #include "pim_params.h"
 
 /* cffi-cdef-begin */
+/* Where an output sample's rows and channel planes lie, in bytes from the start of its slot:
+ * row y of plane c at c * plane + y * row (NCHW), row y at y * row (NHWC, plane unused).
+ * A slot may so be a (C, h, w) corner of a larger (C, H, W) image (a padded batch). */
+typedef struct pim_out_pitch {
+    uint64_t row;         /* bytes between the starts of two output rows */
+    uint64_t plane;       /* bytes between the starts of two channel planes (NCHW) */
+} pim_out_pitch_t;
+
 /* Crop + resize (+ flip, + lookup conversion) a batch of samples, one after the other, each
  * straight into its slot of the output batch; with `extras`, also pad the source and adjust
  * the colours of the resampled image first (pim_extra.h).
@@ -20,6 +28,8 @@
  *   tables      base of the axis tables (xtab_offset / ytab_offset), tables_bytes long
  *   lut         channels x 256 output bit patterns when any out_esize > 1, else may be NULL
  *   dst         base of the output batch (dst_offset), dst_bytes long
+ *   pitch       the output rows' and planes' pitch, the same for every sample; NULL: each
+ *               slot contiguous (row = out_w [x channels] x out_esize, plane = out_h rows)
  *   err         receives a message on failure (err_len bytes, NUL-terminated)
  *
  * Every descriptor and table is checked before any pixel is touched. Returns 0 on success,
@@ -31,7 +41,8 @@ int pim_cpu_crop_resize(const pim_sample_t *samples, const pim_extra_t *extras,
                         uint32_t n_samples, const uint8_t *const *srcs,
                         const uint64_t *src_bytes, const uint8_t *tables,
                         uint64_t tables_bytes, const void *lut, uint8_t *dst,
-                        uint64_t dst_bytes, char *err, uint32_t err_len);
+                        uint64_t dst_bytes, const pim_out_pitch_t *pitch, char *err,
+                        uint32_t err_len);
 
 /* Which implementation of the row loops pim_cpu_crop_resize uses: 0 = the portable code of
  * pim_resample.h alone, 1 = SSSE3, 2 = AVX2 row loops (same integer sums, so the same

@@ -56,7 +56,8 @@ class KernelRun:
     sources: list                  # uint8 HWC arrays, or EncodedImage for a backend that decodes
     boxes: list                    # (top, left, height, width) within each source
     size: tuple                    # (out_height, out_width)
-    out: torch.Tensor              # the run's rows: (N, C, H, W), or (N, H, W, C) for NHWC
+    out: torch.Tensor              # the run's rows: (N, C, H, W), or (N, H, W, C) for NHWC;
+                                   # strided only for a backend that `writes_strided_out`
     geometries: list               # transforms._params.Geometry, one per row
     layout: str = "NCHW"
     lut: np.ndarray | None = None
@@ -124,6 +125,11 @@ class Backend(ABC):
     @abstractmethod
     def unsupported(self, geometry) -> str:
         """What of this sample's geometry the backend cannot do ("" when it runs it)."""
+
+    #: whether the backend writes a run's rows into a strided `run.out` (a view whose rows
+    #: are runs of adjacent elements, e.g. the corners of a padded batch); a backend that
+    #: does not is handed a contiguous staging tensor, which the pipeline copies from
+    writes_strided_out: bool = False
 
     #: whether the backend decodes some images itself (then `decode_refusal` says which)
     decodes_images: bool = False

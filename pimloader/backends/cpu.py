@@ -10,6 +10,7 @@ class CpuBackend(Backend):
     """Runs every geometry (padding and colour included); a run completes inside submit."""
 
     name = "cpu"
+    writes_strided_out = True   # the kernel writes rows with the output's row and plane pitch
     kernel = "the CPU kernel"
     RUN_ROWS = 32  # per call: amortises the call's overhead, keeps the decoded crops in cache
 

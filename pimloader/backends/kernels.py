@@ -32,6 +32,7 @@ import torch
 
 from .structs import (AXIS_DTYPE, COLOUR_OP_DTYPE, COLOUR_OPS, EXTRA_DTYPE,  # noqa: F401
                       INTERPOLATIONS, LAYOUTS, OUT_DTYPES, PAD_MODES, SAMPLE_DTYPE, ffi, lib)
+from .outputs import out_address, out_pointer, out_span, output_pitch  # noqa: F401
 from .tables import (axis_table, axis_weights, lut_from_fn, normalize_lut,  # noqa: F401
                      reference_axis_table)
 
@@ -44,6 +45,8 @@ class PackedBatch:
     samples: np.ndarray  # SAMPLE_DTYPE [n]
     tables: np.ndarray   # uint8, 8-byte aligned entries
     extras: Optional[np.ndarray] = None  # EXTRA_DTYPE [n]: padding and colour (CPU only)
+    out_strides: Optional[tuple] = None  # element strides of a strided output (CPU only);
+                                         # None: a contiguous one
 
 
 @lru_cache(maxsize=1)
@@ -197,7 +200,7 @@ def pack_batch(images: Sequence, boxes, size: Sequence[int], *, hflip=None, vfli
                out_dtype: torch.dtype = torch.float32,
                windows=None, paddings=None, colours=None,
                fused_mul_add: Optional[bool] = None, source_colours=None,
-               colour_v1: bool = False) -> tuple[PackedBatch, list]:
+               colour_v1: bool = False, out_strides=None) -> tuple[PackedBatch, list]:
     """Descriptors for cropping box i = (top, left, height, width) of images[i] (HWC uint8),
     resizing it to size = (out_h, out_w), flipping it and writing it to slot i of an output
     batch of `layout` and `out_dtype`. Returns the packed batch and the HWC arrays.
@@ -207,7 +210,11 @@ def pack_batch(images: Sequence, boxes, size: Sequence[int], *, hflip=None, vfli
     as torchvision's Resize followed by a crop computes it.
 
     paddings, colours, fused_mul_add, source_colours, colour_v1: see `pack_extras` (CPU
-    kernel only). With padding, a box is in the coordinates of the padded image."""
+    kernel only). With padding, a box is in the coordinates of the padded image.
+
+    out_strides: None for a contiguous output batch, else its element strides (CPU kernel
+    only): each sample's slot is then a strided view, e.g. the top-left (C, h, w) corner of
+    a (C, H, W) image of a padded batch (`output_pitch`)."""
     if interpolation not in INTERPOLATIONS:
         raise ValueError(f"interpolation must be one of {sorted(INTERPOLATIONS)}, "
                          f"got {interpolation!r}")
@@ -229,6 +236,9 @@ def pack_batch(images: Sequence, boxes, size: Sequence[int], *, hflip=None, vfli
                                        [a.shape[:2] for a in arrays], fused_mul_add,
                                        source_colours, colour_v1)
     slot_bytes = out_h * out_w * out_channels * esize
+    if out_strides is not None:
+        output_pitch(out_strides, layout, esize, out_channels)   # checked here, used by run
+        slot_bytes = int(out_strides[0]) * esize
     nhwc = lib.PIM_FLAG_NHWC if layout == "NHWC" else 0
 
     chunks: list = []
@@ -272,7 +282,8 @@ def pack_batch(images: Sequence, boxes, size: Sequence[int], *, hflip=None, vfli
     samples["channels"], samples["out_esize"] = channels, esize
     samples["interp"] = INTERPOLATIONS[interpolation]
     tables = np.frombuffer(b"".join(chunks) or b"\0" * 8, np.uint8)
-    return PackedBatch(samples, tables, extras), arrays
+    strides = None if out_strides is None else tuple(int(v) for v in out_strides)
+    return PackedBatch(samples, tables, extras, strides), arrays
 
 
 _PER_SAMPLE = ("dst_offset", "xtab_offset", "ytab_offset", "src_h", "src_w", "src_stride", "crop_top",
@@ -297,25 +308,6 @@ def _windowed_axis(start: int, length: int, out: int, window, axis: int):
     return (length, resized, offset, out), start, length
 
 
-def out_address(out) -> tuple[int, int]:
-    """(address, byte length) of a C-contiguous CPU torch tensor or writeable numpy array."""
-    if isinstance(out, torch.Tensor):
-        if out.device.type != "cpu" or not out.is_contiguous():
-            raise ValueError("out must be a contiguous CPU tensor")
-        return out.data_ptr(), out.numel() * out.element_size()
-    if isinstance(out, np.ndarray):
-        if not out.flags.c_contiguous or not out.flags.writeable:
-            raise ValueError("out must be a writeable C-contiguous array")
-        return out.ctypes.data, out.nbytes
-    raise TypeError(f"out must be a torch.Tensor or numpy.ndarray, not {type(out).__name__}")
-
-
-def _out_pointer(out) -> tuple:
-    """(cffi uint8_t *, byte length) of `out` (see out_address)."""
-    address, nbytes = out_address(out)
-    return ffi.cast("uint8_t *", address), nbytes
-
-
 def _address(array: np.ndarray):
     """A cffi uint8_t * to array's first element (kept valid by the caller's reference)."""
     if array.flags.c_contiguous:
@@ -337,7 +329,11 @@ def run_packed(packed: PackedBatch, arrays: Sequence[np.ndarray], out,
         samples = np.ascontiguousarray(samples, dtype=SAMPLE_DTYPE)
     if tables.dtype != np.uint8 or not tables.flags.c_contiguous:
         tables = np.ascontiguousarray(tables, dtype=np.uint8)
-    dst, dst_bytes = _out_pointer(out)
+    pitch = ffi.NULL
+    if packed.out_strides is None:
+        dst, dst_bytes = out_pointer(out)
+    else:
+        dst, dst_bytes, pitch = _strided_out(out, packed, channels_of(packed))
     srcs = ffi.new("uint8_t *[]", [_address(a) for a in arrays])
     src_bytes = ffi.new("uint64_t[]", [(a.shape[0] - 1) * a.strides[0] + a.shape[1] * a.shape[2]
                                        for a in arrays])
@@ -348,7 +344,7 @@ def run_packed(packed: PackedBatch, arrays: Sequence[np.ndarray], out,
         if len(extras) != n:
             raise ValueError(f"{len(extras)} extras for {n} descriptors")
         extras_ptr = ffi.cast("pim_extra_t *", ffi.from_buffer(extras))
-    channels = int(samples[0]["channels"] if extras is None else extras[0]["out_channels"])
+    channels = channels_of(packed)
     lut_ptr = ffi.NULL
     if lut is not None:
         lut = np.ascontiguousarray(lut)
@@ -359,11 +355,30 @@ def run_packed(packed: PackedBatch, arrays: Sequence[np.ndarray], out,
     err = ffi.new("char[]", 512)
     rc = lib.pim_cpu_crop_resize(ffi.cast("pim_sample_t *", ffi.from_buffer(samples)),
                                  extras_ptr, n, srcs, src_bytes, ffi.cast("uint8_t *", ffi.from_buffer(tables)),
-                                 tables.nbytes, lut_ptr, dst, dst_bytes, err, 512)
+                                 tables.nbytes, lut_ptr, dst, dst_bytes, pitch, err, 512)
     if rc == -1:
         raise MemoryError(ffi.string(err).decode())
     if rc != 0:
         raise ValueError(f"fused crop/resize kernel: {ffi.string(err).decode()}")
+
+
+def channels_of(packed: PackedBatch) -> int:
+    """The channel count of a packed batch's outputs (after its colour ops)."""
+    extras = packed.extras
+    return int(packed.samples[0]["channels"] if extras is None else extras[0]["out_channels"])
+
+
+def _strided_out(out, packed: PackedBatch, channels: int) -> tuple:
+    """(cffi uint8_t *, byte span, pim_out_pitch_t *) of a strided `out` made for `packed`."""
+    if not isinstance(out, torch.Tensor) or tuple(out.stride()) != packed.out_strides:
+        strides = out.stride() if isinstance(out, torch.Tensor) else None
+        raise ValueError(f"out has strides {strides}; the batch was packed for "
+                         f"{packed.out_strides}")
+    layout = "NHWC" if packed.samples[0]["flags"] & lib.PIM_FLAG_NHWC else "NCHW"
+    pitch = ffi.new("pim_out_pitch_t *")
+    pitch.row, pitch.plane = output_pitch(out.stride(), layout, out.element_size(), channels)
+    address, nbytes = out_span(out)
+    return ffi.cast("uint8_t *", address), nbytes, pitch
 
 
 def resized_crop_batch(images: Sequence, boxes, size: Sequence[int], out, *, hflip=None,
@@ -376,8 +391,11 @@ def resized_crop_batch(images: Sequence, boxes, size: Sequence[int], out, *, hfl
     images  sequence of uint8 HWC (or HW) arrays/tensors, 1 or 3 channels, all alike
     boxes   [n, 4] crop boxes (top, left, height, width), inside their images
     size    (out_h, out_w)
-    out     contiguous batch to fill: [n, C, out_h, out_w] (NCHW) or [n, out_h, out_w, C]
-            (NHWC), torch tensor or numpy array, dtype uint8, float16, bfloat16 or float32
+    out     batch to fill: [n, C, out_h, out_w] (NCHW) or [n, out_h, out_w, C] (NHWC),
+            torch tensor or numpy array, dtype uint8, float16, bfloat16 or float32;
+            contiguous, or (a torch tensor) a strided view whose rows are runs of adjacent
+            elements, e.g. `padded[:, :, :h, :w]` of a padded batch (its rows are written
+            with the view's row and plane pitch; nothing outside the view is touched)
     lut     for float outputs: `normalize_lut(...)` / `lut_from_fn(...)` of that dtype
     paddings, colours, fused_mul_add, source_colours, colour_v1: padding of the sources
             and colour ops (`pack_extras`); C is then the channel count after them
@@ -405,11 +423,13 @@ def checked_batch(images: Sequence, boxes, size: Sequence[int], out, *, hflip=No
                  np.dtype(np.float32): torch.float32}.get(np.asarray(out).dtype)
     if dtype not in OUT_DTYPES:
         raise ValueError(f"output dtype must be one of {list(OUT_DTYPES)}, got {out.dtype}")
+    strided = isinstance(out, torch.Tensor) and out.numel() and not out.is_contiguous()
     packed, arrays = pack_batch(images, boxes, size, hflip=hflip, vflip=vflip,
                                 interpolation=interpolation, layout=layout, out_dtype=dtype,
                                 windows=windows, paddings=paddings, colours=colours,
                                 fused_mul_add=fused_mul_add, source_colours=source_colours,
-                                colour_v1=colour_v1)
+                                colour_v1=colour_v1,
+                                out_strides=out.stride() if strided else None)
     n = len(arrays)
     c = arrays[0].shape[2] if n else 0
     if packed.extras is not None:

@@ -43,6 +43,7 @@ from pimloader.transforms._probe import (ImageProbe, apply_elementwise, for_prob
                                          run_on_probe)
 
 from .classification import CacheCountingProducer
+from .padded import PaddedBatch
 from .runs import RunBatcher
 
 
@@ -67,7 +68,8 @@ class Detection(Pipeline):
         if context.is_iterable:
             return None
         router = context.backends.router(self.backend)
-        fetcher = DetectionFetcher(self, context.auto_collation, router)
+        fetcher = DetectionFetcher(self, context.auto_collation, router,
+                                   context.collate_fn if context.auto_collation else None)
         producer = BatchProducer(fetcher, context.collate_fn, context.auto_collation,
                                  context.writer)
         if isinstance(self.read, CachedReader):
@@ -129,22 +131,35 @@ class Detection(Pipeline):
             return image, target
         return self.transforms(image, target)
 
-    def render(self, pending: list["Pending"], router) -> list:
+    def render(self, pending: list["Pending"], router, padded=None, rows=None) -> list:
         """The pending samples with their images made by the kernel. Images of one size
         and dtype are rows of one tensor (in a worker, memory of its output arena), added
         to the run batcher group by group, so that the kernel runs them in runs of many
-        rows, on the DPUs too (a DPU launch has one output size)."""
+        rows, on the DPUs too (a DPU launch has one output size).
+
+        With `padded` (a PaddedBatch's reserved batch tensor) and `rows` (each pending
+        sample's row in it), an image whose backend `writes_strided_out` is rendered
+        straight into its top-left corner: the images of one size are rows of the strided
+        view `padded[:, :, :h, :w]`. The others keep their long runs into tensors of their
+        own, which the PaddedBatch copies into their corners."""
         if not pending:
             return []
-        groups: dict[tuple, list[int]] = {}
+        groups: dict[tuple, list[int]] = {}   # (size, dtype, in its corner) -> positions
         for position, item in enumerate(pending):
-            groups.setdefault((item.geometry.size, item.dtype), []).append(position)
-        outs = output_tensors([((len(members), 3, *size), dtype)
-                               for (size, dtype), members in groups.items()])
+            in_corner = padded is not None and \
+                router.backend_for(item.geometry).writes_strided_out
+            groups.setdefault((item.geometry.size, item.dtype, in_corner), []).append(position)
+        own = [((len(members), 3, *size), dtype)
+               for (size, dtype, in_corner), members in groups.items() if not in_corner]
+        made = iter(output_tensors(own) if own else [])
         places: list = [None] * len(pending)   # (out, row) of each pending sample
         runs = RunBatcher(router, len(pending))
-        for out, members in zip(outs, groups.values()):
-            for row, position in enumerate(members):
+        for (size, _, in_corner), members in groups.items():
+            if in_corner:
+                out, out_rows = padded[:, :, :size[0], :size[1]], [rows[p] for p in members]
+            else:
+                out, out_rows = next(made), range(len(members))
+            for row, position in zip(out_rows, members):
                 item = pending[position]
                 places[position] = (out, row)
                 runs.add(out, row, item.pixels, item.box, item.geometry, "NCHW", item.lut)
@@ -205,10 +220,12 @@ def _kernel_table(elementwise: list[tuple]):
 class DetectionFetcher(Fetcher):
     """Samples from the detection pipeline, one by one, in the sampler's order."""
 
-    def __init__(self, pipeline: Detection, auto_collation: bool, router) -> None:
+    def __init__(self, pipeline: Detection, auto_collation: bool, router,
+                 collate_fn=None) -> None:
         super().__init__(auto_collation)
         self.pipeline = pipeline
         self.router = router
+        self.padding = collate_fn if isinstance(collate_fn, PaddedBatch) else None
 
     def fetch(self, index):
         if not self.auto_collation:
@@ -236,10 +253,32 @@ class DetectionFetcher(Fetcher):
                 places.append(len(samples))
             samples.append(sample)
         self.current = f"the fused kernel's run over samples {list(indices)!r}"
-        for place, sample in zip(places, self.pipeline.render(pending, self.router)):
+        padded = self._reserve(samples, pending, places)
+        rendered = self.pipeline.render(pending, self.router, padded, places)
+        for place, sample in zip(places, rendered):
             samples[place] = sample
         self.kernel_samples += len(pending)
         return samples
+
+    def _reserve(self, samples: list, pending: list, places: list):
+        """The padded batch tensor the images are rendered into, when the collate_fn is a
+        PaddedBatch and every sample is an (image, target) pair of one image dtype."""
+        if self.padding is None:
+            return None
+        if not pending:
+            return self.padding.reserve(None, None)
+        shapes: list = [None] * len(samples)
+        for place, item in zip(places, pending):
+            shapes[place] = (3, *item.geometry.size, item.dtype)
+        for place, sample in enumerate(samples):
+            if shapes[place] is None:
+                if not (isinstance(sample, (tuple, list)) and len(sample) == 2
+                        and isinstance(sample[0], torch.Tensor) and sample[0].dim() == 3):
+                    return self.padding.reserve(None, pending[0].dtype)
+                shapes[place] = (*sample[0].shape, sample[0].dtype)
+        if any(shape[3] != shapes[0][3] for shape in shapes):
+            return self.padding.reserve(None, pending[0].dtype)
+        return self.padding.reserve([shape[:3] for shape in shapes], shapes[0][3])
 
 
 def build(dataset, transform, options) -> Pipeline | None:

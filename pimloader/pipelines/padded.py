@@ -10,6 +10,12 @@ It works under torch's DataLoader and PIMDataLoader alike. The batch tensor is t
 loader's `output_tensor`: in a PIMDataLoader worker, memory of its output arena, reused
 batch after batch (loader/_arena.py); in torch's workers, shared memory from the start, so
 that the batch goes to the main process as one handle, not a copy per image.
+
+A pipeline that renders the images itself (pipelines/detection.py) asks for the batch
+tensor first, with `reserve(shapes, dtype)`: the padding of each image is filled then, and
+the pipeline renders image i straight into its corner `tensors[i, :, :h, :w]` (the kernel
+writes rows with the batch's row pitch). The next call finds its images already there and
+copies only those that are not (the samples made as Python).
 """
 from __future__ import annotations
 
@@ -37,6 +43,23 @@ class PaddedBatch:
             raise ValueError(f"fill must be a number, got {fill!r}")
         self.size_divisibility = size_divisibility
         self.fill = fill
+        self._reserved: torch.Tensor | None = None   # the batch tensor `reserve` made
+        self.copies = 0                              # images copied into a batch tensor
+
+    def reserve(self, shapes: list[tuple[int, int, int]] | None,
+                dtype: torch.dtype) -> torch.Tensor | None:
+        """The batch tensor of the next call, for images of (C, H, W) `shapes` and `dtype`
+        (None: nothing reserved, e.g. a batch whose samples are not all images): padding
+        filled, corners left for the caller to write image i into `out[i, :, :h, :w]`."""
+        self._reserved = None
+        if not shapes or any(shape[0] != shapes[0][0] for shape in shapes):
+            return None
+        out = self._batch_tensor(shapes, dtype)
+        for row, (_, height, width) in zip(out, shapes):
+            row[:, height:, :].fill_(self.fill)
+            row[:, :height, width:].fill_(self.fill)
+        self._reserved = out
+        return out
 
     def __call__(self, batch):
         images, targets = _split(batch)
@@ -48,20 +71,37 @@ class PaddedBatch:
                     f"PaddedBatch: sample {position} of the batch has an image of shape "
                     f"{tuple(image.shape)} and dtype {image.dtype}; every image must be "
                     f"(C, H, W) with C={first.shape[0]} and dtype {first.dtype}")
-        height = self._rounded(max(image.shape[1] for image in images))
-        width = self._rounded(max(image.shape[2] for image in images))
-        out = output_tensor((len(images), first.shape[0], height, width), first.dtype)
-        out.fill_(self.fill)
+        shapes = [tuple(image.shape) for image in images]
+        out, self._reserved = self._reserved, None
+        if out is None or out.shape != self._batch_shape(shapes) or out.dtype != first.dtype:
+            out = self._batch_tensor(shapes, first.dtype).fill_(self.fill)
         for row, image in zip(out, images):
-            row[:, :image.shape[1], :image.shape[2]].copy_(image)
+            corner = row[:, :image.shape[1], :image.shape[2]]
+            if not _is_view(image, corner):
+                corner.copy_(image)
+                self.copies += 1
         sizes = [(int(image.shape[1]), int(image.shape[2])) for image in images]
         return PaddedImages(out, sizes), list(targets)
+
+    def _batch_shape(self, shapes) -> tuple:
+        height = self._rounded(max(shape[1] for shape in shapes))
+        width = self._rounded(max(shape[2] for shape in shapes))
+        return (len(shapes), shapes[0][0], height, width)
+
+    def _batch_tensor(self, shapes, dtype: torch.dtype) -> torch.Tensor:
+        return output_tensor(self._batch_shape(shapes), dtype)
 
     def _rounded(self, extent: int) -> int:
         return math.ceil(extent / self.size_divisibility) * self.size_divisibility
 
     def __repr__(self) -> str:
         return f"PaddedBatch(size_divisibility={self.size_divisibility}, fill={self.fill})"
+
+
+def _is_view(image: torch.Tensor, corner: torch.Tensor) -> bool:
+    """Whether `image` is the memory of `corner` already (rendered there)."""
+    return (image.data_ptr() == corner.data_ptr() and image.stride() == corner.stride()
+            and image.shape == corner.shape and image.dtype == corner.dtype)
 
 
 def _split(batch):

@@ -12,12 +12,18 @@ is complete. It is waited for before the next submit, not after, because a DPU w
 libdpu's dpu_sync, which also waits for whatever was queued after the run: submitting first
 would make the next run's DPU work part of this wait instead of overlapping the next
 decode. The CPU backend computes inside `submit`, so its runs are done at once.
+
+A run's rows may be a strided view (the top-left corners of a padded batch's images): a
+backend that `writes_strided_out` writes them in place; another is handed a contiguous
+staging tensor, copied into the view when the run is waited for.
 """
 from __future__ import annotations
 
 from typing import Callable
 
-from pimloader.backends.base import KernelRun
+import torch
+
+from pimloader.backends.base import Handle, KernelRun
 
 
 class RunBatcher:
@@ -68,9 +74,13 @@ class RunBatcher:
         rows, self.rows = self.rows, []
         out, layout, lut, backend = self.target
         first = rows[0][0]
+        target = out[first:first + len(rows)]
+        staged = not target.is_contiguous() and not backend.writes_strided_out
         run = KernelRun([row[1] for row in rows], [row[2] for row in rows], rows[0][3].size,
-                        out[first:first + len(rows)], [row[3] for row in rows], layout, lut)
-        self.in_flight = backend.submit(run)
+                        torch.empty_like(target, memory_format=torch.contiguous_format)
+                        if staged else target, [row[3] for row in rows], layout, lut)
+        handle = backend.submit(run)
+        self.in_flight = CopiedOnWait(handle, run.out, target) if staged else handle
         if self.on_submitted is not None:
             self.on_submitted(run.sources)
 
@@ -78,3 +88,14 @@ class RunBatcher:
         handle, self.in_flight = self.in_flight, None
         if handle is not None:
             handle.wait()
+
+
+class CopiedOnWait(Handle):
+    """A run rendered into contiguous staging, copied into its strided rows on `wait()`."""
+
+    def __init__(self, handle: Handle, staging: torch.Tensor, target: torch.Tensor) -> None:
+        self.handle, self.staging, self.target = handle, staging, target
+
+    def wait(self):
+        self.handle.wait()
+        return self.target.copy_(self.staging)
