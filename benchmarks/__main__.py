@@ -13,7 +13,9 @@
                                     # riscv64-unknown-elf-gcc) and 20 s for
                                     # audio_dpu_projection: PROJECTED; + 15-45 s for
                                     # detection_projection: PROJECTED;
-                                    # + about a minute for coordinated_prep)
+                                    # + about a minute for coordinated_prep; + about 15 s for
+                                    # dpu_decode_chain: the whole loader with decode_on_dpu
+                                    # on the emulator, equal to the CPU's, and its bytes)
     python -m benchmarks --quick    # smoke run, about 2 minutes (measured at load 4-5; the
                                     # quick coordinated_prep adds about 20 s)
 """
@@ -23,6 +25,7 @@ import argparse
 
 from benchmarks import (audio, audio_dpu_projection, audio_fixed_point, audio_instruction_counts,
                         coordinated_prep, decode_projection, detection, detection_projection,
+                        dpu_decode_chain,
                         dpu_projection, imagenet_pipeline,
                         instruction_counts, kernel_speed, loader_overhead, naive_sweep, op_costs,
                         peers, plot, sample_cache, stall, viability)
@@ -43,7 +46,8 @@ def main(argv: list[str] | None = None) -> None:
     # kernel_speed, dpu_projection, op_costs, decode_projection, detection_projection, audio
     # and audio_dpu_projection: they run after them
     for benchmark in (loader_overhead, imagenet_pipeline, kernel_speed, instruction_counts,
-                      dpu_projection, decode_projection, detection_projection, sample_cache,
+                      dpu_projection, decode_projection, dpu_decode_chain, detection_projection,
+                      sample_cache,
                       coordinated_prep,
                       naive_sweep, stall, op_costs, peers, detection, audio,
                       audio_fixed_point, audio_instruction_counts, audio_dpu_projection,

@@ -11,8 +11,8 @@ On the benchmark dataset's seekable copy (benchmarks/make_dataset.py, made seeka
   (pixels sent) and on the DPUs (compressed intervals sent): the emulator's counters for the
   kernel's stage, the decode stage's own push and gather (`DecodeStage.last_transfer`).
 
-Counts and equality, not time: the emulator's speed is not DPU speed (docs/dpu.md). Not part
-of `python -m benchmarks`.
+Counts and equality, not time: the emulator's speed is not DPU speed (docs/dpu.md). Part of
+`python -m benchmarks` (about 15 s), after decode_projection.
 
     python -m benchmarks.dpu_decode_chain [--quick] [--data DIR] [--out benchmarks/results/dpu_decode_chain.json]
 """
@@ -130,9 +130,11 @@ def main(argv=None) -> dict:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help=f"a folder of {QUICK['count']} files, one run of 16")
     parser.add_argument("--data", type=Path, help="dataset folder (default: results/data/imagenet_like[_quick])")
-    parser.add_argument("--out", type=Path,
-                        default=Path(__file__).parent / "results" / "dpu_decode_chain.json")
+    parser.add_argument("--out", type=Path, help="JSON results (default: "
+                        "benchmarks/results/dpu_decode_chain[.quick].json)")
     args = parser.parse_args(argv)
+    args.out = args.out or (Path(__file__).parent / "results"
+                            / f"dpu_decode_chain{'.quick' if args.quick else ''}.json")
     sizes = QUICK if args.quick else {"count": 500, "classes": 10}
     data = args.data or DATA_DIR / ("imagenet_like_quick" if args.quick else "imagenet_like")
     seekable = seekable_copy(make_imagenet_like(data, **sizes))
