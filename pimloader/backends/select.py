@@ -164,34 +164,31 @@ class Router:
         return self.primary.decode_refusal(image)
 
     def backend_for(self, geometry) -> Backend:
-        refused = []
-        for backend in self.chain:
-            missing = backend.unsupported(geometry)
-            if not missing:
-                for other, what in refused:
-                    self._warn_once(f"pimloader: {other.kernel} does not {what}; such "
-                                    f"samples run on {backend.kernel}")
-                return backend
-            refused.append((backend, missing))
-        raise ValueError("no backend runs this sample: " +
-                         "; ".join(f"{b.kernel} does not {what}" for b, what in refused))
+        return self._first(lambda backend: backend.unsupported(geometry), "samples",
+                           "no backend runs this sample")
 
     def backend_for_features(self, spec, clip_shape: tuple) -> Backend:
         """The first backend of the chain that computes `spec`'s features of a clip of
         `clip_shape` ([channels, samples]); the others are said once, as for images."""
+        return self._first(lambda backend: backend.unsupported_features(spec, clip_shape),
+                           "clips", "no backend computes these features")
+
+    def _first(self, missing_on, items: str, none_runs: str) -> Backend:
+        """The first backend of the chain for which `missing_on(backend)` is "" (what it
+        lacks otherwise); each one passed over is said once per loader."""
         refused = []
         for backend in self.chain:
-            missing = backend.unsupported_features(spec, clip_shape)
+            missing = missing_on(backend)
             if not missing:
                 for other, what in refused:
                     self._warn_once(f"pimloader: {other.kernel} does not {what}; such "
-                                    f"clips run on {backend.kernel}")
+                                    f"{items} run on {backend.kernel}")
                 return backend
             refused.append((backend, missing))
-        raise ValueError("no backend computes these features: " +
+        raise ValueError(f"{none_runs}: " +
                          "; ".join(f"{b.kernel} does not {what}" for b, what in refused))
 
     def _warn_once(self, message: str) -> None:
         if message not in self._warned:
             self._warned.add(message)
-            warnings.warn(message, stacklevel=4)
+            warnings.warn(message, stacklevel=5)   # the pipeline line that added the row
