@@ -244,3 +244,4 @@ def plot(results: dict, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
+    print(f"wrote {path}")

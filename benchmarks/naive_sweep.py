@@ -190,7 +190,6 @@ def main(argv: list[str] | None = None) -> dict:
     write_results(results, args.out)
     if args.plot is not None:
         cost_table.plot(results, args.plot)
-        print(f"wrote {args.plot}")
     return results
 
 

@@ -66,6 +66,7 @@ def plot_throughput(results: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+    print(f"wrote {path}")
 
 
 def plot_breakdown(results: dict, path: Path) -> None:
@@ -97,6 +98,7 @@ def plot_breakdown(results: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+    print(f"wrote {path}")
 
 
 def plot_loader_overhead(results: dict, path: Path) -> None:
@@ -143,6 +145,7 @@ def plot_loader_overhead(results: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+    print(f"wrote {path}")
 
 
 def _loader_workers(row: dict) -> str:
@@ -166,11 +169,9 @@ def main(argv: list[str] | None = None) -> None:
     for name, plot in (("imagenet_pipeline.png", plot_throughput),
                        ("imagenet_breakdown.png", plot_breakdown)):
         plot(results, args.out_dir / name)
-        print(f"wrote {args.out_dir / name}")
     if args.loader_results.exists():
         plot_loader_overhead(json.loads(args.loader_results.read_text()),
                              args.out_dir / "loader_overhead.png")
-        print(f"wrote {args.out_dir / 'loader_overhead.png'}")
 
 
 if __name__ == "__main__":

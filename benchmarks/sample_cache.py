@@ -178,7 +178,6 @@ def main(argv: list[str] | None = None) -> dict:
     write_results(results, out)
     if args.plot is not None:
         plot(results, args.plot)
-        print(f"wrote {args.plot}")
     return results
 
 
@@ -240,6 +239,7 @@ def plot(results: dict, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

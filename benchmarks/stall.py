@@ -229,6 +229,7 @@ def plot(results: dict, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
+    print(f"wrote {path}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -278,7 +279,6 @@ def main(argv: list[str] | None = None) -> dict:
     write_results(results, args.out)
     if args.plot is not None:
         plot(results, args.plot)
-        print(f"wrote {args.plot}")
     return results
 
 

@@ -440,6 +440,7 @@ def plot(table: dict, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
+    print(f"wrote {path}")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -469,7 +470,6 @@ def main(argv: list[str] | None = None) -> dict:
                        else DOCS / "viability.md")
     if args.plot is not None:
         plot(table, args.plot)
-        print(f"wrote {args.plot}")
     shown = args.plot.name if args.plot is not None and args.plot.parent == doc.parent else None
     write_doc(table, doc, shown)
     out = args.out or RESULTS_DIR / f"viability{suffix}"
