@@ -2,8 +2,8 @@
  *
  * Written against UPMEM's libdpu API (dpu.h) only, so that the same file builds against the
  * real SDK and against pimloader's emulator. The emulator's extras (DMA counters, fault
- * details) are used only inside `#ifdef PIMLOADER_DPU_EMULATOR` blocks: in describe_fault()
- * here, and in dpu_emulator_hooks.c. No DPU_ASSERT, no exit(): every dpu_error_t becomes a return
+ * details) are used only inside `#ifdef PIMLOADER_DPU_EMULATOR` blocks, in
+ * dpu_emulator_hooks.c (pim_dpu_fault_detail and the counters). No DPU_ASSERT, no exit(): every dpu_error_t becomes a return
  * code and a message naming the call and the DPU.
  *
  * One batch (pim_dpu_submit, then pim_dpu_wait; pim_dpu_run = both):
@@ -62,6 +62,16 @@ void pim_dpu_error_text(dpu_error_t e, char *buf, size_t n)
 #ifndef PIMLOADER_DPU_EMULATOR
     free((void *)s);
 #endif
+}
+
+int32_t pim_dpu_find_fault(const pim_dpu_driver_t *drv, uint32_t first, uint32_t count)
+{
+    for (uint32_t d = first; d < first + count; d++) {
+        bool is_done = false, fault = false;
+        if (dpu_status(drv->dpus[d], &is_done, &fault) == DPU_OK && fault)
+            return (int32_t)d;
+    }
+    return -1;
 }
 
 /* The plain error of a libdpu status: a failed asynchronous job comes back (from later calls
@@ -409,23 +419,12 @@ static void describe_rank_failure(pim_dpu_driver_t *drv, batch_slot_t *sl, uint3
         return;
     }
     drv->rank_culprit[r] = sl->batch_id;
-    int32_t bad = -1;
-    for (uint32_t d = first_dpu; d < first_dpu + count && bad < 0; d++) {
-        bool is_done = false, fault = false;
-        if (dpu_status(drv->dpus[d], &is_done, &fault) == DPU_OK && fault)
-            bad = (int32_t)d;
-    }
+    const int32_t bad = pim_dpu_find_fault(drv, first_dpu, count);
     drv->rank_fault_dpu[r] = bad;
     sl->dpu = bad;
     if (bad >= 0 || plain_error(e) == DPU_ERR_DPU_FAULT) {
-        char detail[600] = "";
-#ifdef PIMLOADER_DPU_EMULATOR
-        if (bad >= 0) {
-            char buf[560];
-            if (dpuemu_fault_message(drv->dpus[bad], buf, sizeof buf) == DPU_OK && buf[0])
-                snprintf(detail, sizeof detail, ": %s", buf);
-        }
-#endif
+        char detail[600];
+        pim_dpu_fault_detail(drv, bad, detail, sizeof detail);
         if (bad >= 0) {
             const uint32_t first = (uint32_t)bad < sl->active ? sl->chunks[bad].first : 0;
             const uint32_t n = (uint32_t)bad < sl->active ? sl->chunks[bad].count : 0;

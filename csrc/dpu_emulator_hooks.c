@@ -2,6 +2,7 @@
  * counts that pimloader's emulator keeps, for tests and the cost model. Built into both driver
  * builds; against UPMEM's SDK each reports that it is unavailable (-1 / 0). */
 #include <stdint.h>
+#include <stdio.h>
 
 #include <dpu.h>
 #ifdef PIM_DPU_EMULATED
@@ -16,6 +17,20 @@ int pim_dpu_emulated(void)
     return 1;
 #else
     return 0;
+#endif
+}
+
+void pim_dpu_fault_detail(const pim_dpu_driver_t *drv, int32_t dpu, char *detail, size_t n)
+{
+    detail[0] = 0;
+#ifdef PIMLOADER_DPU_EMULATOR
+    char buf[560];
+    if (dpu >= 0 && dpuemu_fault_message(drv->dpus[dpu], buf, sizeof buf) == DPU_OK && buf[0])
+        snprintf(detail, n, ": %s", buf);
+#else
+    (void)drv;
+    (void)dpu;
+    (void)n;
 #endif
 }
 

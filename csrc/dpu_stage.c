@@ -18,40 +18,20 @@
 #include <string.h>
 
 #include <dpu.h>
-#ifdef PIM_DPU_EMULATED
-#include <dpu_emulator.h>
-#endif
 
 #include "pim_dpu_driver.h"
 #include "pim_dpu_driver_state.h"
 #include "pim_error.h"
 
-/* The DPU a failed launch faulted on (dpu_status), or -1. */
-static int32_t faulted_dpu(const pim_dpu_driver_t *drv)
-{
-    for (uint32_t d = 0; d < drv->nr_dpus; d++) {
-        bool is_done = false, fault = false;
-        if (dpu_status(drv->dpus[d], &is_done, &fault) == DPU_OK && fault)
-            return (int32_t)d;
-    }
-    return -1;
-}
-
 static int stage_failed(pim_dpu_driver_t *drv, const char *call, const char *binary, dpu_error_t e, char *err,
                         uint32_t err_len)
 {
-    char text[200], detail[600] = "";
+    char text[200], detail[600];
     pim_dpu_error_text(e, text, sizeof text);
-    const int32_t bad = faulted_dpu(drv);
+    const int32_t bad = pim_dpu_find_fault(drv, 0, drv->nr_dpus);
     drv->last_dpu = bad;
     drv->recover = true; /* the ranks may keep the error; a fault leaves WRAM as it stopped */
-#ifdef PIMLOADER_DPU_EMULATOR
-    if (bad >= 0) {
-        char buf[560];
-        if (dpuemu_fault_message(drv->dpus[bad], buf, sizeof buf) == DPU_OK && buf[0])
-            snprintf(detail, sizeof detail, ": %s", buf);
-    }
-#endif
+    pim_dpu_fault_detail(drv, bad, detail, sizeof detail);
     if (bad >= 0) {
         set_err(err, err_len, "%s of %s: DPU %d faulted: %s%s", call, binary, bad, text, detail);
         return PIM_DPU_E_FAULT;

@@ -81,6 +81,11 @@ struct pim_dpu_driver {
 
 /* dpu_driver.c's pieces that csrc/dpu_stage.c uses too. */
 void pim_dpu_error_text(dpu_error_t e, char *buf, size_t n);
+/* The first DPU of drv->dpus[first .. first + count) that dpu_status reports faulted, or -1. */
+int32_t pim_dpu_find_fault(const pim_dpu_driver_t *drv, uint32_t first, uint32_t count);
+/* ": " and the emulator's account of DPU `dpu`'s fault into `detail` (dpu_emulator_hooks.c);
+ * "" against UPMEM's SDK, or when there is none. */
+void pim_dpu_fault_detail(const pim_dpu_driver_t *drv, int32_t dpu, char *detail, size_t n);
 /* After a failure, before more jobs: the DPUs allocated again if a rank kept libdpu's error,
  * else the kernel loaded again (dpu_driver.c's `recover`). */
 int pim_dpu_recover(pim_dpu_driver_t *drv, char *err, uint32_t err_len);
