@@ -29,7 +29,7 @@ from PIL import Image
 from benchmarks.imagenet_pipeline import seekable_copy
 from benchmarks.make_dataset import DATA_DIR, QUICK, make_imagenet_like
 from pimloader import PIMDataLoader
-from pimloader.backends.base import EncodedImage, KernelRun
+from pimloader.backends.base import IMAGES, EncodedImage, KernelRun
 from pimloader.backends.dpu import jpeg as DJ
 from pimloader.backends.dpu.backend import DpuBackend
 from pimloader.datasets import ImageFolder
@@ -103,7 +103,7 @@ def transfers(root: Path, count: int = BATCH, size=(224, 224)) -> dict:
                 [(0, 0, *box[2:]) for box in boxes])
         for label, (sources, run_boxes) in (("decode on the host", host), ("decode on the DPUs", dpus)):
             for source in sources:
-                if isinstance(source, EncodedImage) and backend.decode_refusal(source):
+                if isinstance(source, EncodedImage) and backend.kernel_for(IMAGES).decode_refusal(source):
                     raise SystemExit(f"{source.name}: the DPUs refuse it")
             out = torch.empty(n, 3, *size, dtype=torch.uint8)
             backend.driver.reset_counters()

@@ -27,6 +27,7 @@ from torchvision.transforms import v2
 
 from pimloader import DpuFaultError, PIMDataLoader
 from pimloader import transforms as T
+from pimloader.backends.base import FEATURES
 from pimloader.backends.cpu import CpuBackend
 from pimloader.backends.dpu import audio as dpu_audio
 from pimloader.backends.dpu.audio_model import model_features
@@ -247,7 +248,7 @@ def test_an_upmem_backend_sends_every_clip_to_the_cpu_backend():
     spec = FeatureSpec.from_transforms(spectral())
     router = Router([DpuBackend(2, 4, emulated=False), CpuBackend()])
     with pytest.warns(UserWarning, match="does not compute audio features on UPMEM DPUs yet"):
-        assert isinstance(router.backend_for_features(spec, (1, RATE)), CpuBackend)
+        assert isinstance(router.backend_for(FEATURES, (spec, (1, RATE))), CpuBackend)
     for backend in router.chain:
         backend.close()
 

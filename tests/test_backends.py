@@ -14,7 +14,8 @@ import torchvision.transforms.v2 as v2
 
 from benchmarks.make_dataset import make_imagenet_like
 from pimloader import PIMDataLoader
-from pimloader.backends.base import Backend, Done, KernelRun
+from pimloader.backends.base import IMAGES, Backend, Done, ImageKernel, KernelRun
+from pimloader.backends.registry import register_kernel
 from pimloader.backends.cpu import CpuBackend
 from pimloader.backends.dpu.backend import DpuBackend
 from pimloader.backends.dpu.driver import emulator_live_dpus
@@ -90,16 +91,16 @@ def test_samples_the_dpu_kernel_cannot_run_go_to_the_cpu_backend():
         plain = lower(TRAIN).draw(40, 50).geometry
         padded = lower(v2.Compose([v2.Pad(3), v2.RandomCrop(32)])).draw(40, 50).geometry
         coloured = lower(v2.Compose([v2.RandomCrop(32), v2.ColorJitter(0.5)])).draw(40, 50).geometry
-        assert isinstance(router.backend_for(plain), DpuBackend)
+        assert isinstance(router.backend_for(IMAGES, plain), DpuBackend)
         with pytest.warns(UserWarning, match="the DPU kernel does not pad; such samples "
                                              "run on the CPU kernel"):
-            assert isinstance(router.backend_for(padded), CpuBackend)
+            assert isinstance(router.backend_for(IMAGES, padded), CpuBackend)
         with pytest.warns(UserWarning, match="the DPU kernel does not adjust colours"):
-            assert isinstance(router.backend_for(coloured), CpuBackend)
+            assert isinstance(router.backend_for(IMAGES, coloured), CpuBackend)
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # said once per router
-            assert isinstance(router.backend_for(coloured), CpuBackend)
-        assert router.primary.unsupported(coloured) == "adjust colours"
+            assert isinstance(router.backend_for(IMAGES, coloured), CpuBackend)
+        assert router.primary.unsupported(IMAGES, coloured) == "adjust colours"
         assert backends.router(CPU).chain == [backends.get(CPU)]
     finally:
         backends.close()
@@ -115,27 +116,31 @@ class Recorder(Backend):
     def __init__(self, rows: int, refuses: str = "") -> None:
         self.rows, self.refuses, self.runs, self.closed = rows, refuses, [], False
 
+    def close(self):
+        super().close()
+        self.closed = True
+
+
+@register_kernel(IMAGES, Recorder)
+class RecorderKernel(ImageKernel):
     def unsupported(self, geometry):
-        return self.refuses if geometry.padding is not None else ""
+        return self.backend.refuses if geometry.padding is not None else ""
 
     def submit(self, run: KernelRun):
-        self.runs.append(len(run.sources))
-        run.out.fill_(len(self.runs))
+        self.backend.runs.append(len(run.sources))
+        run.out.fill_(len(self.backend.runs))
         return Done(run.out)
 
     def run_rows(self, batch_rows):
-        return self.rows
-
-    def close(self):
-        self.closed = True
+        return self.backend.rows
 
 
 class Chain:
     def __init__(self, *chain):
         self.chain = list(chain)
 
-    def backend_for(self, geometry):
-        return next(b for b in self.chain if not b.unsupported(geometry))
+    def kernel_for(self, kind, geometry):
+        return next(b for b in self.chain if not b.unsupported(kind, geometry)).kernel_for(kind)
 
 
 def test_the_run_batcher_cuts_runs_at_the_backends_run_size_and_at_any_change():

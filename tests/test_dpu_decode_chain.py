@@ -21,7 +21,7 @@ from PIL import Image
 
 from benchmarks.make_dataset import make_imagenet_like
 from pimloader import PIMDataLoader
-from pimloader.backends.base import EncodedImage, KernelRun
+from pimloader.backends.base import IMAGES, EncodedImage, KernelRun
 from pimloader.backends.cpu import CpuBackend
 from pimloader.backends.dpu import jpeg as DJ
 from pimloader.backends.dpu.backend import DpuBackend
@@ -171,7 +171,7 @@ def test_one_dpu_load_per_stage_and_run_and_mixed_runs(seekable_files):
     try:
         assert backend.driver.loads() == 1
         encoded = [EncodedImage(f, f"f{i}.jpg", box) for i, (f, box) in enumerate(zip(files, boxes))]
-        assert [backend.decode_refusal(image) for image in encoded] == [""] * 4
+        assert [backend.kernel_for(IMAGES).decode_refusal(image) for image in encoded] == [""] * 4
         mixed = [encoded[0], pixels[1], encoded[2], encoded[3]]   # a host-decoded sample rides along
         for expected_loads in (3, 5):
             run = _run(mixed, boxes)

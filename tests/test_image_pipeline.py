@@ -108,8 +108,8 @@ def test_exact_decoding_path_matches_torchvision(photos, name, num_workers):
 def test_reused_decode_buffers_never_mix_samples(photos, monkeypatch, num_workers):
     """Runs of 3 rows in batches of 10, two epochs: every run after the first decodes into
     buffers that earlier runs (of this batch and of earlier ones) gave back."""
-    from pimloader.backends.cpu import CpuBackend
-    monkeypatch.setattr(CpuBackend, "RUN_ROWS", 3)
+    from pimloader.backends.cpu import CpuImageKernel
+    monkeypatch.setattr(CpuImageKernel, "RUN_ROWS", 3)
     transform = PIPELINES["train_f32"]
     torch.manual_seed(7)
     expected = [torchvision_batches(photos, transform, num_workers, seed, batch_size=10)

@@ -15,8 +15,10 @@ from torchvision.transforms import v2
 from _coco import assert_same_samples, batches, collate_list, make_coco, torchvision_coco
 from pimloader import PaddedBatch, PIMDataLoader
 from pimloader.backends import kernels as K
-from pimloader.backends.cpu import CpuBackend
-from pimloader.backends.dpu.backend import DpuBackend
+from pimloader.backends.base import IMAGES
+from pimloader.backends.cpu import CpuBackend, CpuImageKernel
+from pimloader.backends.dpu.backend import DpuImageKernel
+from pimloader.backends.registry import register_kernel
 from pimloader.datasets import CocoDetection
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
@@ -78,19 +80,19 @@ def test_padded_batches_equal_torchvisions_padded_by_hand(coco, backend, workers
     assert_equal_batches(got, want)
 
 
-def runs_seen(monkeypatch, backend_class) -> list:
-    """Records, for each run `backend_class` is handed, whether its rows are contiguous."""
-    seen, submit = [], backend_class.submit
+def runs_seen(monkeypatch, kernel_class) -> list:
+    """Records, for each run `kernel_class` is handed, whether its rows are contiguous."""
+    seen, submit = [], kernel_class.submit
 
     def recording(self, run):
         seen.append(run.out.is_contiguous())
         return submit(self, run)
-    monkeypatch.setattr(backend_class, "submit", recording)
+    monkeypatch.setattr(kernel_class, "submit", recording)
     return seen
 
 
 def test_the_cpu_kernel_renders_into_the_corners_without_a_copy(coco, monkeypatch):
-    seen = runs_seen(monkeypatch, CpuBackend)
+    seen = runs_seen(monkeypatch, CpuImageKernel)
     padded = PaddedBatch(32)
     got, _ = batches(PIMDataLoader, CocoDetection(*coco, transforms=odd_sizes()),
                      batch_size=3, collate_fn=padded)
@@ -101,13 +103,13 @@ def test_the_cpu_kernel_renders_into_the_corners_without_a_copy(coco, monkeypatc
 
 
 def test_a_backend_without_strided_rows_renders_runs_of_its_own(coco, monkeypatch):
-    seen = runs_seen(monkeypatch, DpuBackend)
+    seen = runs_seen(monkeypatch, DpuImageKernel)
     padded = PaddedBatch(32)
     got, loader = batches(PIMDataLoader, CocoDetection(*coco, transforms=odd_sizes()),
                           batch_size=3, collate_fn=padded, backend="emulator",
                           nr_dpus=3, nr_tasklets=4)
     loader.close()
-    assert seen and all(seen)          # DpuBackend.writes_strided_out is False
+    assert seen and all(seen)          # DpuImageKernel.writes_strided_out is False
     assert padded.copies == len(loader.dataset)   # its images copied into their corners
     assert_equal_batches(got, torchvisions_padded(coco, odd_sizes, 32, 0, batch_size=3,
                                                   collate_fn=collate_list))
@@ -159,6 +161,11 @@ def test_rows_that_are_not_runs_of_pixels_are_refused():
 
 
 class ContiguousOnly(CpuBackend):
+    """The CPU backend with an image kernel that takes contiguous rows only."""
+
+
+@register_kernel(IMAGES, ContiguousOnly)
+class ContiguousOnlyKernel(CpuImageKernel):
     writes_strided_out = False
 
 
@@ -169,8 +176,9 @@ def test_the_run_batcher_stages_strided_rows_for_a_backend_without_them():
     image = np.random.default_rng(1).integers(0, 256, (30, 40, 3), dtype=np.uint8)
     backend = ContiguousOnly()
     seen = []
-    submit = backend.submit
-    backend.submit = lambda run: seen.append(run.out.is_contiguous()) or submit(run)
+    kernel = backend.kernel_for(IMAGES)
+    submit = kernel.submit
+    kernel.submit = lambda run: seen.append(run.out.is_contiguous()) or submit(run)
     whole = torch.full((2, 3, 32, 32), 9, dtype=torch.uint8)
     geometry = Geometry.identity(30, 40).resize(17, 23, "bilinear", True)
     corners = whole[:, :, :17, :23]

@@ -1,30 +1,35 @@
-"""The one interface every backend of the fused kernel implements.
+"""The one interface every backend implements, and the runs and kernels it takes.
 
-A backend says which samples it can run (`unsupported`) and runs a `KernelRun`: `submit`
-returns a handle at once and the handle's `wait()` returns once the run's rows are written.
-The CPU backend computes inside `submit` (its handle is complete); a DPU backend queues the
-transfers and the launch and lets the host go on decoding. Pipelines never ask which
-backend they have: they hand runs to a `Backends` router (backends/select.py), which sends
-each sample to the first backend of its chain that supports it.
+A backend runs kinds of work through one generic pair: `unsupported(kind, item)` says what
+of one row it cannot do ("" when it runs it) and `submit(run)` starts a run of the run's
+`kind`, returning a handle at once whose `wait()` returns once the work is done. What a kind
+means on a backend is the `Kernel` registered for (kind, backend class) in registry.py, so a
+new kind of work adds no method to any backend. Two kinds are built in:
 
-A second kind of run, for audio: a `FeatureRun` (clips of one shape -> log-mel / MFCC
-features, backends/audio_spec.py's `FeatureSpec`). A backend that computes features says
-which clips it cannot take (`unsupported_features`) and runs them (`submit_features`); the
-default is a backend that computes none, so the router sends every clip past it.
+- "images": a `KernelRun` (decoded sources through their geometries into rows of an output)
+  on an `ImageKernel`; its item is a geometry. The CPU kernel computes inside `submit`; a
+  DPU kernel queues the transfers and the launch and lets the host go on decoding. An image
+  kernel may also decode images itself (`decodes_images`; the DPU kernel with
+  decode_on_dpu): `decode_refusal(image)` says whether it decodes this `EncodedImage`, and if
+  not why; a run's sources may then be encoded images, which it decodes where it transforms
+  them. Everything it refuses the host decodes.
+- "features": a `FeatureRun` (clips of one shape -> log-mel / MFCC features, a
+  `FeatureSpec`); its item is `(spec, clip_shape)`.
 
-A backend may also decode images itself (`decodes_images`; the DPU backends with
-decode_on_dpu): `decode_refusal(image)` says whether it decodes this `EncodedImage`, and if
-not why; a run's sources may then be encoded images, which the backend decodes where it
-transforms them. Everything it refuses the host decodes, as for every other backend.
+Pipelines never ask which backend they have: they hand runs to a router
+(backends/select.py), which sends each row to the first backend of its chain whose kernel
+for the kind runs it.
 """
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
+
+from .registry import RunKind, kernel_factory, register_kind, run_kind
 
 
 @dataclass
@@ -62,6 +67,8 @@ class KernelRun:
     layout: str = "NCHW"
     lut: np.ndarray | None = None
 
+    kind: ClassVar[str] = "images"
+
     @property
     def encoded(self) -> bool:
         """Whether some source is still encoded (the backend decodes it)."""
@@ -98,6 +105,8 @@ class FeatureRun:
     time_masks: np.ndarray | None         # int32 [N, C, K, 2] [start, end) frames
     clips: list                           # each clip's name, in order
 
+    kind: ClassVar[str] = "features"
+
 
 class Handle(ABC):
     """A submitted run: `wait()` returns once its rows are written (and raises its error)."""
@@ -116,47 +125,101 @@ class Done(Handle):
         return self.out
 
 
-class Backend(ABC):
-    """Where the fused kernel runs. Opened by `BackendSpec.open()`, closed by `close()`."""
+class Kernel(ABC):
+    """One kind of run on one backend (registered per kind and backend class, registry.py).
 
-    name: str = ""
-    kernel: str = "the kernel"   # what it runs, as messages name it
+    `unsupported(item)` says what of one row's description it cannot do ("" when it runs
+    it; the item is the kind's: a geometry for "images", `(spec, clip_shape)` for
+    "features"); `submit(run)` starts a run of that kind and returns its handle at once.
+    Argument errors are raised by submit, errors of the work by the handle's `wait()`."""
 
-    @abstractmethod
-    def unsupported(self, geometry) -> str:
-        """What of this sample's geometry the backend cannot do ("" when it runs it)."""
+    def __init__(self, backend: "Backend") -> None:
+        self.backend = backend
 
-    #: whether the backend writes a run's rows into a strided `run.out` (a view whose rows
-    #: are runs of adjacent elements, e.g. the corners of a padded batch); a backend that
-    #: does not is handed a contiguous staging tensor, which the pipeline copies from
-    writes_strided_out: bool = False
+    @property
+    def name(self) -> str:
+        """What it is called in messages: its backend's kernel."""
+        return self.backend.kernel
 
-    #: whether the backend decodes some images itself (then `decode_refusal` says which)
-    decodes_images: bool = False
-
-    def decode_refusal(self, image: EncodedImage) -> str:
-        """"" when the backend decodes `image` itself, else why not (a short reason, which
-        loader.stats() counts): the host then decodes it. Asked only of a backend that
-        `decodes_images`; a corrupt image may raise DecodeError naming it."""
-        return "the backend decodes no image"
+    def unsupported(self, item) -> str:
+        return ""
 
     @abstractmethod
-    def submit(self, run: KernelRun) -> Handle:
-        """Start the run; argument errors are raised here, errors of the work by `wait()`.
-        The sources may be reused once this returns; `run.out` only after `wait()`."""
+    def submit(self, run) -> Handle: ...
 
     def run_rows(self, batch_rows: int) -> int:
         """How many rows a run should have in a batch of `batch_rows`."""
         return 32
 
-    def unsupported_features(self, spec, clip_shape: tuple) -> str:
-        """What of a `FeatureRun` of `spec` over clips of `clip_shape` ([channels, samples])
-        the backend cannot do ("" when it runs them); by default it computes no features."""
-        return "compute audio features"
+    def close(self) -> None:
+        """Free what this kernel holds (its DPU set); its backend calls it on close."""
 
-    def submit_features(self, run: FeatureRun) -> Handle:
-        """Start a feature run; `wait()` returns its features (errors as for `submit`)."""
-        raise NotImplementedError(f"{self.kernel} computes no audio features")
+
+class ImageKernel(Kernel):
+    """The fused image kernel on one backend: `KernelRun`s, items are geometries."""
+
+    #: whether it writes a run's rows into a strided `run.out` (a view whose rows are runs of
+    #: adjacent elements, e.g. the corners of a padded batch); a kernel that does not is
+    #: handed a contiguous staging tensor, which the pipeline copies from
+    writes_strided_out: bool = False
+
+    #: whether it decodes some images itself (then `decode_refusal` says which)
+    decodes_images: bool = False
+
+    def decode_refusal(self, image: EncodedImage) -> str:
+        """"" when the kernel decodes `image` itself, else why not (a short reason, which
+        loader.stats() counts): the host then decodes it. Asked only of a kernel that
+        `decodes_images`; a corrupt image may raise DecodeError naming it."""
+        return "the backend decodes no image"
+
+
+class Backend(ABC):
+    """Where kernels run. Opened by `BackendSpec.open()`, closed by `close()`.
+
+    A backend has no method per kind of work: `unsupported(kind, item)` and `submit(run)`
+    go to the kernel registered for the run's kind on the backend's class (registry.py),
+    made on first use and closed with the backend."""
+
+    name: str = ""
+    kernel: str = "the kernel"   # what it runs, as messages name it
+
+    def kernel_for(self, kind: str) -> Kernel | None:
+        """This backend's kernel for `kind` runs (made on first use), or None."""
+        kernels = self.__dict__.setdefault("_kernels", {})
+        if kind not in kernels:
+            factory = kernel_factory(kind, type(self))
+            kernels[kind] = None if factory is None else factory(self)
+        return kernels[kind]
+
+    def unsupported(self, kind: str, item) -> str:
+        """What of `item` (a row of a `kind` run) this backend cannot do ("" when it runs
+        it); a backend without a kernel for the kind does not do the kind's work."""
+        kernel = self.kernel_for(kind)
+        return run_kind(kind).refusal if kernel is None else kernel.unsupported(item)
+
+    def submit(self, run) -> Handle:
+        """Start `run` on the kernel of its kind; `wait()` on the handle returns its output.
+        The sources may be reused once this returns; the output only after `wait()`."""
+        kernel = self.kernel_for(run.kind)
+        if kernel is None:
+            raise NotImplementedError(f"{self.kernel} does not {run_kind(run.kind).refusal}")
+        return kernel.submit(run)
 
     def close(self) -> None:
-        """Free what the backend holds (DPU sets); runs in flight are dropped."""
+        """Free what the backend holds (its kernels' DPU sets); runs in flight are dropped.
+        The first error is raised once every kernel is closed."""
+        kernels, self.__dict__["_kernels"] = self.__dict__.get("_kernels", {}), {}
+        errors = []
+        for kernel in kernels.values():
+            try:
+                if kernel is not None:
+                    kernel.close()
+            except Exception as error:   # close the others all the same
+                errors.append(error)
+        if errors:
+            raise errors[0]
+
+
+IMAGES = register_kind(RunKind("images", items="samples", work="run this sample")).name
+FEATURES = register_kind(RunKind("features", items="clips",
+                                 work="compute audio features")).name

@@ -12,6 +12,7 @@ import warnings
 from dataclasses import dataclass
 
 from .base import Backend
+from .registry import run_kind
 
 BACKENDS = ("auto", "cpu", "emulator", "upmem")
 
@@ -139,7 +140,8 @@ class Backends:
 
 
 class Router:
-    """Sends each sample to the first backend of its chain that runs it."""
+    """Sends each row of a kind of run to the first backend of its chain whose kernel for
+    that kind runs it (backends/registry.py)."""
 
     def __init__(self, chain: list[Backend]) -> None:
         self.chain = chain
@@ -149,44 +151,30 @@ class Router:
     def primary(self) -> Backend:
         return self.chain[0]
 
-    @property
-    def decodes_images(self) -> bool:
-        """Whether the loader's backend decodes some images itself (decode_on_dpu)."""
-        return self.primary.decodes_images
+    def primary_kernel(self, kind: str):
+        """The loader's own backend's kernel for `kind` (None: it has none)."""
+        return self.primary.kernel_for(kind)
 
-    def decode_refusal(self, geometry, image) -> str:
-        """"" when the loader's backend runs `geometry` and decodes `image` (an
-        EncodedImage) itself; else why the host decodes it: what the backend's kernel does
-        not do ("pad", "adjust colours"), or the backend's reason for the file."""
-        missing = self.primary.unsupported(geometry)
-        if missing:
-            return missing
-        return self.primary.decode_refusal(image)
-
-    def backend_for(self, geometry) -> Backend:
-        return self._first(lambda backend: backend.unsupported(geometry), "samples",
-                           "no backend runs this sample")
-
-    def backend_for_features(self, spec, clip_shape: tuple) -> Backend:
-        """The first backend of the chain that computes `spec`'s features of a clip of
-        `clip_shape` ([channels, samples]); the others are said once, as for images."""
-        return self._first(lambda backend: backend.unsupported_features(spec, clip_shape),
-                           "clips", "no backend computes these features")
-
-    def _first(self, missing_on, items: str, none_runs: str) -> Backend:
-        """The first backend of the chain for which `missing_on(backend)` is "" (what it
-        lacks otherwise); each one passed over is said once per loader."""
+    def backend_for(self, kind: str, item) -> Backend:
+        """The first backend of the chain that runs `item` (a row of a `kind` run: a
+        geometry for "images", `(spec, clip_shape)` for "features"); each one passed over is
+        said once per loader."""
         refused = []
         for backend in self.chain:
-            missing = missing_on(backend)
+            missing = backend.unsupported(kind, item)
             if not missing:
                 for other, what in refused:
                     self._warn_once(f"pimloader: {other.kernel} does not {what}; such "
-                                    f"{items} run on {backend.kernel}")
+                                    f"{run_kind(kind).items} run on {backend.kernel}")
                 return backend
             refused.append((backend, missing))
+        none_runs = f"no backend runs these {run_kind(kind).items}"
         raise ValueError(f"{none_runs}: " +
                          "; ".join(f"{b.kernel} does not {what}" for b, what in refused))
+
+    def kernel_for(self, kind: str, item):
+        """The kernel that runs `item`: `backend_for(kind, item)`'s for `kind`."""
+        return self.backend_for(kind, item).kernel_for(kind)
 
     def _warn_once(self, message: str) -> None:
         if message not in self._warned:

@@ -26,7 +26,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
-from pimloader.backends.base import FeatureRun
+from pimloader.backends.base import FEATURES, FeatureRun
 
 _SPECTRAL_FIRST = ("Spectrogram", "MelSpectrogram", "MFCC")
 
@@ -127,32 +127,32 @@ class FusedFeatures:
                 and waveform.dtype == torch.float32 and not waveform.requires_grad)
 
     def finish(self, prepared: list, router) -> list:
-        """Each clip's features: Pending ones computed by the backend `router` gives them
-        (backends.select.Router), one run per stretch of consecutive clips of one shape and
-        one backend; the others as they are."""
+        """Each clip's features: Pending ones computed by the feature kernel `router` gives
+        them (backends.select.Router), one run per stretch of consecutive clips of one shape
+        and one kernel; the others as they are."""
         out = list(prepared)
-        backends = [router.backend_for_features(self.spec, item.shape)
-                    if isinstance(item, Pending) else None for item in out]
+        kernels = [router.kernel_for(FEATURES, (self.spec, item.shape))
+                   if isinstance(item, Pending) else None for item in out]
         start = 0
         while start < len(out):
-            if backends[start] is None:
+            if kernels[start] is None:
                 start += 1
                 continue
             shape, stop = out[start].shape, start + 1
-            while (stop < len(out) and backends[stop] is backends[start]
+            while (stop < len(out) and kernels[stop] is kernels[start]
                    and out[stop].shape == shape):
                 stop += 1
-            out[start:stop] = self._run(out[start:stop], backends[start])
+            out[start:stop] = self._run(out[start:stop], kernels[start])
             start = stop
         return out
 
-    def _run(self, run: list, backend) -> list:
+    def _run(self, run: list, kernel) -> list:
         """Features [C, rows, frames] of clips of one shape [C, L], in one kernel run."""
         feature_run = FeatureRun(self._waveforms(run), self.spec,
                                  _stacked([clip.freq_masks for clip in run]),
                                  _stacked([clip.time_masks for clip in run]),
                                  [clip.name for clip in run])
-        features = backend.submit_features(feature_run).wait()
+        features = kernel.submit(feature_run).wait()
         return list(torch.from_numpy(features))
 
     def _waveforms(self, run: list) -> np.ndarray:

@@ -33,6 +33,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 from torchvision import tv_tensors
 
 from pimloader import decode
+from pimloader.backends.base import IMAGES
 from pimloader.backends.select import BackendSpec, choose_backend, native_available
 from pimloader.datasets.cache import CachedReader, SampleCache
 from pimloader.datasets.coco import CocoSource, is_coco
@@ -138,7 +139,7 @@ class Detection(Pipeline):
         rows, on the DPUs too (a DPU launch has one output size).
 
         With `padded` (a PaddedBatch's reserved batch tensor) and `rows` (each pending
-        sample's row in it), an image whose backend `writes_strided_out` is rendered
+        sample's row in it), an image whose kernel `writes_strided_out` is rendered
         straight into its top-left corner: the images of one size are rows of the strided
         view `padded[:, :, :h, :w]`. The others keep their long runs into tensors of their
         own, which the PaddedBatch copies into their corners."""
@@ -147,7 +148,7 @@ class Detection(Pipeline):
         groups: dict[tuple, list[int]] = {}   # (size, dtype, in its corner) -> positions
         for position, item in enumerate(pending):
             in_corner = padded is not None and \
-                router.backend_for(item.geometry).writes_strided_out
+                router.kernel_for(IMAGES, item.geometry).writes_strided_out
             groups.setdefault((item.geometry.size, item.dtype, in_corner), []).append(position)
         own = [((len(members), 3, *size), dtype)
                for (size, dtype, in_corner), members in groups.items() if not in_corner]

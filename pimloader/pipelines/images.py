@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from pimloader import decode
-from pimloader.backends.base import EncodedImage
+from pimloader.backends.base import IMAGES, EncodedImage
 from pimloader.backends.select import CPU, BackendSpec
 from pimloader.loader._layout import Layout
 from pimloader.transforms._params import Geometry, SampleParams
@@ -114,14 +114,18 @@ class ImagePipeline:
     def source_for(self, sample, geometry: Geometry, router, buffers: "DecodeBuffers | None" = None,
                    decodes: "DecodeCounts | None" = None):
         """(source, box) of the sample's row for `router`'s backends: the encoded sample
-        itself (an EncodedImage of the geometry's box, box (0, 0, h, w)) when the backend
-        decodes it, else `decoded_box`'s decoded pixels. `decodes` counts which, and why."""
-        if not router.decodes_images:
+        itself (an EncodedImage of the geometry's box, box (0, 0, h, w)) when the loader's
+        image kernel decodes it, else `decoded_box`'s decoded pixels. `decodes` counts
+        which, and why."""
+        kernel = router.primary_kernel(IMAGES)
+        if kernel is None or not kernel.decodes_images:
             return self.decoded_box(sample, geometry, buffers)
         refusal = "reduced_dct" if self._draft_scale(sample, geometry) < 8 else ""
         if not refusal:
             image = EncodedImage(sample.data, sample.name, geometry.box, self.channels)
-            refusal = router.decode_refusal(geometry, image)
+            # what the kernel does not do ("pad", "adjust colours"), else its reason for
+            # the file ("" when it decodes it)
+            refusal = kernel.unsupported(geometry) or kernel.decode_refusal(image)
         if decodes is not None:
             decodes.add(refusal)
         if not refusal:

@@ -1,6 +1,6 @@
 """The DPU backend's feature runs: a `FeatureRun` on the DPU log-mel kernel (audio.py).
 
-`DpuFeatureRuns` is what `DpuBackend.unsupported_features` / `submit_features` delegate to.
+`DpuFeatureRuns` is the DPU backend's kernel for "features" runs (registered in backend.py).
 The kernel computes frames -> Hann window -> FFT -> power -> mel -> dB (top_db) -> masks of
 mono clips (`DpuMelSpec.from_feature_spec` says which specs); a spec's `normalize` runs on
 the host after the kernel, with the CPU kernel's arithmetic (`normalise_features`). What it
@@ -15,7 +15,7 @@ cannot take goes, through the router, to the CPU backend:
   only (`emulator.DpuSet`); an SDK build of it is not done (docs/audio.md).
 
 The kernel runs one spec at a time on one DPU set: a run of another spec closes the set and
-opens one for it. Runs complete inside `submit_features` (the kernel's host side pushes,
+opens one for it. Runs complete inside `submit` (the kernel's host side pushes,
 launches and gathers synchronously). Errors name the DPU and the run's clips by the names
 the pipeline gave them.
 """
@@ -28,24 +28,27 @@ from typing import Optional
 import numpy as np
 
 from ..audio_spec import normalise_features
-from ..base import Done, FeatureRun
+from ..base import Done, FeatureRun, Kernel
 from .audio import DpuMelFeatures, mask_q16, pack_tables, wram_shortfall
 from .audio_tables import MAX_MASKS, DpuMelSpec, DpuMelTables
 
 MAX_LENGTH = 1 << 24   # PIM_AUDIO_MAX_LENGTH, audio.py's
 
 
-class DpuFeatureRuns:
-    """Feature runs on `nr_dpus` (emulated) DPUs of `nr_tasklets` tasklets."""
+class DpuFeatureRuns(Kernel):
+    """Feature runs on `nr_dpus` (emulated) DPUs of `nr_tasklets` tasklets, for `backend`."""
 
-    def __init__(self, nr_dpus: int, nr_tasklets: int, profile: str, emulated: bool) -> None:
+    def __init__(self, backend, nr_dpus: int, nr_tasklets: int, profile: str,
+                 emulated: bool) -> None:
+        super().__init__(backend)
         self.nr_dpus, self.nr_tasklets = nr_dpus, nr_tasklets
         self.profile, self.emulated = profile, emulated
         self._refusals: dict = {}      # FeatureSpec -> what the kernel does not do ("" none)
         self._spec = None              # the spec the open DPU set runs
         self._kernel = None            # its DpuMelFeatures
 
-    def unsupported(self, spec, clip_shape: tuple) -> str:
+    def unsupported(self, item: tuple) -> str:
+        spec, clip_shape = item
         if not self.emulated:
             return ("compute audio features on UPMEM DPUs yet (its host module drives "
                     "pimloader's emulator only)")

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..base import Backend, EncodedImage, FeatureRun, Handle, KernelRun
+from ..base import FEATURES, IMAGES, Backend, EncodedImage, ImageKernel, KernelRun
+from ..registry import register_kernel
 from .audio_backend import DpuFeatureRuns
 from .driver import DpuBatch, DpuDriver
 
@@ -12,9 +13,9 @@ class DpuBackend(Backend):
     """The fused kernel on `nr_dpus` DPUs (`emulated`: pimloader's libdpu emulator).
 
     The DPU kernel crops, resizes, flips and converts; it neither pads nor adjusts colours
-    (`unsupported` says so, and the router sends those samples to the CPU backend). Audio
-    feature runs go to the DPU log-mel kernel (`DpuFeatureRuns`, audio_backend.py, with what
-    it does not take). Each kernel's DPU set is allocated when its first run comes, so that
+    (its image kernel's `unsupported` says so, and the router sends those samples to the CPU
+    backend). Audio feature runs go to the DPU log-mel kernel (`DpuFeatureRuns`,
+    audio_backend.py, with what it does not take). Each kernel's DPU set is allocated when its first run comes, so that
     a loader of images allocates no audio DPUs and one of clips no image DPUs.
 
     Run size (`run_rows`): at least one row per DPU, since the driver gives each DPU a
@@ -38,9 +39,13 @@ class DpuBackend(Backend):
         self._settings = (nr_dpus, nr_tasklets, profile, emulated)
         self._driver: Optional[DpuDriver] = None
         self._decoder = None
-        self.decodes_images = decode
-        self.features = DpuFeatureRuns(nr_dpus, nr_tasklets, profile, emulated)
+        self.decode = decode
         self.name = "emulator" if emulated else "upmem"
+
+    @property
+    def settings(self) -> tuple:
+        """(nr_dpus, nr_tasklets, profile, emulated) of the DPU sets its kernels allocate."""
+        return self._settings
 
     @property
     def driver(self) -> DpuDriver:
@@ -54,19 +59,43 @@ class DpuBackend(Backend):
     def decoder(self):
         """The JPEG decoder as the stage before the kernel (chain.DecodeStage), built on first
         use; None when the backend does not decode."""
-        if self._decoder is None and self.decodes_images:
+        if self._decoder is None and self.decode:
             from .chain import DecodeStage
             self._decoder = DecodeStage(self.driver, self._settings[3])
         return self._decoder
 
-    def decode_refusal(self, image: EncodedImage) -> str:
-        if not self.decodes_images:
-            return "decode_on_dpu is off"
-        return self.decoder.refusal(image)
-
     @property
     def nr_dpus(self) -> int:
         return self.driver.nr_dpus
+
+    @classmethod
+    def run_rows_for(cls, nr_dpus: int, batch_rows: int) -> int:
+        return max(1, min(max(nr_dpus, cls.MIN_RUN_ROWS), -(-batch_rows // 2)))
+
+    def close(self) -> None:
+        try:
+            super().close()   # its kernels (the feature runs' DPU set)
+        finally:
+            driver, self._driver, self._decoder = self._driver, None, None
+            if driver is not None:
+                driver.close()
+
+
+@register_kernel(IMAGES, DpuBackend)
+class DpuImageKernel(ImageKernel):
+    """The crop/resize kernel on the backend's image DPU set (and, with decode_on_dpu, the
+    JPEG decoder before it on the same DPUs)."""
+
+    backend: DpuBackend
+
+    @property
+    def decodes_images(self) -> bool:
+        return self.backend.decode
+
+    def decode_refusal(self, image: EncodedImage) -> str:
+        if not self.backend.decode:
+            return "decode_on_dpu is off"
+        return self.backend.decoder.refusal(image)
 
     def unsupported(self, geometry) -> str:
         needs = (["pad"] if geometry.padding is not None else []) + \
@@ -75,29 +104,15 @@ class DpuBackend(Backend):
 
     def submit(self, run: KernelRun) -> DpuBatch:
         if run.encoded:
-            if not self.decodes_images:
+            if not self.backend.decode:
                 raise ValueError("a run of encoded images, and this DPU backend does not decode (decode_on_dpu)")
-            return self.decoder.submit(run)
-        return self.driver.submit(run.sources, run.boxes, run.size, run.out,
-                                  **run.kernel_arguments())
+            return self.backend.decoder.submit(run)
+        return self.backend.driver.submit(run.sources, run.boxes, run.size, run.out,
+                                          **run.kernel_arguments())
 
     def run_rows(self, batch_rows: int) -> int:
-        return self.run_rows_for(self.nr_dpus, batch_rows)
+        return self.backend.run_rows_for(self.backend.nr_dpus, batch_rows)
 
-    @classmethod
-    def run_rows_for(cls, nr_dpus: int, batch_rows: int) -> int:
-        return max(1, min(max(nr_dpus, cls.MIN_RUN_ROWS), -(-batch_rows // 2)))
 
-    def unsupported_features(self, spec, clip_shape: tuple) -> str:
-        return self.features.unsupported(spec, clip_shape)
-
-    def submit_features(self, run: FeatureRun) -> Handle:
-        return self.features.submit(run)
-
-    def close(self) -> None:
-        driver, self._driver, self._decoder = self._driver, None, None
-        try:
-            self.features.close()
-        finally:
-            if driver is not None:
-                driver.close()
+register_kernel(FEATURES, DpuBackend,
+                lambda backend: DpuFeatureRuns(backend, *backend.settings))
