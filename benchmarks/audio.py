@@ -202,7 +202,7 @@ def stage_breakdown(root: Path, clips: int = 64, repeats: int = 3) -> dict:
     decode_audio, resample (torchaudio's and pimloader's), the waveform
     augmentations, then the features by torchaudio and by pimloader (kernel or torch)."""
     from pimloader.decode import decode_audio
-    from pimloader.transforms._resample import resample
+    from pimloader.transforms.resample import resample
     folder = AudioFolder(root, sample_rate=RATE, downmix=True)
     fused_route = kernel_module() is not None
     paths = [path for path, _ in folder.samples[:clips]]

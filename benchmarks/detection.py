@@ -42,7 +42,7 @@ from benchmarks.plot_tasks import DOCS, draw_detection
 from benchmarks.progress import bar
 from pimloader import PIMDataLoader, decode
 from pimloader.datasets import CocoDetection
-from pimloader.transforms._probe import for_probe, run_on_probe
+from pimloader.transforms.probe import for_probe, run_on_probe
 
 RESULTS = Path(__file__).resolve().parent / "results" / "detection.json"
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]

@@ -47,7 +47,7 @@ from pimloader.backends.dpu.driver import DpuDriver
 from pimloader.datasets import CocoDetection
 from pimloader.pipelines.detection import build
 from pimloader.pipelines.select import PipelineOptions
-from pimloader.transforms._probe import run_on_probe
+from pimloader.transforms.probe import run_on_probe
 
 RESULTS = Path(__file__).resolve().parent / "results" / "detection_projection.json"
 PIPELINES = {"faster-rcnn": faster_rcnn, "ssd-geometry": ssd_geometry}

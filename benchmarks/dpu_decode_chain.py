@@ -34,7 +34,7 @@ from pimloader.backends.dpu import jpeg as DJ
 from pimloader.backends.dpu.backend import DpuBackend
 from pimloader.datasets import ImageFolder
 from pimloader.decode import decode_jpeg
-from pimloader.transforms._params import Geometry
+from pimloader.transforms.params import Geometry
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 PIPELINES = {

@@ -244,7 +244,7 @@ def test_specs_the_dpu_kernel_does_not_compute_run_on_the_cpu_backend(root, chai
 def test_an_upmem_backend_sends_every_clip_to_the_cpu_backend():
     """The kernel's host module drives the emulator only: on an UPMEM backend (no SDK
     needed to ask, its DPU sets open on first use) every clip goes to the CPU backend."""
-    from pimloader.backends.audio_spec import FeatureSpec
+    from pimloader.transforms.audio_spec import FeatureSpec
     spec = FeatureSpec.from_transforms(spectral())
     router = Router([DpuBackend(2, 4, emulated=False), CpuBackend()])
     with pytest.warns(UserWarning, match="does not compute audio features on UPMEM DPUs yet"):
@@ -318,7 +318,7 @@ def test_the_hosts_normalisation_is_the_cpu_kernels(normalize):
     import dataclasses
 
     from pimloader.backends.audio_features import FeatureSpec, cpu_features
-    from pimloader.backends.audio_spec import normalise_features
+    from pimloader.transforms.audio_spec import normalise_features
     spec = FeatureSpec.from_transforms(spectral(masks=False))
     waves = np.random.default_rng(2).uniform(-0.5, 0.5, (3, 1, 5000)).astype(np.float32)
     want = cpu_features(waves, dataclasses.replace(spec, normalize=normalize))

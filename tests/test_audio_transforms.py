@@ -30,7 +30,7 @@ def clip(length=4000, channels=1, seed=0):
 @pytest.mark.parametrize("orig, new", [(8000, 16000), (44100, 16000), (11025, 16000),
                                        (16000, 8000), (16000, 16000)])
 def test_resample_equals_torchaudio(orig, new):
-    from pimloader.transforms._resample import resample
+    from pimloader.transforms.resample import resample
     kaiser = dict(resampling_method="sinc_interp_kaiser", lowpass_filter_width=4,
                   rolloff=0.9, beta=8.0)
     ours, theirs = T.Resample(orig, new), AT.Resample(orig, new)

@@ -23,7 +23,7 @@ import soundfile
 import torch
 
 from pimloader import transforms as T
-from pimloader.transforms import _waveform
+from pimloader.transforms import waveform as wave
 
 audio_waveform = pytest.importorskip("pimloader.backends.audio_waveform",
                                      reason="the native audio module is not built")
@@ -149,10 +149,10 @@ def test_the_coin_compares_in_float32_as_torch_does(monkeypatch):
     """RandomGain(p=0.7) etc. skip when torch.rand(1) >= p, which torch compares in float32:
     at u = float32(0.7) (below 0.7) the step is skipped; the native route's draws agree."""
     boundary = torch.tensor([np.float32(0.7)])
-    monkeypatch.setattr(_waveform, "rand1", lambda *args, **kwargs: boundary.item())
+    monkeypatch.setattr(wave, "rand1", lambda *args, **kwargs: boundary.item())
     assert bool(boundary >= 0.7) is True
-    assert _waveform._skipped(0.7) is True
-    assert _waveform._skipped(0.7000001) is False
+    assert wave._skipped(0.7) is True
+    assert wave._skipped(0.7000001) is False
 
 
 def wav_bytes(subtype, channels, frames=777, rate=16000, seed=0):
@@ -222,11 +222,11 @@ def test_resample_within_tolerance_of_torchaudio(orig, new):
 
 def test_the_loader_resamples_natively_the_dataset_exactly(tmp_path):
     """PIMDataLoader's decoding takes the native resampler on the native route; indexing the
-    AudioFolder keeps torchaudio's (transforms/_resample.py, bit-identical to it)."""
+    AudioFolder keeps torchaudio's (transforms/resample.py, bit-identical to it)."""
     from pimloader.datasets import AudioFolder
     from pimloader.pipelines.audio import build
     from pimloader.pipelines.select import PipelineOptions
-    from pimloader.transforms._resample import resample as exact
+    from pimloader.transforms.resample import resample as exact
     (tmp_path / "word").mkdir()
     soundfile.write(tmp_path / "word" / "a.wav", np.zeros((800, 1)), 8000, subtype="PCM_16")
     dataset = AudioFolder(tmp_path, sample_rate=16000)

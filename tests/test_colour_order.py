@@ -25,7 +25,7 @@ from torchvision.transforms.v2 import functional as F
 
 from pimloader.backends import kernels as K
 from pimloader.transforms import lower
-from pimloader.transforms._params import apply_colour, apply_geometry
+from pimloader.transforms.params import apply_colour, apply_geometry
 from test_colour_pad import FAST, MODES, PHOTO, RGB_PHOTOS, chw, kernel, plan_kernel
 from test_image_pipeline import (MEAN, STD, photos,  # noqa: F401 (fixture)
                                  pimloader_batches, torchvision_batches)

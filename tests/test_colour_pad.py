@@ -26,7 +26,7 @@ from pimloader.backends.select import Backends
 from pimloader.pipelines.images import ImagePipeline, lookup_table
 from pimloader.pipelines.runs import RunBatcher
 from pimloader.transforms import lower
-from pimloader.transforms._params import MAX_COLOUR_OPS, apply_colour, apply_geometry
+from pimloader.transforms.params import MAX_COLOUR_OPS, apply_colour, apply_geometry
 from test_image_pipeline import (MEAN, STD, level_differences, photos,  # noqa: F401 (fixture)
                                  pimloader_batches, torchvision_batches)
 from test_kernels import PHOTOS

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pimloader import costmodel as cm
-from pimloader.transforms._params import Geometry, Padding
+from pimloader.transforms.params import Geometry, Padding
 
 
 def test_groups_combine_by_time_not_by_rate():

@@ -31,7 +31,7 @@ from pimloader.datasets import ImageFolder
 from pimloader.decode import DecodeError, decode_jpeg, make_seekable
 from pimloader.decode.baseline import parse_baseline
 from pimloader.errors import DpuFaultError
-from pimloader.transforms._params import Geometry
+from pimloader.transforms.params import Geometry
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 PIPELINES = {

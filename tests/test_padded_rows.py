@@ -172,7 +172,7 @@ class ContiguousOnlyKernel(CpuImageKernel):
 def test_the_run_batcher_stages_strided_rows_for_a_backend_without_them():
     from pimloader.backends.select import Router
     from pimloader.pipelines.runs import RunBatcher
-    from pimloader.transforms._params import Geometry
+    from pimloader.transforms.params import Geometry
     image = np.random.default_rng(1).integers(0, 256, (30, 40, 3), dtype=np.uint8)
     backend = ContiguousOnly()
     seen = []

@@ -24,7 +24,7 @@ from _helpers import assert_same_batches
 from benchmarks.make_dataset import COLOUR_PHOTOS, GREY_PHOTOS, load_photo
 from pimloader import PIMDataLoader
 from pimloader.pipelines.in_memory import InMemoryImages, hwc_region
-from pimloader.transforms._params import Geometry, Padding
+from pimloader.transforms.params import Geometry, Padding
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 

@@ -11,7 +11,7 @@ import torchvision.transforms as v1
 import torchvision.transforms.v2 as v2
 
 from pimloader.transforms import lower
-from pimloader.transforms._params import apply_geometry
+from pimloader.transforms.params import apply_geometry
 
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 BICUBIC = v2.InterpolationMode.BICUBIC

@@ -10,7 +10,7 @@
 `cpu_features` is one native call (csrc/audio_features.c) for a run of equal-length clips:
 pad -> frames -> window -> real FFT -> |X|^power -> mel -> dB / log -> DCT -> masks ->
 normalisation. The window, the sparse mel filter bank and the DCT matrix are built here once
-per spec from torchaudio's formulas (pimloader.transforms._spectral), so they are the float32
+per spec from torchaudio's formulas (pimloader.transforms.spectral), so they are the float32
 tables torchaudio uses; the FFT and the sums are the kernel's own, in float32.
 """
 from __future__ import annotations
@@ -23,11 +23,9 @@ import numpy as np
 import torch
 
 from pimloader import _audio
-from pimloader.transforms._spectral import create_dct, melscale_fbanks
-
-from ._audio_draw import draw_masks
-from ._audio_read import WINDOWS
-from .audio_spec import PER_SAMPLE_EPS, FeatureSpec, MaskSpec
+from pimloader.transforms.audio_draw import draw_masks
+from pimloader.transforms.audio_spec import PER_SAMPLE_EPS, WINDOWS, FeatureSpec, MaskSpec
+from pimloader.transforms.spectral import create_dct, melscale_fbanks
 
 __all__ = ["FeatureSpec", "MaskSpec", "cpu_features", "draw_masks", "kernel_window",
            "mel_filters", "simd_level"]

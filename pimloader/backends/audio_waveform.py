@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from pimloader import _audio
-from pimloader.transforms import _waveform as W
-from pimloader.transforms._resample import _cached_filters, _reduced_rates
+from pimloader.transforms import waveform as W
+from pimloader.transforms.resample import _cached_filters, _reduced_rates
 
 __all__ = ["WaveformSteps", "OP_DTYPE", "resample"]
 

@@ -63,7 +63,7 @@ class KernelRun:
     size: tuple                    # (out_height, out_width)
     out: torch.Tensor              # the run's rows: (N, C, H, W), or (N, H, W, C) for NHWC;
                                    # strided only for a backend that `writes_strided_out`
-    geometries: list               # transforms._params.Geometry, one per row
+    geometries: list               # transforms.params.Geometry, one per row
     layout: str = "NCHW"
     lut: np.ndarray | None = None
 
@@ -100,7 +100,7 @@ class FeatureRun:
     [N, C, rows, frames]."""
 
     waveforms: np.ndarray                 # float32 [N, C, L]
-    spec: Any                             # backends.audio_spec.FeatureSpec
+    spec: Any                             # transforms.audio_spec.FeatureSpec
     freq_masks: np.ndarray | None         # int32 [N, C, K, 2] [start, end) rows; None: no mask
     time_masks: np.ndarray | None         # int32 [N, C, K, 2] [start, end) frames
     clips: list                           # each clip's name, in order

@@ -22,7 +22,7 @@ from typing import Callable, Optional
 import torch
 
 from pimloader.decode.audio import decode_audio
-from pimloader.transforms._resample import resample
+from pimloader.transforms.resample import resample
 
 from .folders import FolderReader, _read_file
 

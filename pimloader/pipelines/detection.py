@@ -6,7 +6,7 @@ longer calls the dataset's `__getitem__`. For each sample it reads the file's by
 image's annotations, reads the image size from the header and builds the target as
 torchvision's wrapper does. Then:
 
-- when the pipeline lowers (transforms/_probe.py), torchvision's transforms run on the
+- when the pipeline lowers (transforms/probe.py), torchvision's transforms run on the
   sample with a pixel-less probe for the image: the random draws, boxes, masks and labels
   are torchvision's own, and the image's colour ops, pads, crops, resize, flips, dtype and
   normalisation come back as one Geometry and a lookup table, which the fused kernel runs
@@ -40,7 +40,7 @@ from pimloader.datasets.coco import CocoSource, is_coco
 from pimloader.loader._arena import output_tensors
 from pimloader.loader._fetch import Fetcher, TransformingFetcher
 from pimloader.loader._produce import BatchProducer, Pipeline
-from pimloader.transforms._probe import (ImageProbe, apply_elementwise, for_probe, is_probe,
+from pimloader.transforms.probe import (ImageProbe, apply_elementwise, for_probe, is_probe,
                                          run_on_probe)
 
 from .classification import CacheCountingProducer
@@ -181,7 +181,7 @@ class Pending:
     """A sample whose targets are made and whose image waits for the kernel."""
 
     sample: Any            # the transformed sample, with probes for its image
-    geometry: Any          # transforms._params.Geometry
+    geometry: Any          # transforms.params.Geometry
     lut: Any               # the kernel's lookup table (None: uint8 as it is)
     dtype: torch.dtype
     pixels: Any            # the decoded pixels the geometry needs

@@ -21,8 +21,8 @@ from pimloader import decode
 from pimloader.backends.base import IMAGES, EncodedImage
 from pimloader.backends.select import CPU, BackendSpec
 from pimloader.loader._layout import Layout
-from pimloader.transforms._params import Geometry, SampleParams
-from pimloader.transforms._plan import Plan
+from pimloader.transforms.params import Geometry, SampleParams
+from pimloader.transforms.plan import Plan
 
 from .runs import RunBatcher
 

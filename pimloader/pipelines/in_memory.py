@@ -33,8 +33,8 @@ from pimloader.backends.select import choose_backend, native_available
 from pimloader.loader._fetch import Fetcher, TransformingFetcher, image_of, with_image
 from pimloader.loader._produce import BatchProducer, Pipeline, Produced
 from pimloader.loader._slots import SlotBatch, SlotWriter
-from pimloader.transforms._params import Geometry, SampleParams
-from pimloader.transforms._plan import Plan
+from pimloader.transforms.params import Geometry, SampleParams
+from pimloader.transforms.plan import Plan
 
 from .images import ImagePipeline, lookup_table
 from .runs import RunBatcher

@@ -34,13 +34,13 @@ from torchvision.transforms.v2 import (
 )
 
 from ._masking import FrequencyMasking, TimeMasking
-from ._params import Geometry, SampleParams
-from ._resample import Resample
-from ._waveform import (AddBackgroundNoise, CropOrPad, RandomCropOrPad, RandomGain,
+from .params import Geometry, SampleParams
+from .resample import Resample
+from .waveform import (AddBackgroundNoise, CropOrPad, RandomCropOrPad, RandomGain,
                         RandomTimeShift)
-from ._plan import Plan
+from .plan import Plan
 from ._lower import lower
-from ._spectral import MFCC, AmplitudeToDB, MelScale, MelSpectrogram, Spectrogram
+from .spectral import MFCC, AmplitudeToDB, MelScale, MelSpectrogram, Spectrogram
 
 __all__ = [
     "CenterCrop", "ColorJitter", "Compose", "Grayscale", "Normalize", "Pad", "RandomCrop",

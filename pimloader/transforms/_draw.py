@@ -20,7 +20,7 @@ from torchvision.transforms.v2.functional._geometry import (
     _center_crop_compute_crop_anchor, _center_crop_compute_padding,
     _center_crop_parse_output_size, _compute_resized_output_size, _parse_pad_padding)
 
-from ._params import Geometry, NotFusable, SampleParams
+from .params import Geometry, NotFusable, SampleParams
 from ._v1 import _V1_COLOUR, _V1Grayscale
 
 

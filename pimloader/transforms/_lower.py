@@ -19,7 +19,7 @@ import torchvision.transforms.v2 as v2
 from torchvision.transforms.v2.functional._geometry import (
     _center_crop_parse_output_size, _parse_pad_padding)
 
-from ._plan import Plan
+from .plan import Plan
 from ._v1 import _V1ColorJitter, _V1Grayscale, _V1RandomGrayscale
 
 _CONVERSIONS_TO_IMAGE = (v2.ToImage, v2.PILToTensor, v1.PILToTensor, v2.ToPureTensor)

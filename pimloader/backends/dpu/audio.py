@@ -140,7 +140,7 @@ class DpuMelFeatures:
     def __init__(self, spec=None, *, nr_dpus: int = 4, nr_tasklets: int = 16,
                  stack_bytes: int = DEFAULT_STACK_BYTES, profile: str = "", mask_value: Optional[float] = None,
                  count_work: bool = False) -> None:
-        """`spec`: a DpuMelSpec, or a FeatureSpec (backends/audio_spec.py; its mask_value is
+        """`spec`: a DpuMelSpec, or a FeatureSpec (transforms/audio_spec.py; its mask_value is
         the default of `mask_value`)."""
         if spec is not None and not isinstance(spec, DpuMelSpec):
             mask_value = spec.mask_value if mask_value is None else mask_value

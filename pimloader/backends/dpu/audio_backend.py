@@ -27,7 +27,8 @@ from typing import Optional
 
 import numpy as np
 
-from ..audio_spec import normalise_features
+from pimloader.transforms.audio_spec import normalise_features
+
 from ..base import Done, FeatureRun, Kernel
 from .audio import DpuMelFeatures, mask_q16, pack_tables, wram_shortfall
 from .audio_tables import MAX_MASKS, DpuMelSpec, DpuMelTables

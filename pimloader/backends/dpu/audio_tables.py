@@ -30,7 +30,7 @@ from typing import Optional
 
 import numpy as np
 
-from pimloader.transforms._spectral import melscale_fbanks
+from pimloader.transforms.spectral import melscale_fbanks
 
 RADICES = (4, 2, 3, 5)        # the butterflies the kernel has, largest power-of-two first
 MAX_STAGES = 12
@@ -103,7 +103,7 @@ class DpuMelSpec:
 
     @classmethod
     def from_feature_spec(cls, spec) -> "DpuMelSpec":
-        """The DPU kernel's spec of a `pimloader.backends.audio_spec.FeatureSpec` (what
+        """The DPU kernel's spec of a `pimloader.transforms.audio_spec.FeatureSpec` (what
         `FeatureSpec.from_transforms` reads off a torchaudio chain), or a ValueError naming what
         the kernel does not compute."""
         refused = [what for what, bad in (

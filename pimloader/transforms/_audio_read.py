@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from pimloader.transforms._spectral import melscale_fbanks
+from .spectral import melscale_fbanks
 
 WINDOWS = {"hann": torch.hann_window, "hamming": torch.hamming_window,
            "blackman": torch.blackman_window, "bartlett": torch.bartlett_window,

@@ -15,7 +15,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from pimloader.transforms._rng import rand1
+from ._rng import rand1
 
 from .audio_spec import FeatureSpec, MaskSpec
 

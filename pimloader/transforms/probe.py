@@ -37,7 +37,7 @@ from torchvision.transforms.v2.functional._geometry import (
     _check_interpolation, _compute_resized_output_size, _parse_pad_padding)
 
 from ._draw import iou_crop_params
-from ._params import Geometry, NotFusable
+from .params import Geometry, NotFusable
 
 LOWERABLE = (v2.Compose, v2.ToImage, v2.Identity, v2.RandomPhotometricDistort,
              v2.ColorJitter, v2.RandomHorizontalFlip,

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ._draw import colour_output_channels, draw_sample
-from ._params import SampleParams
+from .params import SampleParams
 
 
 @dataclass
