@@ -3,7 +3,8 @@
 pimloader's waveform augmentations (CropOrPad, RandomCropOrPad, RandomTimeShift, RandomGain,
 AddBackgroundNoise) draw their random numbers in `make_params`, from the clip's shape alone,
 with torch's calls. `WaveformSteps.draw` replays those calls per clip, in the transform's
-order, and turns the draws into operations (csrc/include/pim_audio_wave.h):
+order, through each step's registered draw (transforms/audio_draw.py), and turns the draws
+into operations (csrc/include/pim_audio_wave.h):
 
     CropOrPad / RandomCropOrPad         place(start, length, fill)
     RandomTimeShift                     place(-shift, size, fill), or roll(shift)
@@ -26,7 +27,7 @@ import numpy as np
 import torch
 
 from pimloader import _audio
-from pimloader.transforms import waveform as W
+from pimloader.transforms.registry import WAVEFORM, op_of
 from pimloader.transforms.resample import _cached_filters, _reduced_rates
 
 __all__ = ["WaveformSteps", "OP_DTYPE", "resample"]
@@ -39,42 +40,16 @@ if ffi.sizeof("pim_wave_op_t") != OP_DTYPE.itemsize:
     raise ImportError("pim_wave_op_t and OP_DTYPE disagree: rebuild pimloader._audio")
 
 
-def _crop_or_pad(step, shape, noise_base):
-    return [(lib.PIM_WAVE_PLACE, 0, step.make_params(shape[-1]), step.length, step.fill)], step.length
+# the operations the steps' draws give (transforms/audio_draw.py), as the kernel's kinds
+_KINDS = {"place": lib.PIM_WAVE_PLACE, "roll": lib.PIM_WAVE_ROLL, "gain": lib.PIM_WAVE_GAIN,
+          "noise": lib.PIM_WAVE_NOISE}
 
 
-def _random_crop_or_pad(step, shape, noise_base):
-    if shape[-1] == step.length:
-        return [], step.length
-    return _crop_or_pad(step, shape, noise_base)
-
-
-def _time_shift(step, shape, noise_base):
-    shift = step.make_params()
-    if shift is None:
-        return [], shape[-1]
-    if step.rollover:
-        return [(lib.PIM_WAVE_ROLL, 0, shift, 0, 0.0)], shape[-1]
-    return [(lib.PIM_WAVE_PLACE, 0, -shift, shape[-1], step.fill)], shape[-1]
-
-
-def _gain(step, shape, noise_base):
-    factor = step.make_params()
-    return ([] if factor is None else [(lib.PIM_WAVE_GAIN, 0, 0, 0, factor)]), shape[-1]
-
-
-def _background_noise(step, shape, noise_base):
-    params = step.make_params(shape)
-    if params is None:
-        return [], shape[-1]
-    which, offset, snr_db = params
-    return [(lib.PIM_WAVE_NOISE, noise_base + which, offset, 0, snr_db)], shape[-1]
-
-
-# the steps lowered: exactly these classes (a subclass may compute something else)
-_LOWERINGS = {W.CropOrPad: _crop_or_pad, W.RandomCropOrPad: _random_crop_or_pad,
-              W.RandomTimeShift: _time_shift, W.RandomGain: _gain,
-              W.AddBackgroundNoise: _background_noise}
+def _lowered(step) -> bool:
+    """Whether `step` is a registered waveform op (pimloader's own augmentations, exactly:
+    a subclass may compute something else)."""
+    op = op_of(step)
+    return op is not None and op.role == WAVEFORM
 
 
 class WaveformSteps:
@@ -87,14 +62,14 @@ class WaveformSteps:
         base = 0
         for step in self.steps:
             self._noise_base.append(base)
-            base += len(step.noises) if isinstance(step, W.AddBackgroundNoise) else 0
+            base += len(_noises(step))
         self._table = None
 
     @classmethod
     def lower(cls, steps: list) -> Optional["WaveformSteps"]:
         """The steps as native operations, or None when one of them is not pimloader's own
         waveform augmentation."""
-        if not all(type(step) in _LOWERINGS for step in steps):
+        if not all(_lowered(step) for step in steps):
             return None
         return cls(steps)
 
@@ -113,8 +88,9 @@ class WaveformSteps:
         each step's random numbers drawn with its torch calls, in order."""
         operations, size = [], shape[-1]
         for step, base in zip(self.steps, self._noise_base):
-            drawn, size = _LOWERINGS[type(step)](step, (shape[0], size), base)
-            operations += drawn
+            drawn, size = op_of(step).draw(step, (shape[0], size))
+            operations += [(_KINDS[kind], base + noise if kind == "noise" else noise, at,
+                            length, value) for kind, noise, at, length, value in drawn]
         return operations, (shape[0], size)
 
     def run(self, sources: list, operations: list, out: Optional[np.ndarray] = None) -> np.ndarray:
@@ -149,8 +125,7 @@ class WaveformSteps:
         float32 [channels, time], in the order of the steps (made once per process)."""
         if self._table is None:
             noises = [noise.to(torch.float32).reshape(-1, noise.shape[-1]).contiguous().numpy()
-                      for step in self.steps if isinstance(step, W.AddBackgroundNoise)
-                      for noise in step.noises]
+                      for step in self.steps for noise in _noises(step)]
             table = ffi.new("pim_wave_noise_t[]", max(len(noises), 1))
             for entry, noise in zip(table, noises):
                 entry.samples = ffi.cast("float *", ffi.from_buffer(noise))
@@ -199,6 +174,11 @@ def resample(waveform: torch.Tensor, orig_freq: int, new_freq: int) -> torch.Ten
     if status != 0:
         raise ValueError(f"resampling: {ffi.string(err).decode()}")
     return out
+
+
+def _noises(step) -> list:
+    """The noise clips a step mixes in (AddBackgroundNoise's `noises`)."""
+    return getattr(step, "noises", None) or []
 
 
 def _final_length(size: int, operations: list) -> int:

@@ -27,6 +27,7 @@ from pimloader.backends.select import CPU, choose_backend
 from pimloader.datasets.cache import CachedReader, SampleCache
 from pimloader.loader._fetch import Fetcher
 from pimloader.loader._produce import BatchProducer, Pipeline
+from pimloader.transforms.registry import given_once
 
 from .audio_features import FusedFeatures, Pending
 from .classification import CacheCountingProducer
@@ -121,10 +122,7 @@ def build(dataset, transform, options) -> AudioClips | None:
     from pimloader.datasets.audio import AudioFolder
     if not isinstance(dataset, AudioFolder) or _reads_its_own_way(dataset, AudioFolder):
         return None
-    if dataset.transform is not None and transform is not None:
-        raise ValueError("the transform is given twice, to the dataset and to PIMDataLoader; "
-                         "give it to one of them")
-    transform = transform if transform is not None else dataset.transform
+    transform = given_once(dataset.transform, transform)
     if transform is None:
         return None
     reader = dataset.reader

@@ -27,8 +27,7 @@ import numpy as np
 import torch
 
 from pimloader.backends.base import FEATURES, FeatureRun
-
-_SPECTRAL_FIRST = ("Spectrogram", "MelSpectrogram", "MFCC")
+from pimloader.transforms.registry import ELEMENTWISE, SPECTROGRAM, flatten, op_of
 
 
 def kernel_module():
@@ -48,17 +47,6 @@ def native_waveform_steps(steps: list):
     except ImportError:
         return None
     return WaveformSteps.lower(steps)
-
-
-def flattened(transform) -> list:
-    """The steps of a Compose (torchvision's, nested ones too) or nn.Sequential."""
-    if isinstance(transform, torch.nn.Sequential):
-        steps = list(transform)
-    elif hasattr(transform, "transforms") and isinstance(transform.transforms, (list, tuple)):
-        steps = list(transform.transforms)
-    else:
-        return [transform]
-    return [inner for step in steps for inner in flattened(step)]
 
 
 @dataclass
@@ -91,9 +79,9 @@ class FusedFeatures:
         """The transform split at its first spectral step, or None when the kernel is not
         built or the steps from there on do not lower (they then run in torch)."""
         kernel = kernel_module()
-        steps = flattened(transform)
+        steps = flatten(transform)
         first = next((i for i, step in enumerate(steps)
-                      if type(step).__name__ in _SPECTRAL_FIRST), None)
+                      if _role(step) == SPECTROGRAM), None)
         if kernel is None or first is None:
             return None
         normalize, spectral = _fixed_normalization(steps[first:])
@@ -165,15 +153,22 @@ class FusedFeatures:
 
 
 def _fixed_normalization(steps: list) -> tuple:
-    """A last step that is torchvision's Normalize with one mean and one std (the same for
-    every channel of the features) as FeatureSpec's normalize=(mean, std), which the kernel
-    applies after the masks as that step would; and the steps before it."""
+    """A last step that is an elementwise op with audio `features` (torchvision's Normalize
+    with one mean and one std, the same for every channel of the features) as
+    FeatureSpec's normalize=(mean, std), which the kernel applies after the masks as that
+    step would; and the steps before it."""
     last = steps[-1]
-    kind = type(last)
-    if (kind.__name__ == "Normalize" and kind.__module__.startswith("torchvision.transforms")
-            and len(last.mean) == 1 and len(last.std) == 1):
-        return (float(last.mean[0]), float(last.std[0])), steps[:-1]
+    op = op_of(last)
+    if op is not None and op.role == ELEMENTWISE and op.features is not None:
+        features = op.features(last)
+        if features is not None:
+            return features["normalize"], steps[:-1]
     return None, steps
+
+
+def _role(step):
+    op = op_of(step)
+    return None if op is None else op.role
 
 
 def _stacked(masks: list):

@@ -226,12 +226,10 @@ def build(dataset, transform, options) -> EncodedImages | None:
     cannot be read as encoded images (or nothing would be gained)."""
     from pimloader.datasets import EncodedSource
     from pimloader.transforms import lower
+    from pimloader.transforms.registry import given_once
     source = EncodedSource.detect(dataset)
-    if source is not None and source.transform is not None and transform is not None:
-        raise ValueError("the transform is given twice, to the dataset and to PIMDataLoader; "
-                         "give it to one of them")
     from_dataset = transform is None
-    transform = transform if transform is not None else getattr(source, "transform", None)
+    transform = given_once(getattr(source, "transform", None), transform)
     if source is None or transform is None or not native_available(options.backend):
         return None
     plan = lower(transform)

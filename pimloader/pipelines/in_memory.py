@@ -342,8 +342,8 @@ def _clipped_axis(start: int, length: int, pad_before: int, extent: int):
 def build(transform, options) -> InMemoryImages | None:
     """The native path for in-memory images under `transform`, or None (Python only)."""
     from pimloader.transforms import lower
-    from pimloader.transforms._lower import _flatten
-    steps = _flatten(transform)
+    from pimloader.transforms.registry import flatten
+    steps = flatten(transform)
     if any(_qualified_name(step) in _TENSOR_REFUSING for step in steps):
         return None
     plan = lower(transform, warn=False)

@@ -15,38 +15,55 @@ same arguments, defaults and samples); the waveform augmentations of keyword spo
 (`CropOrPad`, `RandomCropOrPad`, `RandomTimeShift`, `RandomGain`, `AddBackgroundNoise`)
 are pimloader's, each drawing its random numbers with the torch calls its docstring lists.
 """
+from torchvision.transforms import ToTensor   # v1's: v2 deprecates its own
 from torchvision.transforms.v2 import (
     CenterCrop,
+    ClampBoundingBoxes,
     ColorJitter,
     Compose,
+    ConvertBoundingBoxFormat,
+    ConvertImageDtype,
     Grayscale,
+    Identity,
     Normalize,
     Pad,
+    PILToTensor,
     RandomCrop,
     RandomGrayscale,
     RandomHorizontalFlip,
+    RandomIoUCrop,
     RandomPhotometricDistort,
     RandomResizedCrop,
+    RandomShortestSize,
     RandomVerticalFlip,
+    RandomZoomOut,
     Resize,
+    SanitizeBoundingBoxes,
     ToDtype,
     ToImage,
+    ToPureTensor,
 )
 
+from . import _audio_ops, _image_ops  # noqa: F401  (the registrations)
 from ._masking import FrequencyMasking, TimeMasking
 from .params import Geometry, SampleParams
 from .resample import Resample
 from .waveform import (AddBackgroundNoise, CropOrPad, RandomCropOrPad, RandomGain,
-                        RandomTimeShift)
+                       RandomTimeShift)
 from .plan import Plan
 from ._lower import lower
+from .registry import register_op
 from .spectral import MFCC, AmplitudeToDB, MelScale, MelSpectrogram, Spectrogram
 
 __all__ = [
     "CenterCrop", "ColorJitter", "Compose", "Grayscale", "Normalize", "Pad", "RandomCrop",
     "RandomGrayscale", "RandomHorizontalFlip", "RandomPhotometricDistort", "RandomResizedCrop",
-    "RandomVerticalFlip", "Resize", "ToDtype",
-    "ToImage", "Geometry", "Plan", "SampleParams", "lower",
+    "RandomVerticalFlip", "Resize", "ToDtype", "ToImage", "ToPureTensor", "PILToTensor",
+    "ConvertImageDtype", "Identity", "ToTensor",
+    # detection: lowered on the image probe (transforms/probe.py)
+    "RandomShortestSize", "RandomZoomOut", "RandomIoUCrop", "ClampBoundingBoxes",
+    "SanitizeBoundingBoxes", "ConvertBoundingBoxFormat",
+    "Geometry", "Plan", "SampleParams", "lower", "register_op",
     # torchaudio's spectral transforms and masks, in plain torch (torchaudio's names)
     "AmplitudeToDB", "FrequencyMasking", "MelScale", "MelSpectrogram", "MFCC", "Spectrogram",
     "TimeMasking",

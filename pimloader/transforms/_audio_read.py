@@ -1,7 +1,8 @@
 """Readers of torchaudio-style transform objects into FeatureSpec's arguments.
 
-A transform is read only when its class is torchaudio.transforms' own or pimloader's
-namesake (a subclass may compute something else), and only for what its forward uses: the
+A transform is read only when its class is registered (transforms/registry.py: torchaudio's
+own or pimloader's namesake, exactly: a subclass may compute something else), by its op's
+`features`, and only for what its forward uses: the
 window buffer is matched against torch's window functions, MelScale's filter bank against the
 one its arguments give. Anything else is refused with the step and the reason.
 """
@@ -9,21 +10,19 @@ from __future__ import annotations
 
 import torch
 
+from .registry import MASK, SPECTROGRAM, TO_DB, op_of
 from .spectral import melscale_fbanks
 
 WINDOWS = {"hann": torch.hann_window, "hamming": torch.hamming_window,
            "blackman": torch.blackman_window, "bartlett": torch.bartlett_window,
            "rectangular": torch.ones}
-KINDS = ("Spectrogram", "MelSpectrogram", "MFCC", "AmplitudeToDB", "FrequencyMasking",
-         "TimeMasking")
-_MODULES = ("torchaudio.transforms", "pimloader.transforms")
 
 
-def kind_of(transform) -> str | None:
-    cls = type(transform)
-    if cls.__name__ in KINDS and cls.__module__.startswith(_MODULES):
-        return cls.__name__
-    return None
+def role_of(transform) -> str | None:
+    """The audio feature role of `transform`'s registered op (spectrogram, to_db, mask), or
+    None."""
+    op = op_of(transform)
+    return op.role if op is not None and op.role in (SPECTROGRAM, TO_DB, MASK) else None
 
 
 def window_name(window: torch.Tensor) -> str:
@@ -80,8 +79,9 @@ def read_mask(t) -> dict:
                 p=float(t.p), iid_masks=bool(t.iid_masks))
 
 
-_FIRST = {"Spectrogram": lambda t: dict(read_spectrogram(t), n_mels=None),
-          "MelSpectrogram": read_mel_spectrogram, "MFCC": read_mfcc}
+def read_spectrogram_features(t) -> dict:
+    """A Spectrogram's arguments: its bins are the features (no mel filter bank)."""
+    return dict(read_spectrogram(t), n_mels=None)
 
 
 def describe(transform) -> str:
@@ -92,24 +92,28 @@ def describe(transform) -> str:
 def read_chain(steps: list) -> dict:
     """FeatureSpec's arguments for [Spectrogram | MelSpectrogram | MFCC, AmplitudeToDB?,
     FrequencyMasking / TimeMasking ...]; masks as a list of dicts."""
-    if not steps or kind_of(steps[0]) not in _FIRST:
+    if not steps or role_of(steps[0]) != SPECTROGRAM:
         first = describe(steps[0]) if steps else "nothing"
         raise ValueError(f"audio features start with Spectrogram, MelSpectrogram or MFCC "
                          f"(torchaudio's or pimloader's); got {first}")
-    args = _FIRST[kind_of(steps[0])](steps[0])
+    args = _features(steps[0])
     rest = list(enumerate(steps))[1:]
-    if rest and kind_of(rest[0][1]) == "AmplitudeToDB":
+    if rest and role_of(rest[0][1]) == TO_DB:
         if "n_mfcc" in args:
             raise ValueError("AmplitudeToDB after MFCC is not lowered (MFCC already takes dB)")
-        args.update(read_amplitude_to_db(rest.pop(0)[1]))
+        args.update(_features(rest.pop(0)[1]))
     masks = []
     for index, step in rest:
-        if kind_of(step) not in ("FrequencyMasking", "TimeMasking"):
+        if role_of(step) != MASK:
             reason = ("AmplitudeToDB must come right after the spectrogram"
-                      if kind_of(step) == "AmplitudeToDB" else
+                      if role_of(step) == TO_DB else
                       "after the spectrogram and AmplitudeToDB only FrequencyMasking and "
                       "TimeMasking are lowered")
             raise ValueError(f"step {index} ({describe(step)}): {reason}")
-        masks.append(read_mask(step))
+        masks.append(_features(step))
     args["masks"] = masks
     return args
+
+
+def _features(step) -> dict:
+    return op_of(step).features(step)

@@ -21,25 +21,20 @@ from torchvision.transforms.v2.functional._geometry import (
     _center_crop_parse_output_size, _compute_resized_output_size, _parse_pad_padding)
 
 from .params import Geometry, NotFusable, SampleParams
-from ._v1 import _V1_COLOUR, _V1Grayscale
+from .registry import op_of
 
-
-COLOUR_STEPS = (v2.ColorJitter, v2.Grayscale, v2.RandomGrayscale, v2.RandomPhotometricDistort)
 _JITTER_OPS = {0: "brightness", 1: "contrast", 2: "saturation", 3: "hue"}
 
 
 def draw_sample(plan, height: int, width: int, channels: int = 3) -> SampleParams:
     """One sample's draw for an image of `height` x `width` x `channels`: its geometric and
-    colour steps in pipeline order, fused into one Geometry where the kernel can run it."""
+    colour steps in pipeline order (each by its registered op's draw), fused into one
+    Geometry where the kernel can run it."""
     geometry: Geometry | None = Geometry.identity(height, width)
     size = (height, width)
     steps = []
     for step in plan.native_steps:
-        if isinstance(step, COLOUR_STEPS):
-            params, ops, channels = _draw_colour(step, channels, size)
-            fuse = _adjusting(ops, isinstance(step, _V1_COLOUR))
-        else:
-            params, size, fuse = _draw_step(step, size, channels)
+        params, size, channels, fuse = op_of(step).draw(step, size, channels)
         steps.append((step, params))
         if geometry is not None and params is not None and fuse is not None:
             try:
@@ -52,15 +47,22 @@ def draw_sample(plan, height: int, width: int, channels: int = 3) -> SampleParam
 def colour_output_channels(colour: list, channels: int) -> int:
     """Channels after the colour steps (whatever their draws) for `channels` in."""
     for step in colour:
-        if isinstance(step, v2.Grayscale):
-            channels = _grayscale_channels(step, channels)
+        op = op_of(step)
+        if op.channels is not None:
+            channels = op.channels(step, channels)
     return channels
 
 
-def _grayscale_channels(step, channels: int) -> int:
-    if isinstance(step, _V1Grayscale) and channels == 1:
+def grayscale_channels(step, channels: int) -> int:
+    """The channels Grayscale makes of `channels` (its registered `channels`)."""
+    if _v1(step) and channels == 1:
         return 1  # v1 expands a one-channel image to its own shape: it stays one channel
     return step.num_output_channels
+
+
+def _v1(step) -> bool:
+    """Whether a colour step computes with v1's arithmetic (transforms/_v1.py)."""
+    return getattr(step, "v1_arithmetic", False)
 
 
 def _adjusting(ops: list, v1: bool):
@@ -68,24 +70,35 @@ def _adjusting(ops: list, v1: bool):
     return (lambda geometry: geometry.adjust_colour(ops, v1)) if ops else None
 
 
-def _draw_colour(step, channels: int, size):
-    """(params for replay (None: not applied), kernel colour ops, channels after)."""
+# -- the colour ops' draws: (params, size, channels after, fuse) -----------------------------
+
+def draw_grayscale(step, size, channels: int):
+    params = step.make_params(_stand_in(size or (1, 1), channels))
+    out = grayscale_channels(step, channels)
+    return params, size, out, _adjusting([("grayscale", out)], _v1(step))
+
+
+def draw_random_grayscale(step, size, channels: int):
     stand_in = _stand_in(size or (1, 1), channels)
-    if isinstance(step, v2.RandomGrayscale):
-        if torch.rand(1) >= step.p:
-            return None, [], channels
-        params = step.make_params(stand_in)
-        return params, [("grayscale", params["num_input_channels"])], channels
+    if torch.rand(1) >= step.p:
+        return None, size, channels, None
     params = step.make_params(stand_in)
-    if isinstance(step, v2.Grayscale):
-        out = _grayscale_channels(step, channels)
-        return params, [("grayscale", out)], out
-    if isinstance(step, v2.RandomPhotometricDistort):
-        return params, photometric_distort_ops(params, channels), channels
+    return params, size, channels, _adjusting([("grayscale", params["num_input_channels"])],
+                                              _v1(step))
+
+
+def draw_color_jitter(step, size, channels: int):
+    params = step.make_params(_stand_in(size or (1, 1), channels))
     ops = [(_JITTER_OPS[fn_id], params[f"{_JITTER_OPS[fn_id]}_factor"])
            for fn_id in params["fn_idx"].tolist()
            if params[f"{_JITTER_OPS[fn_id]}_factor"] is not None]
-    return params, ops, channels
+    return params, size, channels, _adjusting(ops, _v1(step))
+
+
+def draw_photometric_distort(step, size, channels: int):
+    params = step.make_params(_stand_in(size or (1, 1), channels))
+    return params, size, channels, _adjusting(photometric_distort_ops(params, channels),
+                                              _v1(step))
 
 
 def photometric_distort_ops(params: dict, channels: int) -> list:
@@ -109,40 +122,64 @@ def _stand_in(size: tuple[int, int], channels: int = 3) -> list:
     return [torch.empty((), dtype=torch.uint8).expand(channels, *size)]
 
 
-def _draw_step(step, size, channels: int = 3):
-    if isinstance(step, (v2.RandomHorizontalFlip, v2.RandomVerticalFlip)):
-        if torch.rand(1) >= step.p:
-            return None, size, None
-        horizontal = isinstance(step, v2.RandomHorizontalFlip)
-        params = {} if type(step) in _PLAIN_FLIPS else step.make_params(_stand_in(size, channels))
-        return params, size, lambda g: g.flip(horizontal)
-    if type(step) is v2.RandomResizedCrop:
+def _own_draw(step, cls) -> bool:
+    """Whether `step` draws with `cls`'s make_params (a subclass may override it)."""
+    return type(step).make_params is cls.make_params
+
+
+# -- the geometric ops' draws: (params, size after, channels, fuse) --------------------------
+
+def draw_horizontal_flip(step, size, channels: int):
+    return _draw_flip(step, size, channels, True)
+
+
+def draw_vertical_flip(step, size, channels: int):
+    return _draw_flip(step, size, channels, False)
+
+
+def _draw_flip(step, size, channels: int, horizontal: bool):
+    if torch.rand(1) >= step.p:
+        return None, size, channels, None
+    plain = _own_draw(step, v2.RandomHorizontalFlip if horizontal else v2.RandomVerticalFlip)
+    params = {} if plain else step.make_params(_stand_in(size, channels))  # make_params: {}
+    return params, size, channels, lambda g: g.flip(horizontal)
+
+
+def draw_resized_crop(step, size, channels: int):
+    if _own_draw(step, v2.RandomResizedCrop):
         params = resized_crop_params(step, *size)
     else:
         params = step.make_params(_stand_in(size, channels))
-    if isinstance(step, v2.RandomResizedCrop):
-        box = (params["top"], params["left"], params["height"], params["width"])
-        out = tuple(step.size)
-        return params, out, lambda g: g.crop(*box).resize(
-            *out, step.interpolation, step.antialias)
-    if isinstance(step, v2.Resize):
-        out = tuple(_compute_resized_output_size(size, step.size, step.max_size))
-        if out == size:
-            return params, out, lambda g: g
-        return params, out, lambda g: g.resize(*out, step.interpolation, step.antialias)
-    if isinstance(step, v2.CenterCrop):
-        return params, *_center_crop(step, size)
-    if isinstance(step, v2.RandomCrop):
-        return params, *_random_crop(step, params, size)
-    if isinstance(step, v2.Pad):
-        left, right, top, bottom = _parse_pad_padding(step.padding)
-        out = (size[0] + top + bottom, size[1] + left + right)
-        return params, out, lambda g: g.pad(left, top, right, bottom, step.padding_mode,
-                                            _fill_values(step))
-    raise TypeError(f"{type(step).__name__} is not a lowerable geometric transform")
+    box = (params["top"], params["left"], params["height"], params["width"])
+    out = tuple(step.size)
+    return params, out, channels, lambda g: g.crop(*box).resize(
+        *out, step.interpolation, step.antialias)
 
 
-_PLAIN_FLIPS = (v2.RandomHorizontalFlip, v2.RandomVerticalFlip)  # make_params: {}
+def draw_resize(step, size, channels: int):
+    params = step.make_params(_stand_in(size, channels))
+    out = tuple(_compute_resized_output_size(size, step.size, step.max_size))
+    if out == size:
+        return params, out, channels, lambda g: g
+    return params, out, channels, lambda g: g.resize(*out, step.interpolation, step.antialias)
+
+
+def draw_center_crop(step, size, channels: int):
+    params = step.make_params(_stand_in(size, channels))
+    return params, *_center_crop(step, size, channels)
+
+
+def draw_random_crop(step, size, channels: int):
+    params = step.make_params(_stand_in(size, channels))
+    return params, *_random_crop(step, params, size, channels)
+
+
+def draw_pad(step, size, channels: int):
+    params = step.make_params(_stand_in(size, channels))
+    left, right, top, bottom = _parse_pad_padding(step.padding)
+    out = (size[0] + top + bottom, size[1] + left + right)
+    return params, out, channels, lambda g: g.pad(left, top, right, bottom, step.padding_mode,
+                                                  _fill_values(step))
 
 
 class _Uniform:
@@ -193,13 +230,13 @@ def _central_crop_params(ratio, height: int, width: int) -> dict:
     return dict(top=(height - h) // 2, left=(width - w) // 2, height=h, width=w)
 
 
-def _center_crop(step, size):
-    """(output size, fuse) of a CenterCrop: torchvision pads with zeros where it is larger."""
+def _center_crop(step, size, channels: int):
+    """(output size, channels, fuse) of a CenterCrop: torchvision pads with zeros where it is larger."""
     crop = tuple(_center_crop_parse_output_size(step.size))
     height, width = size
     if crop[0] <= height and crop[1] <= width:
         top, left = _center_crop_compute_crop_anchor(*crop, height, width)
-        return crop, lambda g: g.crop(top, left, *crop)
+        return crop, channels, lambda g: g.crop(top, left, *crop)
     left, top, right, bottom = _center_crop_compute_padding(*crop, height, width)
     padded = (height + top + bottom, width + left + right)
     anchor = _center_crop_compute_crop_anchor(*crop, *padded)
@@ -207,11 +244,11 @@ def _center_crop(step, size):
     def fuse(geometry):
         geometry = geometry.pad(left, top, right, bottom, "constant", (0, 0, 0))
         return geometry if crop == padded else geometry.crop(*anchor, *crop)
-    return crop, fuse
+    return crop, channels, fuse
 
 
-def _random_crop(step, params, size):
-    """(output size, fuse) of a RandomCrop's draw: pad (padding, pad_if_needed), then crop."""
+def _random_crop(step, params, size, channels: int):
+    """(output size, channels, fuse) of a RandomCrop's draw: pad (padding, pad_if_needed), then crop."""
     box = (params["top"], params["left"], params["height"], params["width"])
     if params["needs_pad"]:
         left, top, right, bottom = params["padding"]
@@ -223,7 +260,7 @@ def _random_crop(step, params, size):
         if params["needs_pad"]:
             geometry = geometry.pad(*params["padding"], step.padding_mode, _fill_values(step))
         return geometry.crop(*box) if params["needs_crop"] else geometry
-    return (box[2:] if params["needs_crop"] else padded), fuse
+    return (box[2:] if params["needs_crop"] else padded), channels, fuse
 
 
 _FILLS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()

@@ -2,12 +2,15 @@
 so that a v1 pipeline lowers to the same plan machinery as a v2 one."""
 from __future__ import annotations
 
+import torchvision.transforms as v1
 import torchvision.transforms.v2 as v2
 from torchvision.transforms import functional as F1
 
 class _V1ColorJitter(v2.ColorJitter):
     """v1 ColorJitter as a v2 transform: drawn by v1's `get_params` (the same calls as
     v2's make_params), computed by v1's functional ops (separately rounded arithmetic)."""
+
+    v1_arithmetic = True   # the draws' colour ops compute as v1's (transforms/_draw.py)
 
     def __init__(self, v1_step) -> None:
         super().__init__()
@@ -40,6 +43,8 @@ def _v1_jitter(image, params):
 class _V1Grayscale(v2.Grayscale):
     """v1 Grayscale: v1's tensor arithmetic."""
 
+    v1_arithmetic = True
+
     def transform(self, inpt, params):
         return F1.rgb_to_grayscale(inpt, num_output_channels=self.num_output_channels)
 
@@ -47,8 +52,15 @@ class _V1Grayscale(v2.Grayscale):
 class _V1RandomGrayscale(v2.RandomGrayscale):
     """v1 RandomGrayscale: the same draw (torch.rand(1) < p), v1's tensor arithmetic."""
 
+    v1_arithmetic = True
+
     def transform(self, inpt, params):
         return F1.rgb_to_grayscale(inpt, num_output_channels=params["num_input_channels"])
 
 
-_V1_COLOUR = (_V1ColorJitter, _V1Grayscale, _V1RandomGrayscale)
+
+class ToTensorOnTensors:
+    """v1 ToTensor as it acts on a uint8 HWC array, applied to a CHW tensor."""
+
+    def __call__(self, image):
+        return v1.ToTensor()(image.permute(1, 2, 0).numpy())

@@ -63,3 +63,44 @@ def draw_masks(spec: FeatureSpec, length: int, channels: Optional[int] = None,
     arrays = tuple(np.array(drawn[axis], np.int32).reshape(-1, count, 2).transpose(1, 0, 2)
                    for axis in ("frequency", "time"))
     return tuple(np.ascontiguousarray(a[0] if channels is None else a) for a in arrays)
+
+
+# -- the waveform steps' draws (their registered ops' `draw`) ---------------------------------
+# draw(step, shape [channels, time]) -> (operations, the clip's length after the step): each
+# operation (kind, noise, at, length, value), with kind one of
+#     "place"  the samples [at, at + length) of the clip, `value` where that leaves it
+#     "roll"   the clip rolled by `at` samples
+#     "gain"   times `value`
+#     "noise"  the step's noise clip `noise`, from `at` on, mixed at `value` dB SNR
+# (backends/audio_waveform.py runs them natively); [] when the step's coin skipped it.
+
+def draw_crop_or_pad(step, shape: tuple) -> tuple[list, int]:
+    return [("place", 0, step.make_params(shape[-1]), step.length, step.fill)], step.length
+
+
+def draw_random_crop_or_pad(step, shape: tuple) -> tuple[list, int]:
+    if shape[-1] == step.length:
+        return [], step.length
+    return draw_crop_or_pad(step, shape)
+
+
+def draw_time_shift(step, shape: tuple) -> tuple[list, int]:
+    shift = step.make_params()
+    if shift is None:
+        return [], shape[-1]
+    if step.rollover:
+        return [("roll", 0, shift, 0, 0.0)], shape[-1]
+    return [("place", 0, -shift, shape[-1], step.fill)], shape[-1]
+
+
+def draw_gain(step, shape: tuple) -> tuple[list, int]:
+    factor = step.make_params()
+    return ([] if factor is None else [("gain", 0, 0, 0, factor)]), shape[-1]
+
+
+def draw_background_noise(step, shape: tuple) -> tuple[list, int]:
+    params = step.make_params(shape)
+    if params is None:
+        return [], shape[-1]
+    which, offset, snr_db = params
+    return [("noise", which, offset, 0, snr_db)], shape[-1]

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Optional, Union
 
 import numpy as np
-import torch
 
 from ._audio_read import WINDOWS, read_chain
+from .registry import flatten
 
 PAD_MODES = ("constant", "reflect", "replicate", "circular")
 MAX_RADIX = 64  # the FFT's largest prime factor (PIM_AUDIO_MAX_RADIX, csrc/include/pim_audio.h)
@@ -170,12 +170,11 @@ def normalise_features(features, normalize: Normalize):
 
 
 def _steps(transforms) -> list:
-    if hasattr(transforms, "transforms"):            # torchvision's Compose
-        transforms = transforms.transforms
-    if isinstance(transforms, torch.nn.Module) and not isinstance(transforms,
-                                                                  torch.nn.Sequential):
-        transforms = [transforms]
-    return list(transforms)
+    """The steps of a list of transforms, or of one transform (a Compose or nn.Sequential
+    looked into)."""
+    if isinstance(transforms, (list, tuple)):
+        return [step for inner in transforms for step in flatten(inner)]
+    return flatten(transforms)
 
 
 def _check(spec: FeatureSpec) -> None:

@@ -14,8 +14,8 @@ says how the fused kernel makes the pixels; a draw the Geometry cannot fuse (two
 crop beyond the image, nearest interpolation) leaves `Recording.geometry` None, and the
 caller replays the sample as Python from the same RNG state.
 
-Only pipelines made of `LOWERABLE` transforms run on a probe (any other transform could
-compute on the stand-in's pixels), and on a copy (`for_probe`) in which what is given per
+Only pipelines made of ops registered with `probe` (transforms/registry.py) run on a probe
+(any other transform could compute on the stand-in's pixels), and on a copy (`for_probe`) in which what is given per
 type for tv_tensors.Image (a fill, a dtype) is given to ImageProbe too, and whose
 RandomIoUCrops draw with _draw.iou_crop_params (torchvision's RNG calls and result, the box
 tests in numpy). Colour ops (adjust_brightness, adjust_contrast, adjust_saturation,
@@ -28,7 +28,6 @@ import copy
 import threading
 
 import torch
-import torchvision.transforms as v1
 import torchvision.transforms.v2 as v2
 from torchvision import tv_tensors
 from torchvision.transforms.v2 import InterpolationMode
@@ -38,13 +37,8 @@ from torchvision.transforms.v2.functional._geometry import (
 
 from ._draw import iou_crop_params
 from .params import Geometry, NotFusable
+from .registry import flatten, op_of
 
-LOWERABLE = (v2.Compose, v2.ToImage, v2.Identity, v2.RandomPhotometricDistort,
-             v2.ColorJitter, v2.RandomHorizontalFlip,
-             v2.RandomVerticalFlip, v2.Resize, v2.RandomShortestSize, v2.RandomZoomOut,
-             v2.RandomIoUCrop, v2.RandomCrop, v2.Pad, v2.ClampBoundingBoxes,
-             v2.SanitizeBoundingBoxes, v2.ConvertBoundingBoxFormat, v2.ToDtype, v2.Normalize,
-             v2.ToPureTensor)
 _RESAMPLING = (InterpolationMode.BILINEAR, InterpolationMode.BICUBIC)
 
 
@@ -115,31 +109,22 @@ def run_on_probe(transforms, target, height: int, width: int):
 def for_probe(transforms):
     """A copy of `transforms` to run on probes (values given per type, such as a fill or a
     dtype for tv_tensors.Image, given to ImageProbe too), or None when some step has no
-    probe kernels for what it does to an image."""
-    steps = _flatten(transforms)
-    if any(not isinstance(step, LOWERABLE) for step in steps):
+    probe kernels for what it does to an image (its registered op is not `probe`)."""
+    steps = flatten(transforms, samples=True)
+    ops = [op_of(step) for step in steps]
+    if any(op is None or not op.probe for op in ops):
         return None
-    if any(isinstance(step, v2.ToPureTensor) for step in steps[:-1]):
+    if any(op.plain_tensor for op in ops[:-1]):
         return None   # a plain tensor after it would meet torch.Tensor's kernels
     transforms = copy.deepcopy(transforms)
-    for step in _flatten(transforms):
-        if type(step) is v2.RandomIoUCrop:
-            step.__class__ = RandomIoUCrop
+    for step in flatten(transforms, samples=True):
+        op = op_of(step)
+        if op.probe_form is not None and type(step) is op.cls:   # not a subclass's own draw
+            step.__class__ = op.probe_form
         for per_type in (getattr(step, "_fill", None), getattr(step, "dtype", None)):
             if isinstance(per_type, dict) and tv_tensors.Image in per_type:
                 per_type[ImageProbe] = per_type[tv_tensors.Image]
     return transforms
-
-
-def _flatten(transform) -> list:
-    from torchvision.datasets.vision import StandardTransform
-    if isinstance(transform, StandardTransform) and transform.target_transform is None:
-        return _flatten(transform.transform)   # a dataset's transform= on the image alone
-    if isinstance(transform, v2.Compose):
-        return [step for inner in transform.transforms for step in _flatten(inner)]
-    if isinstance(transform, v1.Compose):
-        return [transform]   # v1's Compose calls each step with one argument: not a sample
-    return [transform]
 
 
 class RandomIoUCrop(v2.RandomIoUCrop):
