@@ -243,3 +243,21 @@ def test_v1_ops_lower_as_their_v2_equivalents():
     assert plan.colour[0].v1_arithmetic and len(plan.elementwise) == 2
     with pytest.warns(UserWarning, match="Pad cannot be lowered"):
         assert T.lower(v1.Pad(2, fill=(1, 2, 3))).tail    # v1 tensors: a number as fill only
+
+
+def test_a_random_apply_of_waveform_steps_keeps_its_coin():
+    """The audio pipeline used to open any object with a `transforms` list, RandomApply's
+    included, and ran its steps every time; the one flattener opens containers only."""
+    from pimloader.backends.cpu import CpuBackend
+    from pimloader.backends.select import Router
+    from pimloader.pipelines.audio_features import FusedFeatures
+    transform = T.Compose([v2.RandomApply([T.RandomGain(6, 6, p=1.0)], p=0.0),
+                           T.MelSpectrogram(16000, n_fft=400, hop_length=160, n_mels=40)])
+    fused = FusedFeatures.lower(transform)
+    if fused is None:
+        pytest.skip("the fused feature kernel is not built")
+    clip = torch.randn(1, 4000, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    got = fused.finish([fused.prepare(clip)], Router([CpuBackend()]))[0]
+    torch.manual_seed(0)
+    assert torch.allclose(got, transform(clip), rtol=1e-4, atol=1e-2)

@@ -60,7 +60,7 @@ register_container(StandardTransform,
 
 # -- torchvision v2 --------------------------------------------------------------------------
 register_op(v2.ToImage, TO_IMAGE, probe=True)
-register_op(v2.PILToTensor, TO_IMAGE)
+register_op(v2.PILToTensor, TO_IMAGE, plain_tensor=True)
 register_op(v2.ToPureTensor, TO_IMAGE, probe=True, plain_tensor=True)
 register_op(v2.Identity, IDENTITY, probe=True)
 register_op(v2.RandomResizedCrop, GEOMETRY, draw=D.draw_resized_crop, accepts=_resamples,
@@ -107,7 +107,7 @@ register_op(v1.Pad, GEOMETRY, equivalent=lambda s: (  # v1 tensors: a number as 
 register_op(v1.ColorJitter, COLOUR, equivalent=_V1ColorJitter)
 register_op(v1.RandomGrayscale, COLOUR, equivalent=lambda s: _V1RandomGrayscale(s.p))
 register_op(v1.Grayscale, COLOUR, equivalent=lambda s: _V1Grayscale(s.num_output_channels))
-register_op(v1.PILToTensor, TO_IMAGE)
+register_op(v1.PILToTensor, TO_IMAGE, plain_tensor=True)
 register_op(v1.ConvertImageDtype, ELEMENTWISE)
 register_op(v1.Normalize, ELEMENTWISE, features=_normalization)
 # v1 ToTensor as it acts on a uint8 HWC array (the decoded image, as a CHW tensor here)

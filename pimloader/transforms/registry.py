@@ -32,8 +32,8 @@ None when it changes nothing). `equivalent(step)` gives what lowers in its place
 the v2 op that draws and computes the same; None: nothing, the step stays as it is).
 `probe`: the detection pipeline can run the op on its pixel-less image probe (its pixel
 kernels record the Geometry, transforms/probe.py); `probe_form` is the class its probe copy
-takes (the same draws, computed faster); `plain_tensor`: it makes a plain tensor of an
-image (ToPureTensor).
+takes (the same draws, computed faster); `plain_tensor`: it makes a plain tensor, not a
+tv_tensors.Image (ToPureTensor, PILToTensor).
 
 Containers (Compose, nn.Sequential, a dataset's StandardTransform) are registered apart
 (`register_container`) and looked into by the one flattener, `flatten`.
@@ -69,7 +69,7 @@ class Op:
     features: Optional[Callable] = None
     probe: bool = False
     probe_form: Optional[type] = None
-    plain_tensor: bool = False              # makes a plain tensor of a tv_tensors.Image
+    plain_tensor: bool = False              # makes a plain tensor, not a tv_tensors.Image
     subclasses: bool = True
 
     def takes(self, step) -> bool:
