@@ -57,7 +57,8 @@ from pimloader import PIMDataLoader
 from pimloader import transforms as T
 from pimloader.backends.select import CPU, Backends
 from pimloader.datasets import AudioFolder
-from pimloader.pipelines.audio_features import FusedFeatures, flattened, kernel_module
+from pimloader.pipelines.audio_features import FusedFeatures, kernel_module
+from pimloader.transforms.registry import flatten
 
 try:
     import torchaudio.functional as audio_functional
@@ -222,7 +223,7 @@ def stage_breakdown(root: Path, clips: int = 64, repeats: int = 3) -> dict:
         from pimloader.backends.audio_waveform import resample as native_resample
         stage["resample (pimloader, native: the loader's)"], _ = timed(
             lambda: [native_resample(w, r, RATE) for w, r in mono], repeats)
-    steps = flattened(keyword_transform(folder.background_noise(), spectral_module()))
+    steps = flatten(keyword_transform(folder.background_noise(), spectral_module()))
     torch.manual_seed(0)
     stage["waveform augmentations (torch, per clip)"], augmented = timed(
         lambda: [_apply(steps[:4], w) for w in waves], repeats)
@@ -230,7 +231,7 @@ def stage_breakdown(root: Path, clips: int = 64, repeats: int = 3) -> dict:
     if native is not None:
         stage["waveform augmentations (native: draws, one call)"], _ = timed(
             lambda: native.run(waves, [native.draw(tuple(w.shape))[0] for w in waves]), repeats)
-    reference_features = flattened(keyword_transform([torch.ones(1)], audio_transforms))[4:]
+    reference_features = flatten(keyword_transform([torch.ones(1)], audio_transforms))[4:]
     stage["features (torchaudio, per clip)"], _ = timed(
         lambda: [_apply(reference_features, w) for w in augmented], repeats)
     fused = FusedFeatures.lower(T.Compose(steps[4:]))

@@ -4,12 +4,14 @@ The classes are torchvision.transforms.v2's own (same constructor arguments, def
 validation and random draws); `pimloader.transforms` re-exports them so that a pipeline
 written against either module is the same object. `lower()` turns a Compose of them into a
 `Plan` that draws each sample's parameters exactly as torchvision would and describes the
-fused colour/pad/crop/resize/flip/convert/normalize step the native kernels execute.
+fused colour/pad/crop/resize/flip/convert/normalize step the native kernels execute. Which
+ops lower, and to what, is one registry (`pimloader.transforms.registry`): every registered
+op has its namesake here, and `register_op` adds one.
 
 The audio feature transforms (Spectrogram, MelSpectrogram, AmplitudeToDB, MFCC,
 FrequencyMasking, TimeMasking, MelScale) are torchaudio's, written in plain torch with
 torchaudio's names, arguments, defaults and random draws, so that they run without
-torchaudio; `pimloader.backends.audio_features.FeatureSpec.from_transforms` lowers a chain of
+torchaudio; `pimloader.transforms.audio_spec.FeatureSpec.from_transforms` lowers a chain of
 them (or of torchaudio's own) to the fused audio kernel. `Resample` is torchaudio's (the
 same arguments, defaults and samples); the waveform augmentations of keyword spotting
 (`CropOrPad`, `RandomCropOrPad`, `RandomTimeShift`, `RandomGain`, `AddBackgroundNoise`)

@@ -6,6 +6,7 @@ something else, and runs in torch.
 """
 from __future__ import annotations
 
+import importlib
 from types import SimpleNamespace
 
 from . import _audio_read as R
@@ -40,7 +41,7 @@ register_op(waveform.AddBackgroundNoise, WAVEFORM, draw=D.draw_background_noise,
 
 
 def register_torchaudio() -> None:
-    """torchaudio's spectral steps (the registry calls this when it first meets an object
-    of torchaudio's: importing torchaudio takes seconds)."""
-    import torchaudio.transforms
-    _register_features(torchaudio.transforms)
+    """torchaudio's spectral steps. The registry calls this when it first meets an object of
+    torchaudio's, so torchaudio is imported by then (pimloader does not need it, and
+    importing it takes seconds)."""
+    _register_features(importlib.import_module("torchaudio.transforms"))

@@ -3,7 +3,7 @@
 `FeatureSpec` holds every argument of Spectrogram / MelSpectrogram / AmplitudeToDB / MFCC and
 of the SpecAugment masks that changes the features, resolved (win_length, hop_length, f_max,
 the dB multiplier); `FeatureSpec.from_transforms` reads it off torchaudio's transform objects
-or pimloader's classes of the same names. The CPU kernel (audio_features.py) and the DPU
+or pimloader's classes of the same names. The CPU kernel (backends/audio_features.py) and the DPU
 kernel take it as their description of the work.
 """
 from __future__ import annotations
