@@ -2,8 +2,9 @@
 everything else is in pyproject.toml.
 
 Every `csrc/build_*.py` defines an `ffibuilder` (cffi API mode) for one extension module
-of the package, e.g. `csrc/build_kernels.py` -> `pimloader._kernels`. pyproject.toml's
-[build-system] brings cffi into the build environment.
+of the package, e.g. `csrc/build_kernels.py` -> `pimloader._kernels`; what they share (the
+cdef cut from the headers, source paths, compile flags) is csrc/cffi_build.py, which the glob
+does not take. pyproject.toml's [build-system] brings cffi into the build environment.
 
 The emulator and UPMEM backends compile the DPU kernel when a loader starts, from dpu_src/,
 include/ and csrc/emulator/ (its DPU runtime). A checkout reads them in place; a wheel gets

@@ -21,7 +21,8 @@ from cffi import FFI
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from build_dpu_emulated import INCLUDES, driver_cdef, driver_source_args  # noqa: E402
+from build_dpu_emulated import driver_extension  # noqa: E402
+from cffi_build import compile_args  # noqa: E402
 
 
 def find_sdk_flags():
@@ -47,23 +48,14 @@ if _flags is None and _want == "1":
     raise RuntimeError("PIMLOADER_UPMEM=1 but the UPMEM SDK was not found (dpu-pkg-config on the PATH or "
                        "$UPMEM_HOME/bin)")
 
-ffibuilder = FFI()
 if _flags is None:
+    ffibuilder = FFI()
     ffibuilder.cdef("")
     ffibuilder.set_source("pimloader._dpu_upmem", None)  # placeholder: nothing compiled
 else:
     cflags, libs = _flags
-    own = driver_source_args()
-    ffibuilder.cdef(driver_cdef())
-    ffibuilder.set_source(
-        "pimloader._dpu_upmem",
-        INCLUDES,
-        sources=own["sources"],
-        include_dirs=own["include_dirs"],
-        depends=own["depends"],
-        extra_compile_args=["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Wno-unused-parameter"] + cflags,
-        extra_link_args=libs,
-    )
+    ffibuilder = driver_extension("pimloader._dpu_upmem", extra_compile_args=compile_args("-O2", *cflags),
+                                  extra_link_args=libs)
 
 
 def prebuild_default_kernel():

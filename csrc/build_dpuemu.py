@@ -8,10 +8,12 @@ the emulator" compiles csrc/emulator/dpuemu.c into its own module with
 the arguments.  DPU kernels are built separately, by pimloader.backends.dpu.emulator.compile_kernel.
 """
 import os
-
-from cffi import FFI
+import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from cffi_build import compile_args, extension, rel  # noqa: E402
+
 EMULATOR = os.path.join(HERE, "emulator")
 EMULATOR_INCLUDE = os.path.join(EMULATOR, "include")      # host side: dpu.h & co.
 EMULATOR_SOURCE = os.path.join(EMULATOR, "dpuemu.c")
@@ -95,30 +97,20 @@ int fclose(FILE *stream);
 void free(void *ptr);
 """
 
-EXTRA_COMPILE_ARGS = ["-std=gnu11", "-O2", "-Wall", "-Wextra", "-Wno-unused-parameter", "-pthread"]
-
-
-def _rel(path: str) -> str:
-    try:  # setuptools wants sources relative to the directory setup.py runs in
-        return os.path.relpath(path)
-    except ValueError:
-        return path
-
 
 def emulator_build_args() -> dict:
     """Keyword arguments of `ffibuilder.set_source` that build a host driver against the emulator."""
-    return dict(sources=[_rel(EMULATOR_SOURCE)], include_dirs=[EMULATOR_INCLUDE], libraries=["dl", "pthread"],
-                extra_compile_args=list(EXTRA_COMPILE_ARGS),
+    return dict(sources=[rel(EMULATOR_SOURCE)], include_dirs=[EMULATOR_INCLUDE], libraries=["dl", "pthread"],
+                extra_compile_args=compile_args("-O2", "-pthread"),
                 depends=[os.path.join(EMULATOR_INCLUDE, h) for h in
                          ("dpu.h", "dpu_types.h", "dpu_error.h", "dpu_macro_utils.h", "dpu_emulator.h")]
                 + [os.path.join(EMULATOR, "dpu_include", "dpuemu_rt.h")])
 
 
-ffibuilder = FFI()
-ffibuilder.cdef(CDEF)
-ffibuilder.set_source(
-    "pimloader._dpuemu",
-    "#include <stdio.h>\n#include <stdlib.h>\n#include <dpu.h>\n#include <dpu_emulator.h>\n",
+# the cdef above is the emulator's dpu.h as Python needs it, not a header's cffi block
+ffibuilder = extension(
+    "pimloader._dpuemu", (), cdef_extra=CDEF,
+    preamble="#include <stdio.h>\n#include <stdlib.h>\n#include <dpu.h>\n#include <dpu_emulator.h>\n",
     **emulator_build_args(),
 )
 

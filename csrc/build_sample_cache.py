@@ -2,46 +2,19 @@
 encoded-sample cache (csrc/sample_cache.c; pimloader/datasets/cache.py).
 
 setup.py picks this file up through its `csrc/build_*.py:ffibuilder` glob. The cdef is the
-`cffi-cdef-begin` / `cffi-cdef-end` block of csrc/include/pim_sample_cache.h.
+`cffi-cdef-begin` / `cffi-cdef-end` block of csrc/include/pim_sample_cache.h (csrc/cffi_build.py).
 """
 import os
-import re
+import sys
 
-from cffi import FFI
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cffi_build import INCLUDE, compile_args, extension, sources  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-INCLUDE = os.path.join(HERE, "include")
-HEADER = os.path.join(INCLUDE, "pim_sample_cache.h")
-
-_BLOCK = re.compile(r"/\* cffi-cdef-begin.*?\*/(.*?)/\* cffi-cdef-end \*/", re.S)
-
-
-def cdef_text() -> str:
-    """The declarations of pim_sample_cache.h's cffi block, comments stripped."""
-    with open(HEADER, encoding="utf-8") as f:
-        blocks = _BLOCK.findall(f.read())
-    if not blocks:
-        raise RuntimeError(f"{HEADER} has no cffi-cdef-begin/end block")
-    return re.sub(r"/\*.*?\*/", "", "\n".join(blocks), flags=re.S)
-
-
-def _rel(path: str) -> str:
-    # setuptools wants sources relative to the directory setup.py runs in
-    try:
-        return os.path.relpath(path)
-    except ValueError:  # another drive (Windows)
-        return path
-
-
-ffibuilder = FFI()
-ffibuilder.cdef(cdef_text())
-ffibuilder.set_source(
-    "pimloader._sample_cache",
-    '#include "pim_sample_cache.h"\n',
-    sources=[_rel(os.path.join(HERE, "sample_cache.c"))],
+ffibuilder = extension(
+    "pimloader._sample_cache", [os.path.join(INCLUDE, "pim_sample_cache.h")],
+    sources=sources("sample_cache.c"),
     include_dirs=[INCLUDE],
-    depends=[HEADER],
-    extra_compile_args=["-std=gnu11", "-O2", "-Wall", "-Wextra"],
+    extra_compile_args=compile_args("-O2", warnings=("-Wall", "-Wextra")),
 )
 
 if __name__ == "__main__":

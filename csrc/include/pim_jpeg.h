@@ -7,7 +7,7 @@
  * status code and a message.  Every call owns its own decompressor, so calls may run
  * concurrently from any number of threads.
  *
- * The text between the cdef markers is also the cffi cdef of pimloader._jpeg
+ * The text between the cffi-cdef markers is also the cffi cdef of pimloader._jpeg
  * (csrc/build_jpeg.py reads it), so it holds only what cffi's parser accepts.
  */
 #ifndef PIM_JPEG_H
@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* cdef-begin */
+/* cffi-cdef-begin */
 #define PL_JPEG_OK 0
 #define PL_JPEG_EDATA 1      /* libjpeg rejected the data (corrupt, truncated, unsupported) */
 #define PL_JPEG_EARG 2       /* bad request: box outside the image, buffer too small, ... */
@@ -97,6 +97,6 @@ int pl_jpeg_add_restarts(const uint8_t *data, size_t size, int32_t max_interval,
 int pl_jpeg_seek_info(const uint8_t *data, size_t size, int32_t *interval, int32_t *mcu_width,
                       int32_t *mcu_height);
 void pl_jpeg_free(uint8_t *buffer);
-/* cdef-end */
+/* cffi-cdef-end */
 
 #endif /* PIM_JPEG_H */
