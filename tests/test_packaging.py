@@ -1,4 +1,7 @@
-"""pimloader as a new user gets it: `pip install .` from a clone, in a fresh virtual environment.
+"""pimloader as a new user gets it: `pip install .` from a clone, or pip install of the sdist
+made from that clone (pip unpacks it and builds the cffi extensions there, from csrc/build_*.py
+and the csrc/cffi_build.py they share), in a fresh virtual environment; every extension module
+that setup.py builds must import from the install.
 
 The fresh environment gets exactly the distributions that pimloader declares (pyproject.toml's
 [project].dependencies) and what they in turn require, taken from this test's own environment
@@ -20,6 +23,7 @@ from __future__ import annotations
 import ast
 import importlib.metadata as metadata
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -219,15 +223,30 @@ NOT_IN_SDIST = ("tests/", "docs/", "benchmarks/", "scripts/", ".ci/", ".gitignor
                 "requirements-bench.txt")
 
 
+def build_sdist(clone: Path, dest: Path) -> Path:
+    """The source distribution of `clone`, written into `dest` by the project's build backend."""
+    built = run([sys.executable, "-c", "import setuptools.build_meta as backend, sys; "
+                 "print(backend.build_sdist(sys.argv[1]))", dest], cwd=clone)
+    assert built.returncode == 0, built.stderr
+    return dest / built.stdout.strip().splitlines()[-1]
+
+
+def extension_modules(clone: Path) -> list[str]:
+    """The extension modules that setup.py builds: one per csrc/build_*.py, named there."""
+    names = set()
+    for builder in sorted((clone / "csrc").glob("build_*.py")):
+        found = set(re.findall(rf'"({PACKAGE}\._\w+)"', builder.read_text(encoding="utf-8")))
+        assert len(found) == 1, f"{builder.name} names {sorted(found)}, not one module"
+        names |= found
+    return sorted(names)
+
+
 def test_the_sdist_carries_what_building_it_reads(tmp_path):
     """A source distribution (what pip builds a wheel from where no clone is at hand) has every
     file of a clone but the tests, docs, benchmarks and development files."""
     clone = tmp_path / "clone"
     clone_copy(clone)
-    built = run([sys.executable, "-c", "import setuptools.build_meta as backend, sys; "
-                 "print(backend.build_sdist(sys.argv[1]))", tmp_path / "dist"], cwd=clone)
-    assert built.returncode == 0, built.stderr
-    with tarfile.open(tmp_path / "dist" / built.stdout.strip().splitlines()[-1]) as sdist:
+    with tarfile.open(build_sdist(clone, tmp_path / "dist")) as sdist:
         carried = {name.split("/", 1)[1] for name in sdist.getnames() if "/" in name}
     in_clone = {p.relative_to(clone).as_posix() for p in clone.rglob("*") if p.is_file()}
     needed = {name for name in in_clone if not name.startswith(NOT_IN_SDIST)}
@@ -237,7 +256,7 @@ def test_the_sdist_carries_what_building_it_reads(tmp_path):
 
 
 INSTALLED_CHECK = textwrap.dedent("""
-    import importlib.metadata as metadata, json, sys
+    import importlib, importlib.metadata as metadata, json, sys
     from pathlib import Path
     import numpy as np
     import torch
@@ -268,6 +287,8 @@ INSTALLED_CHECK = textwrap.dedent("""
         outputs[backend] = torch.cat([images for images, _ in loader])
     report["image_shape"] = list(outputs["cpu"].shape)
     report["backends_equal"] = bool(torch.equal(outputs["cpu"], outputs["emulator"]))
+    # every extension module setup.py builds (argv[2]: their names) imports from the install
+    report["extensions"] = {name: importlib.import_module(name).__file__ for name in json.loads(sys.argv[2])}
 
     dist = metadata.distribution("pimloader")
     report["requires"] = dist.requires
@@ -281,9 +302,13 @@ INSTALLED_CHECK = textwrap.dedent("""
 
 
 @pytest.mark.timeout(300)
-def test_pip_install_from_a_clone_gives_a_working_package(tmp_path):
+@pytest.mark.parametrize("source", ["clone", "sdist"])
+def test_pip_install_from_a_clone_gives_a_working_package(tmp_path, source):
+    """`pip install .` in a clone, or pip install of the sdist made from it (what an index
+    serves where no wheel fits: pip unpacks it and builds the extensions there)."""
     clone = tmp_path / "clone"
     clone_copy(clone)
+    target = clone if source == "clone" else build_sdist(clone, tmp_path / "dist")
     with open(clone / "pyproject.toml", "rb") as f:
         build_requires = tomllib.load(f)["build-system"]["requires"]
     wheels = tmp_path / "wheels"
@@ -305,7 +330,7 @@ def test_pip_install_from_a_clone_gives_a_working_package(tmp_path):
                     check=True).stdout.strip())
     (site / "_pimloader_test_dependencies.pth").write_text(f"{overlay}\n")
 
-    installed = run([python, "-m", "pip", "install", "--no-index", "--find-links", wheels, clone],
+    installed = run([python, "-m", "pip", "install", "--no-index", "--find-links", wheels, target],
                     cwd=tmp_path)
     assert installed.returncode == 0, f"pip install . failed:\n{installed.stdout}\n{installed.stderr}"
     assert "Successfully installed pimloader-" in installed.stdout, installed.stdout
@@ -315,7 +340,8 @@ def test_pip_install_from_a_clone_gives_a_working_package(tmp_path):
     assert PACKAGE in new and new - {PACKAGE} <= {"pip", "setuptools"}, f"pip installed more: {new}"
 
     # -I: neither the current folder nor PYTHONPATH on sys.path (the .pth files still count)
-    checked = run([python, "-I", "-c", INSTALLED_CHECK, tmp_path], cwd=tmp_path)
+    extensions = extension_modules(clone)
+    checked = run([python, "-I", "-c", INSTALLED_CHECK, tmp_path, json.dumps(extensions)], cwd=tmp_path)
     assert checked.returncode == 0, f"the installed package failed:\n{checked.stderr[-4000:]}"
     report = json.loads(checked.stdout.strip().splitlines()[-1])
 
@@ -323,6 +349,8 @@ def test_pip_install_from_a_clone_gives_a_working_package(tmp_path):
     assert (report["datasets"], report["transforms"]) == ("pimloader.datasets", "pimloader.transforms")
     assert report["tensor_batches"] == [4, 2]
     assert report["image_shape"] == [4, 3, 24, 24] and report["backends_equal"]
+    assert f"{PACKAGE}._kernels" in extensions and sorted(report["extensions"]) == extensions
+    assert all(Path(f).is_relative_to(site / PACKAGE) for f in report["extensions"].values())
     assert report["license"] == "MIT" and report["license_files"]
 
     requires = [Requirement(text) for text in report["requires"]]
