@@ -49,9 +49,9 @@ from torch.utils.data import DataLoader, Dataset
 
 from benchmarks import peer_dali_audio
 from benchmarks.cpu_time import CpuClock
-from benchmarks.harness import interleaved, warnings_once, write_results
+from benchmarks.harness import close_loader, interleaved, run_benchmark, settle, warnings_once
 from benchmarks.make_speech_dataset import DATA_DIR, Params, ensure_dataset
-from benchmarks.plot_tasks import DOCS, draw_audio
+from benchmarks.plot_tasks import draw_audio
 from benchmarks.progress import bar
 from pimloader import PIMDataLoader
 from pimloader import transforms as T
@@ -66,7 +66,6 @@ try:
 except Exception:  # torchaudio pins an older torch; it may not import
     audio_functional = audio_transforms = None
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 RATE = 16000
 MEL = dict(sample_rate=RATE, n_fft=480, hop_length=160, n_mels=40)
 QUICK = {"per_word": 8, "epochs": 2, "batch_size": 16}
@@ -138,16 +137,6 @@ def run_epoch(loader) -> float:
     return time.perf_counter() - start
 
 
-def close(loader) -> None:
-    if hasattr(loader, "close"):
-        loader.close()
-        return
-    iterator = getattr(loader, "_iterator", None)
-    loader._iterator = None
-    if iterator is not None and hasattr(iterator, "_shutdown_workers"):
-        iterator._shutdown_workers()
-
-
 def measure(root: Path, workers: int, batch_size: int, epochs: int, warmup: int = 1,
             emulator_dpus: int = 0) -> dict:
     """One epoch of each contender in turn, the order rotating, so that they share the
@@ -173,7 +162,7 @@ def measure(root: Path, workers: int, batch_size: int, epochs: int, warmup: int 
                         for name, loader in loaders.items() if isinstance(loader, PIMDataLoader)}
     finally:
         for loader in loaders.values():
-            close(loader)
+            close_loader(loader)
     clips = len(loaders[names[0]].dataset)
     row = {"workers": workers, "clips": clips, "contenders": {}}
     for name in names:
@@ -300,32 +289,24 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="JSON results (default: benchmarks/results/audio[.quick].json)")
     parser.add_argument("--plot", type=Path, default=None,
                         help="PNG to draw (default: docs/audio.png; none with --quick)")
-    args = parser.parse_args(argv)
-    if args.quick:
-        for name, value in QUICK.items():
-            setattr(args, name, value)
-    elif args.plot is None:
-        args.plot = DOCS / "audio.png"
+    args = settle(parser.parse_args(argv), "audio", QUICK, plot="audio.png")
     if args.root is None:
         args.root = DATA_DIR / ("speech_commands_like_quick" if args.quick else "speech_commands_like")
     return args
 
 
 def main(argv=None) -> dict:
-    args = parse_args(argv)
     with warnings_once():
-        results = run(args)
+        return run_benchmark(parse_args(argv), run, report, draw_audio)
+
+
+def report(results: dict) -> None:
     print(f"route: {results['route']}; batch {results['batch_size']}; "
           f"load average {results['machine']['load_average_1m']:.1f}")
     print(format_rows(results["rows"]))
     print("ms per clip by stage (one thread):")
     for name, value in results["ms_per_clip_by_stage"].items():
         print(f"  {name:<56} {value:8.3f}")
-    write_results(results, args.out or RESULTS_DIR / ("audio.quick.json" if args.quick
-                                                      else "audio.json"))
-    if args.plot is not None:
-        draw_audio(results, args.plot)
-    return results
 
 
 if __name__ == "__main__":

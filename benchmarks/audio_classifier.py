@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
-import os
 
 import numpy as np
 import torch
@@ -29,6 +27,7 @@ from torch import nn
 
 from benchmarks.audio_fixed_point import RATE, resample, spoken_word_waveform
 from benchmarks import audio_reference
+from benchmarks.harness import results_path, write_results
 from pimloader.backends.dpu.audio import DpuMelFeatures
 from pimloader.backends.dpu.audio_tables import DpuMelSpec
 
@@ -38,7 +37,6 @@ VOICES = ("en-us", "en-gb", "en-us+f3", "en-gb-scotland", "en-us+m7", "en-029+f2
 SPEEDS = (120, 150, 180)
 PITCHES = (30, 50, 70)
 SPEC = DpuMelSpec(sample_rate=RATE, n_fft=400, hop_length=160, n_mels=40, top_db=80.0)
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -139,10 +137,7 @@ def main(argv=None) -> dict:
               f"{r['agreement']:10.3f}")
     result = {"train": int((~test).sum()), "test": int(test.sum()), "epochs": epochs, "rows": rows,
               "reference": audio_reference.which()}
-    out = args.out or os.path.join(RESULTS, "audio_classifier" + (".quick" if args.quick else "") + ".json")
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump(result, f, indent=1)
+    write_results(result, args.out or results_path("audio_classifier", args.quick))
     return result
 
 

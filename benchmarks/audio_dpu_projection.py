@@ -16,19 +16,17 @@ on a shared machine.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import time
 
 import numpy as np
 import torch
 
 from benchmarks import audio_reference
+from benchmarks.harness import results_path, write_results
 from pimloader.backends.dpu.audio import DpuMelFeatures
 from pimloader.backends.dpu.audio_tables import DpuMelSpec, DpuMelTables
 from pimloader.costmodel import audio as cost
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 SETTINGS = {"n_mels=40, top_db=80": dict(n_fft=400, hop_length=160, n_mels=40, top_db=80.0),
             "n_mels=64, top_db=80": dict(n_fft=400, hop_length=160, n_mels=64, top_db=80.0)}
 
@@ -86,11 +84,9 @@ def main(argv=None) -> dict:
                          "dma_per_clip": {"read_bytes": float(run.read_bytes.sum() / run.clips),
                                           "write_bytes": float(run.write_bytes.sum() / run.clips),
                                           "push_bytes_per_dpu": run.xfer_in, "gather_bytes_per_dpu": run.xfer_out}}
-    out = args.out or os.path.join(RESULTS, "audio_dpu_projection" + (".quick" if args.quick else "") + ".json")
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump({"benchmark": "audio_dpu_projection", "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-                   "dpus": dpus, "clips_per_dpu": args.clips_per_dpu, "results": results}, f, indent=1, default=float)
+    write_results({"benchmark": "audio_dpu_projection", "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                   "dpus": dpus, "clips_per_dpu": args.clips_per_dpu, "results": results},
+                  args.out or results_path("audio_dpu_projection", args.quick), default=float)
     return results
 
 

@@ -19,7 +19,6 @@ float waveform to int16 (`audio_tables.quantize_waveforms`). Nothing here is a D
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import subprocess
@@ -29,6 +28,7 @@ import wave
 import numpy as np
 
 from benchmarks import audio_reference
+from benchmarks.harness import results_path, write_results
 from benchmarks.progress import bar
 from pimloader.backends.dpu.audio import DpuMelFeatures
 from pimloader.backends.dpu.audio_tables import DpuMelSpec, quantize_waveforms
@@ -42,7 +42,6 @@ SETTINGS = {
     "n_mels=64, top_db=80": dict(n_fft=400, hop_length=160, n_mels=64, top_db=80.0),
     "n_mels=64, no top_db": dict(n_fft=400, hop_length=160, n_mels=64),
 }
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -184,11 +183,8 @@ def main(argv=None) -> dict:
     print(f"DPU log-mel (emulator, integer kernel) vs float reference ({audio_reference.which()}); "
           f"espeak-ng: {'yes' if words else 'missing, speech skipped'}")
     print_table(results)
-    out = args.out or os.path.join(RESULTS, "audio_fixed_point" + (".quick" if args.quick else "") + ".json")
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump({"reference": audio_reference.which(), "espeak_ng": bool(words), "seed": args.seed,
-                   "results": results}, f, indent=1)
+    write_results({"reference": audio_reference.which(), "espeak_ng": bool(words), "seed": args.seed,
+                   "results": results}, args.out or results_path("audio_fixed_point", args.quick))
     return results
 
 

@@ -16,7 +16,6 @@ says so. About a minute here.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import tempfile
@@ -26,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.harness import results_path, write_results
 from pimloader.backends.dpu.audio import KERNEL_SOURCE, DpuMelFeatures
 from pimloader.backends.dpu.audio_tables import DpuMelSpec, DpuMelTables
 from pimloader.costmodel import audio as cost
@@ -34,7 +34,6 @@ from pimloader.costmodel import proxy
 from pimloader.costmodel.assumptions import CASES
 from pimloader.costmodel.counted import BRACKETS
 
-RESULTS = Path(__file__).resolve().parent / "results"
 TASKLETS = 8          # n_fft 1024's tables and buffers fit WRAM at up to 9
 STACK_BYTES = 1024
 # n_fft (radices of n_fft / 2), n_mels, top_db, masks: the units vary independently
@@ -158,11 +157,7 @@ def main(argv=None) -> dict:
     results = run(args)
     report(results)
     if "skipped" not in results:
-        out = args.out or RESULTS / ("audio_instruction_counts.quick.json" if args.quick
-                                     else "audio_instruction_counts.json")
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(results, indent=1) + "\n")
-        print(f"wrote {out}")
+        write_results(results, args.out or results_path("audio_instruction_counts", args.quick))
     return results
 
 

@@ -29,13 +29,12 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.harness import RunWindow, machine, utc_date, write_results, pyplot
+from benchmarks.harness import RunWindow, machine, pyplot, run_benchmark, save_figure, settle, utc_date
 from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
 from benchmarks.pipelines import make_transform
 from benchmarks.progress import bar
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+QUICK = {"count": 48, "jobs": [2], "batch_size": 16}
 
 
 def _cpu_s() -> float:
@@ -90,7 +89,7 @@ def run(root: Path, jobs: int, shared: bool, workers: int, batch_size: int) -> d
             "preparing_jobs": sum(r["prepared"] for r in reports)}
 
 
-def main(argv: list[str] | None = None) -> dict:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.coordinated_prep",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="48 photos, 2 jobs")
@@ -105,11 +104,14 @@ def main(argv: list[str] | None = None) -> dict:
                         "results/coordinated_prep.json, or coordinated_prep.quick.json)")
     parser.add_argument("--plot", type=Path, help="PNG (default: docs/coordinated_prep.png; "
                         "none with --quick)")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.count, args.jobs, args.batch_size = 48, [2], 16
-    elif args.plot is None:
-        args.plot = DOCS / "coordinated_prep.png"
+    return settle(parser.parse_args(argv), "coordinated_prep", QUICK, plot="coordinated_prep.png")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    return run_benchmark(parse_args(argv), measure, report, plot)
+
+
+def measure(args: argparse.Namespace) -> dict:
     root = make_imagenet_like(args.data / f"coordinated_{args.count}", count=args.count,
                               classes=4)
     window = RunWindow()
@@ -123,12 +125,6 @@ def main(argv: list[str] | None = None) -> dict:
         "environment": {**machine(), **window.load(), "date": utc_date()},
         "rows": rows,
     }
-    report(results)
-    out = args.out or RESULTS_DIR / ("coordinated_prep.quick.json" if args.quick
-                                     else "coordinated_prep.json")
-    write_results(results, out)
-    if args.plot is not None:
-        plot(results, args.plot)
     return results
 
 
@@ -176,11 +172,7 @@ def plot(results: dict, path: Path) -> None:
                  f"one epoch per job, no training step\n{env['date']}, {env['cpus']} CPUs, "
                  f"load {env['loadavg_before'][0]:.1f} -> {env['loadavg_after'][0]:.1f}",
                  fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    print(f"wrote {path}")
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":

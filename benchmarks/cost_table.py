@@ -31,7 +31,7 @@ from pimloader.costmodel.provisioning import (DPUS_PER_DIMM, GPU_RATES, Prices,
                                               break_even_dimm_price, dimms_for, gpu_rates_table,
                                               host_cores, hourly_cost)
 
-from benchmarks.harness import pyplot
+from benchmarks.harness import pyplot, save_figure
 
 DPU_SYSTEM = "2,560 DPUs"
 DPU_HOST = "pimloader seekable"   # the host path the DPU configuration keeps (decode, read)
@@ -240,8 +240,4 @@ def plot(results: dict, path: Path) -> None:
     right.set_title("Host cores to feed one GPU (GPU rates: published/assumed)", fontsize=9)
     right.legend(fontsize=8)
     right.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    print(f"wrote {path}")
+    save_figure(fig, path)

@@ -36,9 +36,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.dpu_projection import PIPELINES, QUICK, RESULTS_DIR, host_copy_bandwidth, image_files, measure
-from benchmarks.harness import write_results
-from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
+from benchmarks.dpu_projection import PIPELINES, QUICK, host_copy_bandwidth, image_files, measure
+from benchmarks.harness import run_benchmark, settle
+from benchmarks.make_dataset import make_imagenet_like
 from benchmarks.progress import bar
 from pimloader import costmodel as cm
 from pimloader.backends.dpu import jpeg as DJ
@@ -303,24 +303,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="skip counting the decoder's instructions on the RV32 proxy")
     p.add_argument("--out", type=Path)
     p.add_argument("--quick", action="store_true")
-    args = p.parse_args(argv)
-    if args.quick:
-        vars(args).update(QUICK)
-        args.count_images = 2
+    args = settle(p.parse_args(argv), "decode_projection", {**QUICK, "count_images": 2}, data="imagenet_like")
     args.count_instructions = args.count_instructions and proxy.find_cross_compiler() is not None
-    if args.data is None:
-        args.data = DATA_DIR / ("imagenet_like_quick" if args.quick else "imagenet_like")
-    if args.out is None:
-        args.out = RESULTS_DIR / ("decode_projection.quick.json" if args.quick else "decode_projection.json")
     return args
 
 
 def main(argv=None) -> dict:
-    args = parse_args(argv)
-    results = run(args)
-    report(results)
-    write_results(results, args.out)
-    return results
+    return run_benchmark(parse_args(argv), run, report)
 
 
 if __name__ == "__main__":

@@ -35,8 +35,8 @@ from torchvision import tv_tensors
 from torchvision.transforms import v2
 
 from benchmarks import peer_dali_detection as dali_detection
-from benchmarks.harness import (RunWindow, interleaved, machine, silenced, utc_date,
-                                warnings_once, write_results)
+from benchmarks.harness import (RunWindow, interleaved, machine, results_path, run_benchmark,
+                                silenced, utc_date, warnings_once)
 from benchmarks.make_detection_dataset import DEFAULT_ROOT, make_detection_dataset
 from benchmarks.plot_tasks import DOCS, draw_detection
 from benchmarks.progress import bar
@@ -44,7 +44,6 @@ from pimloader import PIMDataLoader, decode
 from pimloader.datasets import CocoDetection
 from pimloader.transforms.probe import for_probe, run_on_probe
 
-RESULTS = Path(__file__).resolve().parent / "results" / "detection.json"
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 EMULATOR = "pim emulator*"
 
@@ -224,13 +223,9 @@ def run(args: argparse.Namespace) -> dict:
 def main(argv=None) -> dict:
     args = parse_args(argv)
     torch.set_num_threads(1)
-    with warnings_once():
-        report = run(args)
-    out = args.out or RESULTS.with_suffix(".quick.json" if args.quick else ".json")
-    write_results(report, out)
-    if args.plot is not None:
-        draw_detection(report, args.plot)
-    return report
+    with warnings_once():   # --out resolved here: run() records the flags as given
+        return run_benchmark(args, run, plot=draw_detection,
+                             out=args.out or results_path("detection", args.quick))
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ benchmarks/detection.py, over the offline COCO-format set:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
@@ -37,6 +36,7 @@ import torch
 
 from benchmarks.detection import faster_rcnn, ssd_geometry
 from benchmarks.dpu_projection import host_copy_bandwidth
+from benchmarks.harness import results_path, write_results
 from benchmarks.make_detection_dataset import DEFAULT_ROOT, make_detection_dataset
 from benchmarks.progress import bar
 from pimloader import costmodel as cm
@@ -49,7 +49,6 @@ from pimloader.pipelines.detection import build
 from pimloader.pipelines.select import PipelineOptions
 from pimloader.transforms.probe import run_on_probe
 
-RESULTS = Path(__file__).resolve().parent / "results" / "detection_projection.json"
 PIPELINES = {"faster-rcnn": faster_rcnn, "ssd-geometry": ssd_geometry}
 QUICK = {"count": 16, "dataset_count": 16, "dpus": 4, "images_per_dpu": 1}
 LABEL = "PROJECTED"
@@ -214,7 +213,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if min(args.count, args.dpus, args.images_per_dpu, args.host_cores) < 1:
         parser.error("--count, --dpus, --images-per-dpu and --host-cores must be >= 1")
     if args.out is None:
-        args.out = RESULTS.with_suffix(".quick.json" if args.quick else ".json")
+        args.out = results_path("detection_projection", args.quick)
     return args
 
 
@@ -238,8 +237,7 @@ def main(argv=None) -> dict:
                        "host times are measured here", "assumptions": cm.Assumptions().table(),
                "pipelines": entries}
     report(results)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1, default=_plain) + "\n")
+    write_results(results, args.out, default=_plain)
     return results
 
 

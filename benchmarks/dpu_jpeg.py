@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import os
 import shutil
 import tempfile
@@ -26,6 +25,7 @@ from pathlib import Path
 
 from PIL import Image
 
+from benchmarks.harness import results_path, write_results
 from pimloader.backends.dpu.jpeg import KERNEL_SOURCE, DpuJpegDecoder
 from pimloader.costmodel import proxy
 from pimloader.decode import add_restart_markers
@@ -97,13 +97,11 @@ def report(results: dict) -> None:
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "dpu_jpeg.json")
+    parser.add_argument("--out", type=Path, default=results_path("dpu_jpeg", quick=False))
     args = parser.parse_args(argv)
     results = run()
     report(results)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=1))
-    print(f"wrote {args.out}")
+    write_results(results, args.out)
     return results
 
 

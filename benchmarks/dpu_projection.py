@@ -33,8 +33,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.harness import write_results
-from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
+from benchmarks.harness import run_benchmark, settle
+from benchmarks.make_dataset import make_imagenet_like
 from benchmarks.pipelines import DTYPES, MEAN, STD, make_transform
 from benchmarks.progress import bar
 from pimloader import costmodel as cm
@@ -43,7 +43,6 @@ from pimloader.backends import kernels as K
 from pimloader.backends.dpu.driver import DpuDriver
 from pimloader.transforms import lower
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 PIPELINES = (("train", "float32"), ("train", "float16"), ("val", "float32"))
 QUICK = {"count": 40, "classes": 4, "dpus": 16, "images_per_dpu": 2, "decode_repeats": 1}
 LABEL = "projected"
@@ -269,24 +268,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, help="JSON file (default: results/dpu_projection.json, "
                         "or dpu_projection.quick.json with --quick)")
     parser.add_argument("--quick", action="store_true", help=f"smoke-test settings: {QUICK}")
-    args = parser.parse_args(argv)
-    if args.quick:
-        vars(args).update(QUICK)
+    args = settle(parser.parse_args(argv), "dpu_projection", QUICK, data="imagenet_like")
     if min(args.dpus, args.images_per_dpu, args.decode_repeats, args.host_cores) < 1:
         parser.error("--dpus, --images-per-dpu, --decode-repeats and --host-cores must be >= 1")
-    if args.data is None:
-        args.data = DATA_DIR / ("imagenet_like_quick" if args.quick else "imagenet_like")
-    if args.out is None:
-        args.out = RESULTS_DIR / ("dpu_projection.quick.json" if args.quick else "dpu_projection.json")
     return args
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv)
-    results = run(args)
-    report(results)
-    write_results(results, args.out)
-    return results
+    return run_benchmark(parse_args(argv), run, report)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,14 @@
 """What the benchmarks share around their measurements: the order of interleaved rounds,
-the machine's load, the date and the wall time around a run, writing the results' JSON, and
-keeping the run's output readable (a warning shown once, not once per loader).
+the machine's load, the date and the wall time around a run, where results, data and plots
+go, the end of a main (run, report, write the JSON, plot: `run_benchmark`), and keeping the
+run's output readable (a warning shown once, not once per loader).
 
-Each benchmark keeps its own JSON layout (other benchmarks and docs read them); these are
-the pieces they had each written alike.
+Each benchmark keeps its own flags and JSON layout (other benchmarks and docs read them);
+these are the pieces they had each written alike.
 """
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -14,7 +16,12 @@ import platform
 import time
 import warnings
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
+
+BENCHMARKS = Path(__file__).resolve().parent
+RESULTS_DIR = BENCHMARKS / "results"      # results/<name>.json, <name>.quick.json for --quick
+DATA_DIR = RESULTS_DIR / "data"           # generated datasets (git ignores them)
+DOCS = BENCHMARKS.parent / "docs"         # the plots the docs show
 
 
 def interleaved(names: Sequence[str], round_index: int) -> list[str]:
@@ -57,11 +64,65 @@ class RunWindow:
         return {**self.load(), "wall_s": self.elapsed()}
 
 
-def write_results(results: dict, path: Path) -> None:
-    """The results as indented JSON at `path` (its folder made if need be), and say so."""
+def close_loader(loader) -> None:
+    """End a loader's persistent workers now, rather than whenever the loader is collected
+    (PIMDataLoader.close(), or torch's iterator shut down)."""
+    if hasattr(loader, "close"):
+        loader.close()
+        return
+    iterator = getattr(loader, "_iterator", None)
+    loader._iterator = None
+    if iterator is not None and hasattr(iterator, "_shutdown_workers"):
+        iterator._shutdown_workers()
+
+
+def write_results(results: dict, path: Path, default: Callable | None = None) -> None:
+    """The results as indented JSON at `path` (its folder made if need be), and say so;
+    `default` turns what JSON has no type for into what it has (json.dumps')."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=1) + "\n")
+    path.write_text(json.dumps(results, indent=1, default=default) + "\n")
     print(f"results written to {path}")
+
+
+def results_path(name: str, quick: bool) -> Path:
+    """Where benchmark `name` writes its JSON by default: results/<name>.json, or
+    <name>.quick.json for a --quick run (never over the committed results)."""
+    return RESULTS_DIR / f"{name}{'.quick' if quick else ''}.json"
+
+
+def settle(args: argparse.Namespace, name: str, quick: dict | None = None,
+           data: str | None = None, plot: str | None = None) -> argparse.Namespace:
+    """Fill in what a benchmark's flags leave open, as every benchmark does: with --quick
+    the `quick` settings replace the parsed ones; then an unset --data is
+    results/data/<data> (<data>_quick with --quick), an unset --out results_path(name), and
+    an unset --plot docs/<plot> unless --quick (a smoke run draws nothing by default)."""
+    if args.quick and quick:
+        vars(args).update(quick)
+    if data is not None and args.data is None:
+        args.data = DATA_DIR / (f"{data}_quick" if args.quick else data)
+    if args.out is None:
+        args.out = results_path(name, args.quick)
+    if plot is not None and args.plot is None and not args.quick:
+        args.plot = DOCS / plot
+    return args
+
+
+def run_benchmark(args: argparse.Namespace, run: Callable[[argparse.Namespace], dict],
+                  report: Callable[[dict], None] | None = None,
+                  plot: Callable[[dict, Path], None] | None = None, *,
+                  out: Path | None = None, default: Callable | None = None) -> dict:
+    """The end of a benchmark's main, once its flags are settled: results = run(args);
+    report(results) prints them; the JSON goes to `out` or else args.out (write_results,
+    `default` as there); plot(results, args.plot) draws them when args.plot is set.
+    Returns the results."""
+    results = run(args)
+    if report is not None:
+        report(results)
+    write_results(results, out or args.out, default=default)
+    if plot is not None and getattr(args, "plot", None) is not None:
+        plot(results, args.plot)
+    return results
 
 
 @contextlib.contextmanager
@@ -92,3 +153,15 @@ def pyplot(path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt
+
+
+def save_figure(fig, path) -> None:
+    """Lay out `fig` (a figure of pyplot's, above), save it at `path` (its folder made if need
+    be), close it and say so."""
+    import matplotlib.pyplot as plt   # importable: the figure was made with it
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    print(f"wrote {path}")

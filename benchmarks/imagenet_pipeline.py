@@ -52,8 +52,8 @@ import torchvision
 from torch.utils.data import DataLoader, default_collate
 from torchvision.datasets import ImageFolder as TorchvisionImageFolder
 
-from benchmarks.harness import RunWindow, interleaved, local_date, machine, write_results
-from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
+from benchmarks.harness import RunWindow, close_loader, interleaved, local_date, machine, run_benchmark, settle
+from benchmarks.make_dataset import make_imagenet_like
 from benchmarks.pipelines import (DTYPES, decode_pil, decode_rgb, make_transform, read_bytes,
                                   tensor_loader)
 from benchmarks.progress import bar, reporter
@@ -71,7 +71,6 @@ except ImportError as error:
 warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities",
                         category=DeprecationWarning)
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 QUICK = {"count": 40, "classes": 4, "epochs": 2, "warmup": 1, "batch_size": 16,
          "breakdown_passes": 1, "fresh_workers": False}
 
@@ -192,17 +191,6 @@ def run_epoch(loader: DataLoader, dtype: str) -> float:
     return elapsed
 
 
-def close(loader: DataLoader) -> None:
-    """End persistent workers now, rather than whenever the loader is collected."""
-    if hasattr(loader, "close"):
-        loader.close()
-        return
-    iterator = getattr(loader, "_iterator", None)
-    loader._iterator = None
-    if iterator is not None and hasattr(iterator, "_shutdown_workers"):
-        iterator._shutdown_workers()
-
-
 def median_epoch(seconds: list[float]) -> int:
     """Index of the epoch whose time is the (lower) median."""
     ranked = sorted(range(len(seconds)), key=seconds.__getitem__)
@@ -229,7 +217,7 @@ def measure(root: Path, group: Group, batch_size: int, epochs: int, warmup: int)
     finally:
         epochs_bar.close()
         for loader in loaders.values():
-            close(loader)
+            close_loader(loader)
     samples = len(loaders[names[0]].dataset)
     row = dataclasses.asdict(group)
     row["contenders"] = {}
@@ -452,25 +440,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              ".json, or imagenet_pipeline.quick.json with --quick)")
     parser.add_argument("--quick", action="store_true",
                         help=f"tiny smoke-test settings: {QUICK}")
-    args = parser.parse_args(argv)
-    if args.quick:
-        vars(args).update(QUICK)
+    args = settle(parser.parse_args(argv), "imagenet_pipeline", QUICK, data="imagenet_like")
     if args.epochs < 1 or args.count < 1 or args.breakdown_passes < 1:
         parser.error("--epochs, --count and --breakdown-passes must be at least 1")
-    if args.data is None:
-        args.data = DATA_DIR / ("imagenet_like_quick" if args.quick else "imagenet_like")
-    if args.out is None:
-        args.out = RESULTS_DIR / ("imagenet_pipeline.quick.json" if args.quick
-                                  else "imagenet_pipeline.json")
     return args
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv)
-    results = run(args)
-    report(results)
-    write_results(results, args.out)
-    return results
+    return run_benchmark(parse_args(argv), run, report)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ Needs riscv64-unknown-elf-gcc (Debian: gcc-riscv64-unknown-elf); without it, say
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import tempfile
@@ -31,18 +30,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.dpu_projection import PIPELINES, RESULTS_DIR, image_files, measure
+from benchmarks.dpu_projection import PIPELINES, image_files, measure
+from benchmarks.harness import results_path, write_results
 from benchmarks.make_dataset import DEFAULT_ROOT, QUICK, make_imagenet_like
 from benchmarks.progress import bar
 from pimloader import costmodel as cm
 from pimloader.backends import kernels as K
-from pimloader.backends.dpu.driver import DpuDriver
+from pimloader.backends.dpu.driver import KERNEL_SOURCE as KERNEL, DpuDriver
 from pimloader.costmodel import proxy
 from pimloader.costmodel.counted import BRACKETS, WANTED, class_weights, fits
 from pimloader.costmodel.work import WORK
-from pimloader._native_sources import native_source_root
 
-KERNEL = os.path.join(native_source_root(), "dpu_src", "crop_resize.c")
 # The figures the cost model assumed before they were counted (read from the C source), kept
 # for comparison: best, nominal, worst.
 ASSUMED_BEFORE = {"h_mac": (5, 6, 20), "h_out": (6, 9, 14), "v_mac": (7, 9, 23), "v_init": (1, 2, 3),
@@ -199,7 +197,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.data is None:
         args.data = DEFAULT_ROOT.parent / (DEFAULT_ROOT.name + "_quick") if args.quick else DEFAULT_ROOT
     if args.out is None:
-        args.out = RESULTS_DIR / ("instruction_counts.quick.json" if args.quick else "instruction_counts.json")
+        args.out = results_path("instruction_counts", args.quick)
     return args
 
 
@@ -208,11 +206,9 @@ def main(argv=None) -> dict:
     results = run(args)
     report(results)
     if "skipped" not in results:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
         slim = {k: v for k, v in results.items() if k != "pipelines"}
         slim["pipelines"] = [{k: v for k, v in e.items() if not k.startswith("tasklet_")} for e in results["pipelines"]]
-        args.out.write_text(json.dumps(slim, indent=1))
-        print(f"wrote {args.out}")
+        write_results(slim, args.out)
     return results
 
 

@@ -20,23 +20,20 @@ numbers.
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 from torchvision.transforms import v2 as T
 from torchvision.transforms.v2 import functional as F
 
-from benchmarks.harness import RunWindow, local_date, write_results
+from benchmarks.harness import RunWindow, local_date, results_path, write_results
 from pimloader.backends import kernels as K
 
 MEAN = [0.485, 0.456, 0.406]
 STD = [0.229, 0.224, 0.225]
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
 def photo_500x375() -> tuple[np.ndarray, str]:
@@ -168,8 +165,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"float32 outputs identical to torchvision's: {report['fraction_identical_float32']:.4%}"
           f" (max abs diff {report['max_abs_diff_float32']:g})")
     stem = "kernel_speed" + ("" if args.simd < 0 else f".simd{simd}")
-    path = args.out or os.path.join(RESULTS, stem + (".quick.json" if args.quick else ".json"))
-    write_results(report, Path(path))
+    write_results(report, args.out or results_path(stem, args.quick))
     return report
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from benchmarks.harness import machine, write_results
+from benchmarks.harness import machine, run_benchmark, settle
 from benchmarks.progress import bar
 
 try:
@@ -37,7 +37,6 @@ except ImportError as error:
     PIMDataLoader = None
     PIMLOADER_IMPORT_ERROR = f"{type(error).__name__}: {error}"
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 IMAGE_SHAPE = (3, 224, 224)
 NUM_CLASSES = 1000
 QUICK = {"samples": 256, "epochs": 3, "warmup": 1, "batch_sizes": [64], "workers": [0, 2],
@@ -374,23 +373,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "or loader_overhead.quick.json with --quick)")
     parser.add_argument("--quick", action="store_true",
                         help=f"tiny smoke-test settings: {QUICK}")
-    args = parser.parse_args(argv)
-    if args.quick:
-        vars(args).update(QUICK)
+    args = settle(parser.parse_args(argv), "loader_overhead", QUICK)
     if args.epochs < 1 or args.samples < 1 or args.transform_samples < 1:
         parser.error("--epochs, --samples and --transform-samples must be at least 1")
-    if args.out is None:
-        args.out = RESULTS_DIR / ("loader_overhead.quick.json" if args.quick
-                                  else "loader_overhead.json")
     return args
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv)
-    results = run(args)
-    report(results)
-    write_results(results, args.out)
-    return results
+    return run_benchmark(parse_args(argv), run, report)
 
 
 if __name__ == "__main__":

@@ -33,14 +33,13 @@ import torch
 
 from benchmarks import cost_table
 from benchmarks.cpu_time import CpuClock
-from benchmarks.harness import RunWindow, interleaved, local_date, write_results
-from benchmarks.imagenet_pipeline import (SEEKABLE, Group, close, dataset_summary, environment,
+from benchmarks.harness import (RunWindow, close_loader, interleaved, local_date, results_path,
+                                run_benchmark, settle)
+from benchmarks.imagenet_pipeline import (SEEKABLE, Group, dataset_summary, environment,
                                           make_loader, median_epoch, run_epoch)
-from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
+from benchmarks.make_dataset import make_imagenet_like
 from benchmarks.progress import bar
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
-DOCS = Path(__file__).resolve().parent.parent / "docs"
 LOADERS = ("torchvision", "pimloader", SEEKABLE)
 QUICK = {"count": 40, "classes": 4, "epochs": 1, "warmup": 1, "batch_size": 16}
 
@@ -76,7 +75,7 @@ def measure(root: Path, workers: int, batch_size: int, epochs: int, warmup: int)
                     stats[name].append(dataclasses.asdict(loaders[name].stats()[-1]))
     finally:
         for loader in loaders.values():
-            close(loader)
+            close_loader(loader)
     images = len(loaders[LOADERS[0]].dataset)
     return {"workers": workers, "images": images,
             "loaders": {name: summary(seconds[name], cpu[name], stats[name], images, workers)
@@ -165,31 +164,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true",
                         help=f"smoke-test settings: {QUICK}, workers 1 unless --workers")
     args = parser.parse_args(argv)
-    if args.quick:
-        vars(args).update(QUICK)
+    settle(args, "naive_sweep", QUICK, data="imagenet_like", plot="naive_sweep.png")
     if args.workers is None:
         args.workers = [1] if args.quick else default_workers(machine_cpus())
     if min(args.workers) < 1 or args.epochs < 1:
         parser.error("--workers and --epochs must be at least 1")
-    suffix = ".quick.json" if args.quick else ".json"
-    args.data = args.data or DATA_DIR / ("imagenet_like_quick" if args.quick else "imagenet_like")
-    args.projection = args.projection or RESULTS_DIR / f"dpu_projection{suffix}"
-    args.out = args.out or RESULTS_DIR / f"naive_sweep{suffix}"
-    if args.plot is None and not args.quick:
-        args.plot = DOCS / "naive_sweep.png"
+    args.projection = args.projection or results_path("dpu_projection", args.quick)
     return args
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv)
+    return run_benchmark(parse_args(argv), run_with_cost_table, report, cost_table.plot)
+
+
+def run_with_cost_table(args: argparse.Namespace) -> dict:
+    """The sweep, and the cost table built on it and on dpu_projection's JSON (if any)."""
     results = run(args)
     projection = (json.loads(args.projection.read_text()) if args.projection.exists()
                   else None)
     results["cost_table"] = cost_table.build(results, projection)
-    report(results)
-    write_results(results, args.out)
-    if args.plot is not None:
-        cost_table.plot(results, args.plot)
     return results
 
 

@@ -28,12 +28,11 @@ import torch
 from torchvision.transforms import v2 as T
 from torchvision.transforms.v2 import functional as F
 
-from benchmarks.harness import RunWindow, local_date, write_results
+from benchmarks.harness import RunWindow, local_date, results_path, write_results
 from benchmarks.kernel_speed import photo_500x375
 from benchmarks.pipelines import MEAN, STD
 from pimloader.backends import kernels as K
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 COLOUR = (("brightness", 1.2), ("contrast", 0.8), ("saturation", 1.3))
 OPS = ("crop + resize", "flip", "convert", "normalise", "colour")
 
@@ -132,8 +131,7 @@ def main(argv: list[str] | None = None) -> dict:
     for op in OPS:
         print(f"{op:<14} {results['torchvision_cpu_ms'][op]:11.3f} "
               f"{results['pimloader_cpu_ms'][op]:9.3f} {pim[op]:14.3f}")
-    out = args.out or RESULTS_DIR / ("op_costs.quick.json" if args.quick else "op_costs.json")
-    write_results(results, out)
+    write_results(results, args.out or results_path("op_costs", args.quick))
     return results
 
 

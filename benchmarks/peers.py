@@ -36,14 +36,13 @@ import torchvision
 from torchvision.datasets import ImageFolder
 
 from benchmarks import imagenet_pipeline, peer_dali, peer_ffcv
-from benchmarks.harness import interleaved, write_results
+from benchmarks.harness import DOCS, close_loader, interleaved, run_benchmark, settle
 from benchmarks.imagenet_pipeline import SEEKABLE, Group, seekable_copy
-from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
+from benchmarks.make_dataset import make_imagenet_like
 from benchmarks.pipelines import make_transform
 from benchmarks.progress import bar
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
-PLOT = Path(__file__).resolve().parent.parent / "docs" / "peers.png"
+PLOT = DOCS / "peers.png"
 BASELINE = "torchvision"
 CONTENDERS = (BASELINE, "pimloader", SEEKABLE, "DALI", "FFCV")
 PEERS = {"DALI": peer_dali, "FFCV": peer_ffcv}
@@ -87,7 +86,7 @@ def build(name: str, root: Path, pipeline: str, args: argparse.Namespace,
     loader = imagenet_pipeline.make_loader(name, root, group, args.batch_size)
     return Contender(name, loader, len(loader.dataset),
                      torch_text(name, pipeline, group, args.batch_size),
-                     lambda: imagenet_pipeline.close(loader))
+                     lambda: close_loader(loader))
 
 
 def unavailable(names: list[str]) -> dict[str, str]:
@@ -283,30 +282,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "none with --quick)")
     parser.add_argument("--quick", action="store_true", help=f"smoke-run settings: {QUICK}")
     args = parser.parse_args(argv)
-    if args.quick:
-        vars(args).update(QUICK)
+    settle(args, "peers", QUICK, data="imagenet_like", plot=PLOT.name)
     if args.epochs < 1 or args.warmup < 0 or args.workers < 1 or args.batch_size < 1:
         parser.error("--epochs, --workers and --batch-size must be at least 1, --warmup 0")
     args.contenders = [BASELINE] + [name for name in dict.fromkeys(args.contenders)
                                     if name != BASELINE]
-    if args.data is None:
-        args.data = DATA_DIR / ("imagenet_like_quick" if args.quick else "imagenet_like")
-    if args.out is None:
-        args.out = RESULTS_DIR / ("peers.quick.json" if args.quick else "peers.json")
-    if args.plot is None and not args.quick:
-        args.plot = PLOT
     return args
 
 
 def main(argv: list[str] | None = None) -> dict:
-    args = parse_args(argv)
-    results = run(args)
-    report(results)
-    write_results(results, args.out)
-    if args.plot is not None:
-        from benchmarks.plot_peers import draw
-        draw(results, args.plot)
-    return results
+    return run_benchmark(parse_args(argv), run, report, draw)
+
+
+def draw(results: dict, path: Path) -> None:
+    from benchmarks.plot_peers import draw   # matplotlib's import, only when drawing
+    draw(results, path)
 
 
 if __name__ == "__main__":

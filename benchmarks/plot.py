@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from benchmarks.harness import pyplot
+from benchmarks.harness import pyplot, save_figure
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results" / "imagenet_pipeline.json"
@@ -63,10 +63,7 @@ def plot_throughput(results: dict, path: Path) -> None:
                  "* DPU kernel on pimloader's emulator: not DPU speed", fontsize=9)
     ax.legend(fontsize=8, loc="upper left")
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    print(f"wrote {path}")
+    save_figure(fig, path)
 
 
 def plot_breakdown(results: dict, path: Path) -> None:
@@ -95,10 +92,7 @@ def plot_breakdown(results: dict, path: Path) -> None:
     ax.set_title(f"Where the time goes, per image ({results['date']})", fontsize=9)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.09), ncol=4)
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    print(f"wrote {path}")
+    save_figure(fig, path)
 
 
 def plot_loader_overhead(results: dict, path: Path) -> None:
@@ -142,10 +136,7 @@ def plot_loader_overhead(results: dict, path: Path) -> None:
                  f"* not DPU speed", fontsize=9)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3)
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    print(f"wrote {path}")
+    save_figure(fig, path)
 
 
 def _loader_workers(row: dict) -> str:

@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from benchmarks.harness import pyplot
+from benchmarks.harness import pyplot, save_figure
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results" / "peers.json"
@@ -45,11 +45,7 @@ def draw(results: dict, path: Path) -> None:
     ax.set_title(title(results), fontsize=8.5)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=len(COLOURS))
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    print(f"wrote {path}")
+    save_figure(fig, path)
 
 
 def title(results: dict) -> str:

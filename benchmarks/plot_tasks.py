@@ -13,7 +13,7 @@ import argparse
 import json
 from pathlib import Path
 
-from benchmarks.harness import pyplot
+from benchmarks.harness import pyplot, save_figure
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "benchmarks" / "results"
@@ -90,11 +90,7 @@ def draw_bars(groups: list, colours: dict, ylabel: str, title: str, path: Path) 
     ax.margins(y=0.12)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=len(seen))
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    print(f"wrote {path}")
+    save_figure(fig, path)
 
 
 def draw_detection(results: dict, path: Path) -> None:

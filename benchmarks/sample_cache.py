@@ -30,14 +30,13 @@ from pathlib import Path
 import torch
 import torchvision.transforms.v2 as v2
 
-from benchmarks.harness import RunWindow, machine, utc_date, write_results, pyplot
+from benchmarks.harness import RunWindow, machine, pyplot, run_benchmark, save_figure, settle, utc_date
 from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
 from benchmarks.progress import bar
 from pimloader import PIMDataLoader
 from pimloader.datasets import ImageFolder
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+QUICK = {"count": 48, "epochs": 3, "batch_size": 16, "probe_mib": 16}
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
 
 
@@ -124,7 +123,7 @@ def run_contender(root: Path, files: list, cache_bytes: int, cold: bool, epochs:
             "hit_mib_per_epoch": [s.cache_hit_bytes / 2 ** 20 for s in stats]}
 
 
-def main(argv: list[str] | None = None) -> dict:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.sample_cache",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="48 files, 3 epochs")
@@ -142,11 +141,14 @@ def main(argv: list[str] | None = None) -> dict:
                         "results/sample_cache.json, or sample_cache.quick.json)")
     parser.add_argument("--plot", type=Path, help="PNG (default: docs/sample_cache.png; none "
                         "with --quick)")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.count, args.epochs, args.batch_size, args.probe_mib = 48, 3, 16, 16
-    elif args.plot is None:
-        args.plot = DOCS / "sample_cache.png"
+    return settle(parser.parse_args(argv), "sample_cache", QUICK, plot="sample_cache.png")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    return run_benchmark(parse_args(argv), measure, report, plot)
+
+
+def measure(args: argparse.Namespace) -> dict:
     root = make_imagenet_like(args.data / f"sample_cache_{args.count}", count=args.count,
                               classes=4)
     files = [path for path, _ in ImageFolder(root).samples]
@@ -172,12 +174,6 @@ def main(argv: list[str] | None = None) -> dict:
         "environment": {**machine(), **window.load(), "date": utc_date()},
         "rows": rows,
     }
-    report(results)
-    out = args.out or RESULTS_DIR / ("sample_cache.quick.json" if args.quick
-                                     else "sample_cache.json")
-    write_results(results, out)
-    if args.plot is not None:
-        plot(results, args.plot)
     return results
 
 
@@ -235,11 +231,7 @@ def plot(results: dict, path: Path) -> None:
                  f"(DONTNEED {dontneed} here)"
                  f"\n{env['date']}, {env['cpus']} CPUs, load {env['loadavg_before'][0]:.1f}"
                  f" -> {env['loadavg_after'][0]:.1f}", fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    print(f"wrote {path}")
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":

@@ -30,15 +30,14 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.imagenet_pipeline import (SEEKABLE, Group, close, dataset_summary, environment,
+from benchmarks.harness import (RunWindow, close_loader, interleaved, local_date, pyplot, run_benchmark,
+                                save_figure, settle)
+from benchmarks.imagenet_pipeline import (SEEKABLE, Group, dataset_summary, environment,
                                           make_loader)
-from benchmarks.harness import RunWindow, interleaved, local_date, write_results, pyplot
-from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
+from benchmarks.make_dataset import make_imagenet_like
 from benchmarks.progress import bar
 from pimloader.costmodel.provisioning import GPU_RATES
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
-DOCS = Path(__file__).resolve().parent.parent / "docs"
 LOADERS = ("torchvision", "pimloader", SEEKABLE)
 STATS_FIELDS = {"fetch": "fetch_s", "decode": "decode_s", "transform": "write_s",
                 "deliver": "deliver_s", "in_next": "wait_s"}
@@ -125,7 +124,7 @@ def measure(root: Path, args: argparse.Namespace, step_s: float) -> dict:
                     epochs[name].append(epoch)
     finally:
         for loader in loaders.values():
-            close(loader)
+            close_loader(loader)
     row = {"step_ms": step_s * 1e3, "loaders": {}}
     for name, runs in epochs.items():
         median = sorted(runs, key=lambda e: e["wall_s"])[(len(runs) - 1) // 2]
@@ -225,11 +224,7 @@ def plot(results: dict, path: Path) -> None:
                  f"{results['settings']['workers']} workers, batch "
                  f"{results['settings']['batch_size']} ({results['date']}, load "
                  f"{results['environment']['loadavg_before'][0]:.1f})", fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    print(f"wrote {path}")
+    save_figure(fig, path)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -254,32 +249,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--plot", type=Path, help="PNG (default: docs/stall.png; none with "
                         "--quick)")
     parser.add_argument("--quick", action="store_true", help=f"smoke-test settings: {QUICK}")
-    args = parser.parse_args(argv)
-    if args.quick:
-        vars(args).update(QUICK)
+    args = settle(parser.parse_args(argv), "stall", QUICK, data="imagenet_like", plot="stall.png")
     if args.epochs < 1 or args.workers < 0:
         parser.error("--epochs must be at least 1 and --workers at least 0")
     args.step_ms = args.step_ms or default_steps(args.batch_size)
-    args.data = args.data or DATA_DIR / ("imagenet_like_quick" if args.quick else "imagenet_like")
-    args.out = args.out or RESULTS_DIR / ("stall.quick.json" if args.quick else "stall.json")
-    if args.plot is None and not args.quick:
-        args.plot = DOCS / "stall.png"
     return args
 
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    results = run(args)
-    print(f"Stall analysis: {results['dataset']['files']} files, training pipeline float32, "
-          f"batch {args.batch_size}, {args.workers} workers, {args.step} step, median epoch of "
-          f"{args.epochs}, load {results['environment']['loadavg_before'][0]:.1f} -> "
-          f"{results['environment']['loadavg_after'][0]:.1f}; steps "
-          + ", ".join(f"{name} {ms:.1f} ms" for name, ms in results["gpu_steps"].items()))
-    print(format_tables(results))
-    write_results(results, args.out)
-    if args.plot is not None:
-        plot(results, args.plot)
-    return results
+
+    def report(results: dict) -> None:
+        print(f"Stall analysis: {results['dataset']['files']} files, training pipeline float32, "
+              f"batch {args.batch_size}, {args.workers} workers, {args.step} step, median epoch of "
+              f"{args.epochs}, load {results['environment']['loadavg_before'][0]:.1f} -> "
+              f"{results['environment']['loadavg_after'][0]:.1f}; steps "
+              + ", ".join(f"{name} {ms:.1f} ms" for name, ms in results["gpu_steps"].items()))
+        print(format_tables(results))
+
+    return run_benchmark(args, run, report, plot)
 
 
 if __name__ == "__main__":

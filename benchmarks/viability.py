@@ -33,7 +33,7 @@ import textwrap
 from pathlib import Path
 
 from pimloader.costmodel.provisioning import DPUS_PER_DIMM, Prices, break_even_dimm_price
-from benchmarks.harness import pyplot
+from benchmarks.harness import pyplot, save_figure
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -436,11 +436,7 @@ def plot(table: dict, path: Path) -> None:
                  "than moving its bytes (DPU figures PROJECTED)", fontsize=9)
     ax.legend(fontsize=8, loc="lower right")
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    print(f"wrote {path}")
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> dict:

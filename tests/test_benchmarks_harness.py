@@ -1,5 +1,8 @@
 """benchmarks/harness.py's output helpers: a warning shown once per run, not once per loader,
-and a constructor's chatter on standard output dropped while its result and errors pass."""
+and a constructor's chatter on standard output dropped while its result and errors pass; and
+the end of a benchmark's main that the benchmarks share (settle, run_benchmark)."""
+import argparse
+import json
 import warnings
 
 import pytest
@@ -49,3 +52,32 @@ def test_filters_set_before_still_apply():
         with harness.warnings_once(), pytest.raises(UserWarning, match="another"):
             warn_from_two_places("another")
     assert caught == []
+
+
+def test_settle_fills_what_the_flags_leave_to_quick():
+    plain = harness.settle(argparse.Namespace(quick=False, count=500, data=None, out=None, plot=None),
+                           "bench", {"count": 40}, data="imagenet_like", plot="bench.png")
+    assert plain.count == 500 and plain.data == harness.DATA_DIR / "imagenet_like"
+    assert plain.out == harness.RESULTS_DIR / "bench.json" and plain.plot == harness.DOCS / "bench.png"
+    quick = harness.settle(argparse.Namespace(quick=True, count=500, data=None, out=None, plot=None),
+                           "bench", {"count": 40}, data="imagenet_like", plot="bench.png")
+    assert quick.count == 40 and quick.data == harness.DATA_DIR / "imagenet_like_quick"
+    assert quick.out == harness.RESULTS_DIR / "bench.quick.json" and quick.plot is None
+    given = harness.settle(argparse.Namespace(quick=True, data="d", out="o.json", plot="p.png"),
+                           "bench", data="imagenet_like", plot="bench.png")
+    assert (given.data, given.out, given.plot) == ("d", "o.json", "p.png")
+
+
+def test_run_benchmark_runs_reports_writes_and_plots_in_that_order(tmp_path, capsys):
+    done = []
+    args = argparse.Namespace(out=tmp_path / "sub" / "r.json", plot=None)
+    results = harness.run_benchmark(args, lambda a: {"ran": a is args},
+                                    lambda r: done.append(("report", r)),
+                                    lambda r, path: done.append(("plot", path)))
+    assert results == {"ran": True} and done == [("report", results)]   # no --plot: no plot
+    assert json.loads(args.out.read_text()) == results
+    assert capsys.readouterr().out == f"results written to {args.out}\n"
+    args.plot = tmp_path / "p.png"
+    harness.run_benchmark(args, lambda a: {"value": 0.5}, plot=lambda r, path: done.append(("plot", path)),
+                          out=tmp_path / "elsewhere.json", default=str)
+    assert done[-1] == ("plot", args.plot) and (tmp_path / "elsewhere.json").exists()
