@@ -1,0 +1,187 @@
+"""Scale: the memory of all a loader's processes as the dataset grows to ImageNet's 1.28M files.
+
+    python -m benchmarks.scale                        # 1.28M files, 2 and 8 workers, 50,000 samples
+    python -m benchmarks.scale --files 50000 --samples 12800 --workers 2   # a smaller run
+    python -m benchmarks.scale --quick                # 5,000 files, 1,280 samples, 2 workers
+
+The folder: `--files` files in ImageNet's layout (one class folder per 1,000 files), each a
+hard link to one of a few real JPEGs (benchmarks.make_dataset's photographs), so that it
+takes no disk space and stays in the page cache: what grows is the index, not the data.
+
+Contenders, on the same folder, with the same training transform (RandomResizedCrop(224),
+RandomHorizontalFlip, ToDtype(float32), Normalize), shuffle=True, persistent workers:
+torch's DataLoader over torchvision's ImageFolder (PIL decode, the transform as Python), and
+PIMDataLoader over pimloader's ImageFolder (the transform lowered, cpu backend). Each run is
+a process of its own (so that one contender's dataset never sits in another's memory), in
+rotating order across rounds. A run records the dataset's scan, the time from the loader's
+construction to its first batch, and the PSS of all its processes (main + workers, from
+/proc/PID/smaps_rollup: shared pages divided among the processes that map them) after the
+first batch and after `--samples` samples. A dataset index held in per-sample Python objects
+grows in every forked worker as it is read (the objects' reference counts are written, so
+their pages are copied: pytorch issue 13246); one held in numpy arrays stays shared.
+Writes results/scale.json (results/scale.quick.json with --quick). Not in `python -m
+benchmarks`: the default run makes 1.28M links and reads 50,000 samples per run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.harness import RunWindow, interleaved, machine, utc_date, write_results
+from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+CONTENDERS = ("torch DataLoader", "PIMDataLoader")
+PER_CLASS = 1000   # files per class folder, as in ImageNet's training set
+LINKS_PER_FILE = 50_000  # under ext4's 65,000 links to one inode
+
+
+# -- the folder ------------------------------------------------------------------------------
+
+def make_linked_folder(root: Path, files: int, data: Path) -> Path:
+    """`files` hard links in root/classNNNNN/NNNNNNN.JPEG to a few real JPEGs (kept when a
+    complete one is there already)."""
+    marker = root / "complete.json"
+    if marker.exists() and json.loads(marker.read_text()).get("files") == files:
+        return root
+    photos = make_imagenet_like(data / "scale_photos", count=max(8, -(-files // LINKS_PER_FILE)),
+                                classes=1, greyscale=False, progressive=False, png=False)
+    originals = sorted(photos.rglob("*.JPEG"))
+    shutil.rmtree(root, ignore_errors=True)
+    for index in range(files):
+        folder = root / f"class{index // PER_CLASS:05d}"
+        if index % PER_CLASS == 0:
+            folder.mkdir(parents=True)
+        os.link(originals[index % len(originals)], folder / f"{index:07d}.JPEG")
+    marker.write_text(json.dumps({"files": files, "originals": len(originals)}) + "\n")
+    return root
+
+
+# -- one run, in a process of its own --------------------------------------------------------
+
+def tree_pss_mib() -> dict:
+    """PSS of this process and of its descendants (MiB), from smaps_rollup."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as file:
+                    parents[int(entry)] = int(file.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    tree, frontier = [os.getpid()], [os.getpid()]
+    while frontier:
+        frontier = [pid for pid, parent in parents.items() if parent in frontier]
+        tree += frontier
+    pss = {pid: _pss_kib(pid) / 1024 for pid in tree}
+    main = pss.pop(os.getpid())
+    return {"total": main + sum(pss.values()), "main": main, "others": sum(pss.values()),
+            "processes": 1 + len(pss)}
+
+
+def _pss_kib(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as file:
+            return next(float(line.split()[1]) for line in file if line.startswith("Pss:"))
+    except (OSError, StopIteration):
+        return 0.0
+
+
+def run_one(contender: str, root: Path, workers: int, samples: int, batch_size: int) -> dict:
+    import torch
+    from benchmarks.pipelines import make_transform
+    started = time.perf_counter()
+    if contender == "PIMDataLoader":
+        from pimloader import PIMDataLoader
+        from pimloader.datasets import ImageFolder
+        dataset = ImageFolder(root)
+        scanned = time.perf_counter()
+        loader = PIMDataLoader(dataset, batch_size=batch_size, shuffle=True,
+                               num_workers=workers, persistent_workers=True, backend="cpu",
+                               transform=make_transform("train", "float32"))
+    else:
+        from torchvision.datasets import ImageFolder
+        dataset = ImageFolder(root, transform=make_transform("train", "float32", pil=True))
+        scanned = time.perf_counter()
+        loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True,
+                                             num_workers=workers, persistent_workers=True)
+    seen, first, at_first = 0, None, None
+    while seen < samples:
+        for images, _ in loader:
+            seen += len(images)
+            if first is None:
+                first = time.perf_counter() - scanned
+                at_first = tree_pss_mib()
+            if seen >= samples:
+                break
+    at_end = tree_pss_mib()
+    return {"contender": contender, "workers": workers, "files": len(dataset),
+            "scan_s": scanned - started, "first_batch_s": first, "samples": seen,
+            "read_s": time.perf_counter() - scanned, "pss_first_mib": at_first,
+            "pss_end_mib": at_end}
+
+
+def in_process(contender: str, root: Path, workers: int, samples: int, batch_size: int) -> dict:
+    command = [sys.executable, "-m", "benchmarks.scale", "--child", contender, "--root",
+               str(root), "--workers", str(workers), "--samples", str(samples),
+               "--batch-size", str(batch_size)]
+    done = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def print_table(runs: list[dict]) -> None:
+    print(f"{'contender':<18}{'workers':>8}{'files':>10}{'first batch s':>15}"
+          f"{'PSS first MiB':>15}{'PSS end MiB':>13}{'growth MiB':>12}{'samples':>9}")
+    for run in runs:
+        first, end = run["pss_first_mib"]["total"], run["pss_end_mib"]["total"]
+        print(f"{run['contender']:<18}{run['workers']:>8}{run['files']:>10}"
+              f"{run['first_batch_s']:>15.2f}{first:>15.0f}{end:>13.0f}{end - first:>12.0f}"
+              f"{run['samples']:>9}")
+
+
+def main(argv: list[str] | None = None) -> dict | None:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.scale",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="5,000 files, 1,280 samples, "
+                        "2 workers")
+    parser.add_argument("--files", type=int, default=1_281_167)
+    parser.add_argument("--samples", type=int, default=50_000, help="samples read per run")
+    parser.add_argument("--workers", type=int, nargs="+", default=[2, 8])
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=1, help="runs per contender and "
+                        "worker count, interleaved")
+    parser.add_argument("--data", type=Path, default=DATA_DIR,
+                        help="where the folder is made (as scale_<files>)")
+    parser.add_argument("--out", type=Path, help="JSON file (default: results/scale.json, "
+                        "or scale.quick.json)")
+    parser.add_argument("--child", choices=CONTENDERS, help=argparse.SUPPRESS)
+    parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        print(json.dumps(run_one(args.child, args.root, args.workers[0], args.samples,
+                                 args.batch_size)))
+        return None
+    if args.quick:
+        args.files, args.samples, args.workers = 5_000, 1_280, [2]
+    root = make_linked_folder(args.data / f"scale_{args.files}", args.files, args.data)
+    window = RunWindow()
+    runs = [in_process(contender, root, workers, args.samples, args.batch_size)
+            for round_index in range(args.rounds) for workers in args.workers
+            for contender in interleaved(CONTENDERS, round_index + workers)]
+    print_table(runs)
+    results = {"date": utc_date(), **machine(), **window.load_and_wall(),
+               "folder": {"root": str(root), "files": args.files, "per_class": PER_CLASS},
+               "samples": args.samples, "batch_size": args.batch_size, "runs": runs}
+    out = args.out or RESULTS_DIR / ("scale.quick.json" if args.quick else "scale.json")
+    write_results(results, out)
+    return results
+
+
+if __name__ == "__main__":
+    main()
