@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import os
 import pickle
+import sys
 from typing import Any, Iterable
 
 import numpy as np
-
-INT64 = range(-2 ** 63, 2 ** 63)
 
 
 class Packed:
@@ -27,6 +26,29 @@ class Packed:
         self.offsets = np.zeros(len(items) + 1, dtype=np.int64)
         np.cumsum([len(item) for item in items], out=self.offsets[1:])
         self.buffer = np.frombuffer(b"".join(items), dtype=np.uint8)
+
+    @classmethod
+    def from_strings(cls, strings: list[str], prefix: str = "") -> "Packed":
+        """The strings less `prefix` (which each starts with), as os.fsencode encodes them,
+        in a few calls over all of them rather than a few per string (a million paths:
+        about a second): joined with NULs, which no path holds, the NULs found by numpy
+        and taken out."""
+        packed = cls([])
+        if not strings:
+            return packed
+        joined = "\0".join(strings)[len(prefix):]
+        if prefix:
+            joined = joined.replace("\0" + prefix, "\0")
+        joined = joined.encode(sys.getfilesystemencoding(), sys.getfilesystemencodeerrors())
+        separated = np.frombuffer(joined + b"\0", dtype=np.uint8)
+        ends = np.flatnonzero(separated == 0)
+        if len(ends) != len(strings):
+            raise ValueError("a path holds a NUL character")
+        packed.buffer = np.delete(separated, ends)
+        packed.offsets = np.empty(len(strings) + 1, dtype=np.int64)
+        packed.offsets[0] = 0
+        packed.offsets[1:] = ends - np.arange(len(strings))  # each NUL before it taken out
+        return packed
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
@@ -48,11 +70,13 @@ class Targets:
 
     def __init__(self, targets: Iterable[Any]) -> None:
         targets = list(targets)
-        if all(type(target) is int and target in INT64 for target in targets):
-            self.ints = np.array(targets, dtype=np.int64)
-            self.pickled = None
-        else:
-            self.ints = None
+        self.ints = self.pickled = None
+        if all(type(target) is int for target in targets):
+            try:
+                self.ints = np.array(targets, dtype=np.int64)
+            except OverflowError:   # beyond int64
+                pass
+        if self.ints is None:
             self.pickled = Packed(pickle.dumps(target, protocol=5) for target in targets)
 
     def __len__(self) -> int:
@@ -79,14 +103,16 @@ class PathIndex:
     targets in `Targets`."""
 
     def __init__(self, paths: Iterable, targets: Iterable[Any]) -> None:
-        encoded = [os.fsencode(path) for path in paths]
+        paths = list(paths)
         self.targets = Targets(targets)
-        if len(encoded) != len(self.targets):
-            raise ValueError(f"PathIndex: {len(encoded)} paths but {len(self.targets)} "
+        if len(paths) != len(self.targets):
+            raise ValueError(f"PathIndex: {len(paths)} paths but {len(self.targets)} "
                              f"targets")
-        self.prefix = os.path.commonprefix(encoded) if encoded else b""
-        cut = len(self.prefix)
-        self.rests = Packed(path[cut:] for path in encoded)
+        if not all(type(path) is str for path in paths):   # Path objects, bytes
+            paths = [os.fsdecode(path) for path in paths]
+        prefix = os.path.commonprefix(paths) if paths else ""
+        self.prefix = os.fsencode(prefix)
+        self.rests = Packed.from_strings(paths, prefix)
 
     @classmethod
     def from_pairs(cls, pairs) -> "PathIndex":
