@@ -25,6 +25,7 @@ benchmarks`: the default run makes 1.28M links and reads 50,000 samples per run.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
@@ -40,6 +41,7 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 CONTENDERS = ("torch DataLoader", "PIMDataLoader")
 PER_CLASS = 1000   # files per class folder, as in ImageNet's training set
 LINKS_PER_FILE = 50_000  # under ext4's 65,000 links to one inode
+POINTS = 10   # PSS measured after each tenth of the samples too
 
 
 # -- the folder ------------------------------------------------------------------------------
@@ -93,9 +95,11 @@ def _pss_kib(pid: int) -> float:
         return 0.0
 
 
-def run_one(contender: str, root: Path, workers: int, samples: int, batch_size: int) -> dict:
+def run_one(contender: str, root: Path, workers: int, samples: int, batch_size: int,
+            gc_freeze: bool) -> dict:
     import torch
     from benchmarks.pipelines import make_transform
+    init = {"worker_init_fn": freeze_inherited} if gc_freeze else {}
     started = time.perf_counter()
     if contender == "PIMDataLoader":
         from pimloader import PIMDataLoader
@@ -104,45 +108,60 @@ def run_one(contender: str, root: Path, workers: int, samples: int, batch_size: 
         scanned = time.perf_counter()
         loader = PIMDataLoader(dataset, batch_size=batch_size, shuffle=True,
                                num_workers=workers, persistent_workers=True, backend="cpu",
-                               transform=make_transform("train", "float32"))
+                               transform=make_transform("train", "float32"), **init)
     else:
         from torchvision.datasets import ImageFolder
         dataset = ImageFolder(root, transform=make_transform("train", "float32", pil=True))
         scanned = time.perf_counter()
         loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True,
-                                             num_workers=workers, persistent_workers=True)
-    seen, first, at_first = 0, None, None
+                                             num_workers=workers, persistent_workers=True,
+                                             **init)
+    seen, first, at_first, trajectory = 0, None, None, []
     while seen < samples:
         for images, _ in loader:
             seen += len(images)
             if first is None:
                 first = time.perf_counter() - scanned
                 at_first = tree_pss_mib()
+            if seen >= samples * (len(trajectory) + 1) / POINTS:
+                trajectory.append({"samples": seen, **tree_pss_mib()})
             if seen >= samples:
                 break
-    at_end = tree_pss_mib()
     return {"contender": contender, "workers": workers, "files": len(dataset),
             "scan_s": scanned - started, "first_batch_s": first, "samples": seen,
             "read_s": time.perf_counter() - scanned, "pss_first_mib": at_first,
-            "pss_end_mib": at_end}
+            "pss_end_mib": trajectory[-1], "pss_trajectory_mib": trajectory}
 
 
-def in_process(contender: str, root: Path, workers: int, samples: int, batch_size: int) -> dict:
+def freeze_inherited(worker_id: int) -> None:
+    """gc.freeze() in a worker: the objects it inherited are left out of its collections,
+    whose bookkeeping would otherwise write to every one of them and so copy their pages."""
+    gc.freeze()
+
+
+def in_process(contender: str, root: Path, workers: int, samples: int, batch_size: int,
+               gc_freeze: bool) -> dict:
     command = [sys.executable, "-m", "benchmarks.scale", "--child", contender, "--root",
                str(root), "--workers", str(workers), "--samples", str(samples),
-               "--batch-size", str(batch_size)]
+               "--batch-size", str(batch_size)] + (["--gc-freeze"] if gc_freeze else [])
     done = subprocess.run(command, check=True, stdout=subprocess.PIPE, text=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def print_table(runs: list[dict]) -> None:
-    print(f"{'contender':<18}{'workers':>8}{'files':>10}{'first batch s':>15}"
-          f"{'PSS first MiB':>15}{'PSS end MiB':>13}{'growth MiB':>12}{'samples':>9}")
+    """PSS (MiB, all processes) after the first batch, after a tenth of the samples (a
+    loader's reused buffers, such as pimloader's batch slots, are all written by then) and
+    at the end, with the growth from each to the end."""
+    print(f"{'contender':<18}{'workers':>8}{'files':>10}{'first batch s':>14}"
+          f"{'PSS first':>10}{'at 1/10':>9}{'end':>7}{'growth':>8}{'from 1/10':>10}"
+          f"{'samples':>9}")
     for run in runs:
-        first, end = run["pss_first_mib"]["total"], run["pss_end_mib"]["total"]
+        first, tenth, end = (run["pss_first_mib"]["total"],
+                             run["pss_trajectory_mib"][0]["total"],
+                             run["pss_end_mib"]["total"])
         print(f"{run['contender']:<18}{run['workers']:>8}{run['files']:>10}"
-              f"{run['first_batch_s']:>15.2f}{first:>15.0f}{end:>13.0f}{end - first:>12.0f}"
-              f"{run['samples']:>9}")
+              f"{run['first_batch_s']:>14.2f}{first:>10.0f}{tenth:>9.0f}{end:>7.0f}"
+              f"{end - first:>8.0f}{end - tenth:>10.0f}{run['samples']:>9}")
 
 
 def main(argv: list[str] | None = None) -> dict | None:
@@ -160,24 +179,28 @@ def main(argv: list[str] | None = None) -> dict | None:
                         help="where the folder is made (as scale_<files>)")
     parser.add_argument("--out", type=Path, help="JSON file (default: results/scale.json, "
                         "or scale.quick.json)")
+    parser.add_argument("--gc-freeze", action="store_true", help="both loaders with a "
+                        "worker_init_fn that calls gc.freeze() (what the workers' own garbage "
+                        "collections copy of the inherited heap)")
     parser.add_argument("--child", choices=CONTENDERS, help=argparse.SUPPRESS)
     parser.add_argument("--root", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         print(json.dumps(run_one(args.child, args.root, args.workers[0], args.samples,
-                                 args.batch_size)))
+                                 args.batch_size, args.gc_freeze)))
         return None
     if args.quick:
         args.files, args.samples, args.workers = 5_000, 1_280, [2]
     root = make_linked_folder(args.data / f"scale_{args.files}", args.files, args.data)
     window = RunWindow()
-    runs = [in_process(contender, root, workers, args.samples, args.batch_size)
+    runs = [in_process(contender, root, workers, args.samples, args.batch_size, args.gc_freeze)
             for round_index in range(args.rounds) for workers in args.workers
             for contender in interleaved(CONTENDERS, round_index + workers)]
     print_table(runs)
     results = {"date": utc_date(), **machine(), **window.load_and_wall(),
                "folder": {"root": str(root), "files": args.files, "per_class": PER_CLASS},
-               "samples": args.samples, "batch_size": args.batch_size, "runs": runs}
+               "samples": args.samples, "batch_size": args.batch_size,
+               "gc_freeze_in_workers": args.gc_freeze, "runs": runs}
     out = args.out or RESULTS_DIR / ("scale.quick.json" if args.quick else "scale.json")
     write_results(results, out)
     return results
