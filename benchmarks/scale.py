@@ -68,7 +68,9 @@ def make_linked_folder(root: Path, files: int, data: Path) -> Path:
 # -- one run, in a process of its own --------------------------------------------------------
 
 def tree_pss_mib() -> dict:
-    """PSS of this process and of its descendants (MiB), from smaps_rollup."""
+    """PSS of this process and of its descendants (MiB), from smaps_rollup: in all, in
+    this process, in the others; and all processes' anonymous PSS (their heaps: what
+    copy-on-read copies) and shared-memory PSS (batch slots, torch's shared tensors)."""
     parents = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -81,18 +83,24 @@ def tree_pss_mib() -> dict:
     while frontier:
         frontier = [pid for pid, parent in parents.items() if parent in frontier]
         tree += frontier
-    pss = {pid: _pss_kib(pid) / 1024 for pid in tree}
-    main = pss.pop(os.getpid())
-    return {"total": main + sum(pss.values()), "main": main, "others": sum(pss.values()),
-            "processes": 1 + len(pss)}
+    rollups = {pid: _rollup_mib(pid) for pid in tree}
+    main = rollups.pop(os.getpid())
+    others = sum(rollup.get("Pss", 0.0) for rollup in rollups.values())
+    every = [main, *rollups.values()]
+    return {"total": main.get("Pss", 0.0) + others, "main": main.get("Pss", 0.0),
+            "others": others, "processes": len(every),
+            "anon": sum(rollup.get("Pss_Anon", 0.0) for rollup in every),
+            "shmem": sum(rollup.get("Pss_Shmem", 0.0) for rollup in every)}
 
 
-def _pss_kib(pid: int) -> float:
+def _rollup_mib(pid: int) -> dict:
+    """{field: MiB} of the Pss lines of /proc/PID/smaps_rollup ({} once the process left)."""
     try:
         with open(f"/proc/{pid}/smaps_rollup") as file:
-            return next(float(line.split()[1]) for line in file if line.startswith("Pss:"))
-    except (OSError, StopIteration):
-        return 0.0
+            return {line.split(":")[0]: float(line.split()[1]) / 1024 for line in file
+                    if line.startswith("Pss")}
+    except OSError:
+        return {}
 
 
 def run_one(contender: str, root: Path, workers: int, samples: int, batch_size: int,
@@ -127,7 +135,12 @@ def run_one(contender: str, root: Path, workers: int, samples: int, batch_size: 
                 trajectory.append({"samples": seen, **tree_pss_mib()})
             if seen >= samples:
                 break
-    return {"contender": contender, "workers": workers, "files": len(dataset),
+    delivered = {}
+    if hasattr(loader, "stats"):   # pimloader: how its batches came (slots, collated)
+        last = loader.stats()[-1]
+        delivered = {"shared_batches": last.shared_batches,
+                     "collated_batches": last.collated_batches}
+    return {"contender": contender, "workers": workers, "files": len(dataset), **delivered,
             "scan_s": scanned - started, "first_batch_s": first, "samples": seen,
             "read_s": time.perf_counter() - scanned, "pss_first_mib": at_first,
             "pss_end_mib": trajectory[-1], "pss_trajectory_mib": trajectory}
@@ -154,14 +167,15 @@ def print_table(runs: list[dict]) -> None:
     at the end, with the growth from each to the end."""
     print(f"{'contender':<18}{'workers':>8}{'files':>10}{'first batch s':>14}"
           f"{'PSS first':>10}{'at 1/10':>9}{'end':>7}{'growth':>8}{'from 1/10':>10}"
-          f"{'samples':>9}")
+          f"{'anon from 1/10':>15}{'samples':>9}")
     for run in runs:
-        first, tenth, end = (run["pss_first_mib"]["total"],
-                             run["pss_trajectory_mib"][0]["total"],
-                             run["pss_end_mib"]["total"])
+        first, tenth, end = (run["pss_first_mib"], run["pss_trajectory_mib"][0],
+                             run["pss_end_mib"])
+        anon = end.get("anon", 0.0) - tenth.get("anon", 0.0)
         print(f"{run['contender']:<18}{run['workers']:>8}{run['files']:>10}"
-              f"{run['first_batch_s']:>14.2f}{first:>10.0f}{tenth:>9.0f}{end:>7.0f}"
-              f"{end - first:>8.0f}{end - tenth:>10.0f}{run['samples']:>9}")
+              f"{run['first_batch_s']:>14.2f}{first['total']:>10.0f}{tenth['total']:>9.0f}"
+              f"{end['total']:>7.0f}{end['total'] - first['total']:>8.0f}"
+              f"{end['total'] - tenth['total']:>10.0f}{anon:>15.0f}{run['samples']:>9}")
 
 
 def main(argv: list[str] | None = None) -> dict | None:
