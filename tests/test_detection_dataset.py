@@ -22,6 +22,7 @@ from benchmarks.make_detection_dataset import make_detection_dataset
 from pimloader import DecodeError, PIMDataLoader
 from pimloader.datasets import CocoDetection
 from pimloader.datasets.coco import CocoSource
+from pimloader.datasets.index import Packed
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +103,9 @@ def test_torchvisions_dataset_is_taken_over_when_its_transforms_start_with_toima
 
 def test_index_holds_numpy_buffers_not_annotation_objects(coco):
     index = CocoDetection(*coco).reader.index
-    assert all(isinstance(value, np.ndarray) for value in vars(index).values())
+    packed = [value for value in vars(index).values() if isinstance(value, Packed)]
+    assert len(packed) == 2 and all(isinstance(value, np.ndarray) for value in [
+        index.ids, *(array for value in packed for array in vars(value).values())])
     api = COCO(coco[1])
     assert index.annotations(0) == api.loadAnns(api.getAnnIds(imgIds=int(index.ids[0])))
 

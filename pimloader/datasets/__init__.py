@@ -1,12 +1,20 @@
-"""Step 2 of the flow, fetch: dataset adapters that let a worker read a sample as encoded
-bytes and a target instead of calling the dataset's `__getitem__`.
+"""Step 2 of the flow, fetch: sources, which let a worker read a sample as encoded bytes and
+a target instead of calling the dataset's `__getitem__`, whatever the task.
 
+`source`: the `Source` interface, `EncodedSample`, and the adapters' registry
+(`register_source`, `source_of`). `index`: a source's paths and targets in compact arrays.
 `folders`: torchvision's ImageFolder / DatasetFolder and lists of (path, target) pairs.
 `audio`: AudioFolder, class folders of WAV/FLAC clips (the Speech Commands layout).
 `coco`: COCO detection sets (pimloader's CocoDetection, torchvision's, v2-wrapped or not).
+`cache`: the encoded-sample cache, a source read through shared memory.
+Importing this package registers the adapters of all of them.
 """
-from .audio import AudioFolder
-from .coco import CocoDetection
-from .folders import EncodedSample, EncodedSource, ImageFolder
+from .audio import AudioFolder, AudioSource
+from .coco import CocoDetection, CocoSource
+from .folders import EncodedSource, FileSource, ImageFolder
+from .index import PathIndex
+from .source import EncodedSample, Source, register_source, registered_sources, source_of
 
-__all__ = ["AudioFolder", "CocoDetection", "ImageFolder", "EncodedSample", "EncodedSource"]
+__all__ = ["AudioFolder", "AudioSource", "CocoDetection", "CocoSource", "EncodedSample",
+           "EncodedSource", "FileSource", "ImageFolder", "PathIndex", "Source",
+           "register_source", "registered_sources", "source_of"]

@@ -24,11 +24,14 @@ import torch
 from pimloader.decode.audio import decode_audio
 from pimloader.transforms.resample import resample
 
-from .folders import FolderReader, _read_file
+from .folders import FileSource
+from .index import PathIndex
+from .source import read_file, register_source
 
 AUDIO_EXTENSIONS = (".wav", ".flac")
 NOISE_FOLDER = "_background_noise_"
 SPLITS = ("training", "validation", "testing")
+AUDIO_LABEL = frozenset({"audio", "label"})
 
 
 @dataclass(frozen=True)
@@ -86,9 +89,25 @@ class AudioFolder(torch.utils.data.Dataset):
         if not self.classes:
             raise FileNotFoundError(f"AudioFolder: no class folders in {self.root}")
         self.class_to_idx = {name: i for i, name in enumerate(self.classes)}
-        self.samples = self._find_samples(allow_empty, self._split_filter(split))
-        self.targets = [target for _, target in self.samples]
-        self.reader = FolderReader(self)  # bytes and target of a sample, as for image folders
+        # the clips' paths and targets in compact arrays, not a list of tuples (index.py)
+        self.index = PathIndex.from_pairs(
+            self._find_samples(allow_empty, self._split_filter(split)))
+
+    @property
+    def samples(self) -> list:
+        """[(path, target)] of the clips (targets before target_transform), made anew."""
+        return [(self.index.name(i), target)
+                for i, target in enumerate(self.index.targets.tolist())]
+
+    @property
+    def targets(self) -> list:
+        return self.index.targets.tolist()
+
+    @property
+    def reader(self) -> "AudioSource":
+        """The clips as a source (bytes and target of a sample, as for image folders)."""
+        return AudioSource(self.index, AUDIO_LABEL, self.transform, self.target_transform,
+                           decoding=self.decoding)
 
     @property
     def sample_rate(self) -> Optional[int]:
@@ -130,7 +149,7 @@ class AudioFolder(torch.utils.data.Dataset):
         return {line.strip() for line in lines if line.strip()}
 
     def __len__(self) -> int:
-        return len(self.samples)
+        return len(self.index)
 
     def load(self, index: int) -> tuple:
         """(waveform before `transform`, target) of sample `index`."""
@@ -158,5 +177,26 @@ class AudioFolder(torch.utils.data.Dataset):
         if not files:
             raise FileNotFoundError(f"AudioFolder: no noise clips in "
                                     f"{self.root / self.noise_folder}")
-        return [self.decoding(_read_file(path), path) for path in files]
+        return [self.decoding(read_file(path), path) for path in files]
 
+
+
+class AudioSource(FileSource):
+    """An AudioFolder's clips as a source: its files, targets and transform, and how its
+    clips' bytes become waveforms (`decoding`: sample rate, downmix)."""
+
+    def __init__(self, index: PathIndex, fields=AUDIO_LABEL, transform=None,
+                 target_transform: Optional[Callable] = None, *,
+                 decoding: AudioDecoding = AudioDecoding()) -> None:
+        super().__init__(index, fields, transform, target_transform)
+        self.decoding = decoding
+
+
+@register_source(AudioFolder)
+def audio_folder_source(dataset: AudioFolder) -> AudioSource | None:
+    """An AudioFolder's source, unless a subclass makes its items its own way (its
+    __getitem__ or load overridden: the loader then calls its __getitem__)."""
+    kind = type(dataset)
+    if kind.__getitem__ is not AudioFolder.__getitem__ or kind.load is not AudioFolder.load:
+        return None
+    return dataset.reader

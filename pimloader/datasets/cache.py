@@ -24,7 +24,7 @@ import torch
 
 from pimloader._sample_cache import ffi, lib
 
-from .folders import EncodedSample
+from .source import EncodedSample, Source
 
 
 class SampleCache:
@@ -128,17 +128,35 @@ def _shm_free_bytes() -> int | None:
     return info.f_bavail * info.f_frsize
 
 
-class CachedReader:
-    """A reader (index -> EncodedSample) whose bytes come from a SampleCache when they are
-    there, and go into it when they fit. Counts hits and misses (and their bytes) in this
-    process until `take_counts()`."""
+class CachedReader(Source):
+    """A source read through a SampleCache: a sample's bytes come from the cache when they
+    are there, and go into it when they fit; everything else is the wrapped source's
+    (`reader`: its fields, transform, metadata, keys). Counts hits and misses (and their
+    bytes) in this process until `take_counts()`."""
 
     def __init__(self, reader, cache: SampleCache) -> None:
         self.reader = reader
         self.cache = cache
         self._counts = [0, 0, 0, 0]  # hits, misses, hit bytes, miss bytes
 
-    def __call__(self, index: int) -> EncodedSample:
+    @property
+    def fields(self) -> frozenset:
+        return getattr(self.reader, "fields", frozenset())
+
+    @property
+    def transform(self):
+        return getattr(self.reader, "transform", None)
+
+    def __len__(self) -> int:
+        return len(self.reader)
+
+    def metadata(self, index: int) -> tuple:
+        return self.reader.metadata(index)
+
+    def key(self, index: int) -> bytes:
+        return self.reader.key(index)
+
+    def read(self, index: int) -> EncodedSample:
         data = self.cache.get(index)
         if data is not None:
             target, name = self.reader.metadata(index)

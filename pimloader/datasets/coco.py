@@ -21,18 +21,20 @@ contiguous buffers instead of an object graph. A sample unpickles only its own a
 """
 from __future__ import annotations
 
+import copy
 import json
 import os
 import pickle
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 import torchvision.datasets as tv_datasets
+from torchvision.tv_tensors._dataset_wrapper import VisionDatasetTVTensorWrapper
 
-from .folders import EncodedSample, _read_file
+from .index import Packed
+from .source import EncodedSample, Source, read_file, register_source
 
 # sets built as torchvision builds them, so that the keys of a target come in its order
 AVAILABLE_KEYS = ("segmentation", "area", "iscrowd", "image_id", "bbox", "category_id",
@@ -46,9 +48,8 @@ class CocoIndex:
 
     def __init__(self, ids, file_names: list[str], annotations: list[list[dict]]) -> None:
         self.ids = np.asarray(ids, dtype=np.int64)
-        self._names, self._name_offsets = _pack([name.encode() for name in file_names])
-        self._blob, self._offsets = _pack([pickle.dumps(anns, protocol=5)
-                                           for anns in annotations])
+        self.names = Packed(os.fsencode(name) for name in file_names)
+        self.pickled = Packed(pickle.dumps(anns, protocol=5) for anns in annotations)
 
     @classmethod
     def from_file(cls, ann_file) -> "CocoIndex":
@@ -89,43 +90,10 @@ class CocoIndex:
         return len(self.ids)
 
     def file_name(self, index: int) -> str:
-        start, stop = self._name_offsets[index], self._name_offsets[index + 1]
-        return self._names[start:stop].tobytes().decode()
+        return os.fsdecode(self.names[index])
 
     def annotations(self, index: int) -> list[dict]:
-        start, stop = self._offsets[index], self._offsets[index + 1]
-        return pickle.loads(self._blob[start:stop])
-
-
-def _pack(items: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
-    offsets = np.zeros(len(items) + 1, dtype=np.int64)
-    np.cumsum([len(item) for item in items], out=offsets[1:])
-    return np.frombuffer(b"".join(items), dtype=np.uint8), offsets
-
-
-class CocoReader:
-    """Bytes and annotation list of a COCO image: index -> EncodedSample."""
-
-    def __init__(self, root, index: CocoIndex) -> None:
-        self.root = root
-        self.index = index
-
-    def __len__(self) -> int:
-        return len(self.index)
-
-    def image_id(self, index: int) -> int:
-        return int(self.index.ids[index])
-
-    def path(self, index: int) -> str:
-        return os.path.join(self.root, self.index.file_name(index))
-
-    def metadata(self, index: int) -> tuple:
-        """(annotations, name) of a sample, without reading its file."""
-        return self.index.annotations(index), self.path(index)
-
-    def __call__(self, index: int) -> EncodedSample:
-        annotations, path = self.metadata(index)
-        return EncodedSample(_read_file(path), annotations, path)
+        return pickle.loads(self.pickled[index])
 
 
 def parse_target_keys(target_keys) -> set:
@@ -215,7 +183,7 @@ class CocoDetection(torch.utils.data.Dataset):
         self.annFile = annFile
         self.target_keys = parse_target_keys(target_keys)
         self.transforms = transforms
-        self.reader = CocoReader(root, CocoIndex.from_file(annFile))
+        self.reader = CocoSource(root, CocoIndex.from_file(annFile), self.target_keys)
 
     @property
     def ids(self) -> list[int]:
@@ -246,23 +214,75 @@ class CocoDetection(torch.utils.data.Dataset):
                 f"{len(self)} images, target_keys={sorted(self.target_keys)})")
 
 
-@dataclass
-class CocoSource:
-    """How the loader reads a COCO dataset natively: its reader, how a target is made, the
-    (image, target) transforms it carried, and what type the decoded image enters them as
-    ("image": tv_tensors.Image, what ToImage() makes; "tensor": a plain tensor, what
-    PILToTensor() makes)."""
+class CocoSource(Source):
+    """A COCO detection set's images as a source: `root` and the compact `CocoIndex`; a
+    sample's target is its annotation list (pycocotools' dicts), which `target(...)` turns
+    into the dataset's own target (torchvision's v2 wrapper's dict, or the list itself when
+    `target_keys` is None: an unwrapped torchvision CocoDetection). `transform`: the (image,
+    target) transforms the dataset carried. `pil`: the dataset yields PIL images (a
+    torchvision CocoDetection), which the decoded image stands for only where the
+    transforms start by making a tensor of it. `enters_as`: what type the decoded image
+    enters the transforms as ("image": tv_tensors.Image, what ToImage() makes; "tensor": a
+    plain tensor, what PILToTensor() makes; None: the transforms keep a PIL image)."""
 
-    reader: CocoReader
-    target_keys: set | None   # None: torchvision's unwrapped list of annotation dicts
-    transforms: Any
-    enters_as: str = "image"
+    fields = frozenset({"image", "coco"})
+
+    def __init__(self, root, index: CocoIndex, target_keys: set | None = None,
+                 transform: Any = None, *, pil: bool = False) -> None:
+        self.root = root
+        self.index = index
+        self.target_keys = target_keys
+        self.transform = transform
+        self.pil = pil
+
+    @property
+    def enters_as(self) -> str | None:
+        return image_entry(self.transform) if self.pil else "image"
+
+    @property
+    def transforms(self) -> Any:
+        return self.transform
+
+    @property
+    def reader(self) -> "CocoSource":
+        """The source itself, read as index -> EncodedSample (the pipelines' name)."""
+        return self
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def image_id(self, index: int) -> int:
+        return int(self.index.ids[index])
+
+    def path(self, index: int) -> str:
+        return os.path.join(self.root, self.index.file_name(index))
+
+    def metadata(self, index: int) -> tuple:
+        """(annotations, name) of a sample, without reading its file."""
+        return self.index.annotations(index), self.path(index)
+
+    def read(self, index: int) -> EncodedSample:
+        annotations, path = self.metadata(index)
+        return EncodedSample(read_file(path), annotations, path)
+
+    def key(self, index: int) -> bytes:
+        return os.fsencode(self.path(index))
 
     def target(self, index: int, annotations: list[dict], canvas_size) -> Any:
         if self.target_keys is None:
             return annotations
-        return wrap_target(self.reader.image_id(index), annotations, canvas_size,
-                           self.target_keys)
+        return wrap_target(self.image_id(index), annotations, canvas_size, self.target_keys)
+
+    def taking(self, transforms) -> "CocoSource | None":
+        """This source with the loader's `transforms` standing for the dataset's (which
+        must then have none); None when the image would enter them as PIL."""
+        if self.transform is not None and transforms is not None:
+            raise ValueError("the transforms are given twice, to the dataset and to "
+                             "PIMDataLoader; give them to one of them")
+        taken = copy.copy(self)
+        if transforms is not None:
+            taken.transform = transforms
+        return taken if taken.enters_as is not None else None
 
     @classmethod
     def detect(cls, dataset, transforms=None) -> "CocoSource | None":
@@ -271,23 +291,31 @@ class CocoSource:
         (the decoded image then takes the PIL image's place; any other torchvision
         CocoDetection yields PIL images, and stays on torch's path). `transforms` (the
         loader's) stand for the dataset's, which must then have none."""
-        if not is_coco(dataset):
-            return None
-        wrapped = _unwrapped_coco(dataset)
-        own = dataset.transforms
-        if own is not None and transforms is not None:
-            raise ValueError("the transforms are given twice, to the dataset and to "
-                             "PIMDataLoader; give them to one of them")
-        transforms = own if transforms is None else transforms
-        if isinstance(dataset, CocoDetection):
-            return cls(dataset.reader, dataset.target_keys, transforms)
-        enters_as = image_entry(transforms)
-        if enters_as is None:
-            return None
-        coco = dataset if wrapped is None else wrapped
-        keys = None if wrapped is None else parse_target_keys(dataset._target_keys)
-        return cls(CocoReader(coco.root, CocoIndex.from_coco(coco)), keys, transforms,
-                   enters_as)
+        source = coco_source(dataset)
+        return None if source is None else source.taking(transforms)
+
+    def __repr__(self) -> str:
+        return (f"CocoSource(root={self.root!r}, {len(self)} images, "
+                f"target_keys={self.target_keys!r}, enters_as={self.enters_as!r})")
+
+
+@register_source(CocoDetection)
+@register_source(tv_datasets.CocoDetection)
+@register_source(VisionDatasetTVTensorWrapper)
+def coco_source(dataset) -> CocoSource | None:
+    """The source of a COCO detection set: pimloader's CocoDetection, torchvision's
+    (exactly that class: its subclasses, such as CocoCaptions, make other items), v2-wrapped
+    or not; None for any other dataset."""
+    if isinstance(dataset, CocoDetection):
+        return CocoSource(dataset.root, dataset.reader.index, dataset.target_keys,
+                          dataset.transforms)
+    wrapped = _unwrapped_coco(dataset)
+    if wrapped is None and type(dataset) is not tv_datasets.CocoDetection:
+        return None
+    coco = dataset if wrapped is None else wrapped
+    keys = None if wrapped is None else parse_target_keys(dataset._target_keys)
+    return CocoSource(coco.root, CocoIndex.from_coco(coco), keys, dataset.transforms,
+                      pil=True)
 
 
 def is_coco(dataset) -> bool:
@@ -298,7 +326,6 @@ def is_coco(dataset) -> bool:
 
 def _unwrapped_coco(dataset):
     """The torchvision CocoDetection inside a v2 wrapper, else None."""
-    from torchvision.tv_tensors._dataset_wrapper import VisionDatasetTVTensorWrapper
     if isinstance(dataset, VisionDatasetTVTensorWrapper):
         inner = object.__getattribute__(dataset, "_dataset")
         if type(inner) is tv_datasets.CocoDetection:
