@@ -1,4 +1,4 @@
-"""The workers' output arena (pimloader/loader/_arena.py): collated batches whose tensors
+"""The workers' output arena (pimloader/loader/arena.py): collated batches whose tensors
 (detection images of different sizes, padded batches, targets) lie in shared memory the
 loader reuses. Batches against torchvision's (torch's DataLoader, same seed); reuse seen
 through the shared segments the tensors lie in (/proc/self/maps); a batch still held is
@@ -25,8 +25,8 @@ from _helpers import Snapshot
 from pimloader import PaddedBatch, PIMDataLoader
 from pimloader.datasets import CocoDetection
 from pimloader.errors import WorkerDiedError
-from pimloader.loader import _arena
-from pimloader.loader._slots import SlotPool
+from pimloader.loader import arena
+from pimloader.loader.slots import SlotPool
 
 EPOCHS = 3
 
@@ -166,7 +166,7 @@ def test_nothing_is_left_after_a_killed_worker(coco, tmp_path):
 def test_packing_keeps_views_strides_subclasses_and_releases_on_drop():
     """In one process: what pack() sends and lend() rebuilds, and when a block is freed."""
     pool = SlotPool(1, shared=False)
-    writer = _arena.ArenaWriter(0, pool.arena.flags, lambda n: torch.empty(n, dtype=torch.uint8))
+    writer = arena.ArenaWriter(0, pool.arena.flags, lambda n: torch.empty(n, dtype=torch.uint8))
     writer.begin()
     image = writer.tensors([((3, 5, 7), torch.float32)])[0]
     image.copy_(torch.randn(3, 5, 7))
@@ -176,7 +176,7 @@ def test_packing_keeps_views_strides_subclasses_and_releases_on_drop():
     data = {"image": tv_tensors.Image(image), "columns": base[:, ::2], "row": base[1],
             "boxes": boxes, "grad": grad, "again": boxes, "label": 3}
     sent = writer.pack(data)
-    assert isinstance(sent, _arena.ArenaBatch) and sent.blocks == (0,)
+    assert isinstance(sent, arena.ArenaBatch) and sent.blocks == (0,)
     assert pool.arena.flags[0, 0] == 1
     got = pool.arena.lend(sent)
     assert torch.equal(got["image"], image) and type(got["image"]) is tv_tensors.Image
@@ -196,9 +196,9 @@ def test_packing_keeps_views_strides_subclasses_and_releases_on_drop():
 
 
 def test_no_arena_tensor_outside_a_worker_batch():
-    assert _arena.output_tensor((2, 3), torch.float32).shape == (2, 3)   # plain memory
+    assert arena.output_tensor((2, 3), torch.float32).shape == (2, 3)   # plain memory
     pool = SlotPool(1, shared=False)
-    writer = _arena.ArenaWriter(0, pool.arena.flags, lambda n: torch.empty(n, dtype=torch.uint8))
+    writer = arena.ArenaWriter(0, pool.arena.flags, lambda n: torch.empty(n, dtype=torch.uint8))
     assert writer.tensors([((2,), torch.uint8)]) is None   # not within begin() .. pack()
     writer.begin()
     assert writer.pack({"label": 1, "name": "x"}) == {"label": 1, "name": "x"}  # no tensor
@@ -226,11 +226,11 @@ def unbacked_buffer(tmp_path) -> tuple[torch.Tensor, callable]:
 def test_a_block_shared_memory_cannot_hold_is_a_clear_error(tmp_path):
     buffer, unmap = unbacked_buffer(tmp_path)
     try:
-        if _arena.populate_for_writing(buffer) == errno.EINVAL:
+        if arena.populate_for_writing(buffer) == errno.EINVAL:
             pytest.skip("this kernel has no MADV_POPULATE_WRITE (Linux < 5.14)")
         with pytest.raises(MemoryError, match=r"no room in shared memory for a 8\.0 KiB "
                                               r"block .*/dev/shm.*Enlarge /dev/shm"):
-            _arena.populate_or_raise(buffer)
+            arena.populate_or_raise(buffer)
     finally:
         del buffer
         unmap()
@@ -238,7 +238,7 @@ def test_a_block_shared_memory_cannot_hold_is_a_clear_error(tmp_path):
 
 def test_a_worker_that_cannot_place_its_batch_names_itself_and_the_samples(coco, monkeypatch):
     root, ann_file = coco
-    monkeypatch.setattr(_arena, "populate_for_writing", lambda block: 14)   # EFAULT
+    monkeypatch.setattr(arena, "populate_for_writing", lambda block: 14)   # EFAULT
     loader = PIMDataLoader(CocoDetection(root, ann_file, transforms=faster_rcnn()),
                            batch_size=2, num_workers=1, collate_fn=collate_list)
     with pytest.raises(MemoryError, match="no room in shared memory") as caught:
@@ -249,9 +249,9 @@ def test_a_worker_that_cannot_place_its_batch_names_itself_and_the_samples(coco,
 
 def writer_and_pool(monkeypatch=None, max_blocks=None):
     if max_blocks is not None:
-        monkeypatch.setattr(_arena, "MAX_BLOCKS_PER_PRODUCER", max_blocks)
+        monkeypatch.setattr(arena, "MAX_BLOCKS_PER_PRODUCER", max_blocks)
     pool = SlotPool(1, shared=False)
-    writer = _arena.ArenaWriter(0, pool.arena.flags, lambda n: torch.empty(n, dtype=torch.uint8))
+    writer = arena.ArenaWriter(0, pool.arena.flags, lambda n: torch.empty(n, dtype=torch.uint8))
     return writer, pool
 
 
@@ -281,7 +281,7 @@ def test_a_full_arena_falls_back_to_fresh_memory(monkeypatch):
     held = pool.arena.lend(writer.pack({"image": first, "boxes": torch.ones(2, 4)}))
     writer.begin()   # block 0 is held: no block left for this batch
     assert writer.tensors([((8,), torch.float32)]) is None
-    image = _arena.output_tensor((8,), torch.float32).fill_(2)   # plain memory, not the arena
+    image = arena.output_tensor((8,), torch.float32).fill_(2)   # plain memory, not the arena
     sent = writer.pack({"image": image, "boxes": torch.zeros(2, 4)})
-    assert not isinstance(sent, _arena.ArenaBatch) and sent["image"] is image
+    assert not isinstance(sent, arena.ArenaBatch) and sent["image"] is image
     assert torch.equal(held["image"], torch.ones(8)) and torch.equal(held["boxes"], torch.ones(2, 4))

@@ -249,7 +249,7 @@ def test_batch_splitter_agrees_with_the_per_sample_splitter():
     to it for mixed batches, and refuses what it refuses."""
     from collections import namedtuple
 
-    from pimloader.loader._layout import (FlatSkeletons, Layout, NotSlottable, collate_skeletons,
+    from pimloader.loader.layout import (FlatSkeletons, Layout, NotSlottable, collate_skeletons,
                                    compile_batch_splitter, compile_splitter, split_sample)
 
     Pair = namedtuple("Pair", "image label")

@@ -16,7 +16,7 @@ import torchvision.transforms.v2 as v2
 from torch.utils.data import DataLoader
 from torchvision import tv_tensors
 
-import pimloader.loader._slots
+import pimloader.loader.slots
 from _helpers import assert_same_batches
 from pimloader import PIMDataLoader
 from test_tensor_images import (
@@ -174,7 +174,7 @@ def test_a_python_tail_a_custom_collate_and_image_outputs_are_not_rendered_into_
 
 
 def test_without_a_free_slot_batches_are_collated_as_torch_collates(monkeypatch):
-    monkeypatch.setattr(pimloader.loader._slots, "MAX_SLOTS_PER_PRODUCER", 2)
+    monkeypatch.setattr(pimloader.loader.slots, "MAX_SLOTS_PER_PRODUCER", 2)
     transform = normalised(v2.RandomResizedCrop(32), v2.RandomHorizontalFlip())
     actual, expected, loader = both_loaders(Images, PHOTOS, transform, 0, batch_size=4)
     assert_same_batches(actual, expected)  # all five batches held: two slots, then none

@@ -30,8 +30,8 @@ from torch.utils.data.dataloader import _BaseDataLoaderIter
 from pimloader.errors import LoaderTimeoutError, SharedPrepError, WorkerError
 from . import _group
 from ._pin import register_slot
-from ._produce import Produced, deliver
-from ._slots import SlotBatch, SlotPool
+from .produce import Produced, deliver
+from .slots import SlotBatch, SlotPool
 
 WINDOW = 4  # batches published that consumers may hold at once
 _POLL_S = 0.002

@@ -27,10 +27,10 @@ from torch.utils.data.dataloader import (
     _BaseDataLoaderIter, _DatasetKind, _sharding_worker_init_fn)
 
 from pimloader.errors import TOO_MANY_OPEN_FILES, LoaderTimeoutError, WorkerDiedError, WorkerError
-from ._produce import Produced, deliver
+from .produce import Produced, deliver
 from ._resume import EpochTracker, WorkerCycle
-from ._arena import ArenaBatch
-from ._slots import SlotBatch
+from .arena import ArenaBatch
+from .slots import SlotBatch
 from ._worker import IterableEnd, ResumeIteration, WorkerConfig, worker_loop
 
 JOIN_TIMEOUT_S = 5.0

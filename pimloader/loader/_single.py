@@ -7,7 +7,7 @@ import torch.utils.data.graph_settings
 from torch.utils.data import IterDataPipe, MapDataPipe
 from torch.utils.data.dataloader import _BaseDataLoaderIter, _DatasetKind
 
-from ._produce import Produced, ProducerContext, deliver, make_producer
+from .produce import Produced, ProducerContext, deliver, make_producer
 from ._resume import EpochTracker
 
 

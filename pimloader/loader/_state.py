@@ -14,7 +14,7 @@ import torch
 from pimloader.backends.select import Backends
 
 from ._pin import register_slot
-from ._slots import SlotPool, SlotWriter
+from .slots import SlotPool, SlotWriter
 from ._stats import EpochStats
 
 

@@ -54,7 +54,7 @@ class EpochStats:
     decode_fallbacks: dict = field(default_factory=dict)
 
     def add_batch(self, produced, shared: bool) -> None:
-        """Account for one delivered batch (a _produce.Produced)."""
+        """Account for one delivered batch (a produce.Produced)."""
         self.batches += 1
         self.samples += produced.count
         self.skipped_samples += produced.skipped

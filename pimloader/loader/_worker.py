@@ -29,10 +29,10 @@ from torch.utils.data.graph_settings import apply_random_seed
 from pimloader.errors import TOO_MANY_OPEN_FILES, WorkerError
 from pimloader.backends.select import Backends
 
-from ._produce import ProducerContext, make_producer
+from .produce import ProducerContext, make_producer
 from ._snapshots import attach, producer_snapshot, resume_dataset, resume_producer
-from ._arena import ArenaWriter, set_current as set_current_arena
-from ._slots import SlotBatch, SlotWriter
+from .arena import ArenaWriter, set_current as set_current_arena
+from .slots import SlotBatch, SlotWriter
 
 STATUS_CHECK_INTERVAL = 0.5
 
@@ -87,7 +87,7 @@ class _Worker:
         self.dataset = dataset
         self.shared_rng = torch.Generator()
         self.writer = SlotWriter(config.worker_id, flags, _allocate_shared, inherited_slots)
-        self.arena = None  # the output arena (_arena.py) of collated batches, if any
+        self.arena = None  # the output arena (arena.py) of collated batches, if any
         if arena is not None:
             self.arena = ArenaWriter(config.worker_id, arena[0], _allocate_shared, arena[1])
         set_current_arena(self.arena)

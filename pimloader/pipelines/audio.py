@@ -25,8 +25,8 @@ from typing import Any, Optional
 from pimloader import decode
 from pimloader.backends.select import CPU, choose_backend
 from pimloader.datasets.cache import CachedReader, SampleCache
-from pimloader.loader._fetch import Fetcher
-from pimloader.loader._produce import BatchProducer, Pipeline
+from pimloader.loader.fetch import Fetcher
+from pimloader.loader.produce import BatchProducer, Pipeline
 from pimloader.transforms.registry import given_once
 
 from .audio_features import FusedFeatures, Pending

@@ -17,9 +17,9 @@ import torch
 from pimloader import decode
 from pimloader.backends.select import choose_backend, native_available
 from pimloader.datasets.cache import CachedReader, SampleCache
-from pimloader.loader._fetch import Fetcher
-from pimloader.loader._layout import Layout, SlotField
-from pimloader.loader._produce import BatchProducer, Pipeline, Produced
+from pimloader.loader.fetch import Fetcher
+from pimloader.loader.layout import Layout, SlotField
+from pimloader.loader.produce import BatchProducer, Pipeline, Produced
 
 from .images import DecodeBuffers, DecodeCounts, ImagePipeline, lookup_table
 from .runs import RunBatcher

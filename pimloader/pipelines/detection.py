@@ -37,9 +37,9 @@ from pimloader.backends.base import IMAGES
 from pimloader.backends.select import BackendSpec, choose_backend, native_available
 from pimloader.datasets.cache import CachedReader, SampleCache
 from pimloader.datasets.coco import CocoSource, is_coco
-from pimloader.loader._arena import output_tensors
-from pimloader.loader._fetch import Fetcher, TransformingFetcher
-from pimloader.loader._produce import BatchProducer, Pipeline
+from pimloader.loader.arena import output_tensors
+from pimloader.loader.fetch import Fetcher, TransformingFetcher
+from pimloader.loader.produce import BatchProducer, Pipeline
 from pimloader.transforms.probe import (ImageProbe, apply_elementwise, for_probe, is_probe,
                                          run_on_probe)
 

@@ -20,7 +20,7 @@ import torch
 from pimloader import decode
 from pimloader.backends.base import IMAGES, EncodedImage
 from pimloader.backends.select import CPU, BackendSpec
-from pimloader.loader._layout import Layout
+from pimloader.loader.layout import Layout
 from pimloader.transforms.params import Geometry, SampleParams
 from pimloader.transforms.plan import Plan
 

@@ -30,9 +30,9 @@ import torchvision.transforms.v2 as v2
 from torchvision import tv_tensors
 
 from pimloader.backends.select import choose_backend, native_available
-from pimloader.loader._fetch import Fetcher, TransformingFetcher, image_of, with_image
-from pimloader.loader._produce import BatchProducer, Pipeline, Produced
-from pimloader.loader._slots import SlotBatch, SlotWriter
+from pimloader.loader.fetch import Fetcher, TransformingFetcher, image_of, with_image
+from pimloader.loader.produce import BatchProducer, Pipeline, Produced
+from pimloader.loader.slots import SlotBatch, SlotWriter
 from pimloader.transforms.params import Geometry, SampleParams
 from pimloader.transforms.plan import Plan
 

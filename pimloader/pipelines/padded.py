@@ -8,7 +8,7 @@ the rest holding `fill`. It returns `(PaddedImages(tensors, image_sizes), [targe
 
 It works under torch's DataLoader and PIMDataLoader alike. The batch tensor is the
 loader's `output_tensor`: in a PIMDataLoader worker, memory of its output arena, reused
-batch after batch (loader/_arena.py); in torch's workers, shared memory from the start, so
+batch after batch (loader/arena.py); in torch's workers, shared memory from the start, so
 that the batch goes to the main process as one handle, not a copy per image.
 
 A pipeline that renders the images itself (pipelines/detection.py) asks for the batch
@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 import torch
 
-from pimloader.loader._arena import output_tensor
+from pimloader.loader.arena import output_tensor
 
 
 class PaddedImages(NamedTuple):

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import torch
 
 from pimloader.backends.select import BACKENDS, check_decode_on_dpu
-from pimloader.loader._fetch import TransformingFetcher
-from pimloader.loader._produce import BatchProducer, Pipeline
+from pimloader.loader.fetch import TransformingFetcher
+from pimloader.loader.produce import BatchProducer, Pipeline
 
 from . import audio, classification, detection, in_memory
 

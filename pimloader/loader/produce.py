@@ -7,8 +7,8 @@ from typing import Any
 
 from torch.utils.data import default_collate
 
-from ._arena import ArenaBatch
-from ._slots import SlotBatch, SlotWriter
+from .arena import ArenaBatch
+from .slots import SlotBatch, SlotWriter
 
 
 @dataclass
@@ -105,7 +105,7 @@ class ProducerContext:
 
     def plain_fetcher(self):
         """torch's fetch semantics over the dataset (uncollated samples)."""
-        from ._fetch import create_fetcher
+        from .fetch import create_fetcher
         return create_fetcher(self.is_iterable, self.dataset, self.auto_collation,
                               self.drop_last)
 

@@ -25,8 +25,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ._arena import ArenaPool
-from ._layout import (
+from .arena import ArenaPool
+from .layout import (
     Layout, NotSlottable, collate_skeletons, compile_batch_splitter, split_sample)
 from ._pages import populate_for_writing
 
@@ -211,7 +211,7 @@ class SlotPool:
         self._register = register
         self._slots: dict[tuple[int, int], tuple[torch.Tensor, Layout]] = {}
         self._lent: set[tuple[int, int]] = set()
-        self.arena = ArenaPool(num_producers, shared)  # variable-size outputs (_arena.py)
+        self.arena = ArenaPool(num_producers, shared)  # variable-size outputs (arena.py)
 
     def lend(self, batch: SlotBatch) -> Any:
         """The user's batch: the skeletons collated over views of the batch's slot."""

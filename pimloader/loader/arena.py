@@ -1,7 +1,7 @@
 """A reusable shared-memory arena for the variable-size outputs of a worker's batches.
 
 Batches that a collate_fn makes (lists of images of different sizes, padded batches, the
-targets' small tensors) cannot live in the fixed-layout slots of _slots.py. torch's
+targets' small tensors) cannot live in the fixed-layout slots of slots.py. torch's
 workers place each tensor of such a batch in a fresh shared-memory segment when they send
 it, and the main process maps each one: for a 10 MB float32 detection image, creating the
 segment, faulting in its pages on the first write, passing its file descriptor and mapping
