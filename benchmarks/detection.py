@@ -153,7 +153,7 @@ def _timed_sample(dataset, index: int) -> float:
     """Seconds pimloader's pipeline takes for one whole sample (as PIMDataLoader runs it)."""
     from pimloader.backends.select import CPU, Backends
     from pimloader.pipelines.detection import build
-    from pimloader.pipelines.select import PipelineOptions
+    from pimloader.options import PipelineOptions
     if not hasattr(_timed_sample, "cache"):
         backends = Backends()
         _timed_sample.cache = {}, backends

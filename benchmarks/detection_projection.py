@@ -46,7 +46,7 @@ from pimloader.backends.base import KernelRun
 from pimloader.backends.dpu.driver import DpuDriver
 from pimloader.datasets import CocoDetection
 from pimloader.pipelines.detection import build
-from pimloader.pipelines.select import PipelineOptions
+from pimloader.options import PipelineOptions
 from pimloader.transforms.probe import run_on_probe
 
 PIPELINES = {"faster-rcnn": faster_rcnn, "ssd-geometry": ssd_geometry}

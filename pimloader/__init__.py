@@ -1,15 +1,17 @@
 """pimloader: a drop-in torch DataLoader that moves memory-bound preprocessing off the CPUs."""
 from torch.utils.data import get_worker_info
 
-from . import datasets, transforms
+from . import datasets, pipelines, transforms  # pipelines registers the built-in tasks
 from .decode import DecodeError, DecompressionBombError
 from .errors import (DpuBackendError, DpuFaultError, DpuKernelError, LoaderTimeoutError,
                      SharedPrepError, WorkerDiedError)
-from .loader import EpochStats, PIMDataLoader
+from .loader import EpochStats, PIMDataLoader, Task, register_task, unregister_task
+from .options import PipelineOptions
 from .pipelines.padded import PaddedBatch, PaddedImages
 
 __all__ = ["PIMDataLoader", "EpochStats", "get_worker_info", "datasets", "transforms",
-           "PaddedBatch", "PaddedImages",
+           "PaddedBatch", "PaddedImages", "Task", "register_task", "unregister_task",
+           "PipelineOptions",
            "DecodeError", "DecompressionBombError", "WorkerDiedError", "LoaderTimeoutError", "SharedPrepError",
            "DpuBackendError", "DpuFaultError", "DpuKernelError"]
 __version__ = "0.1.0"

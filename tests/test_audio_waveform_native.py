@@ -225,7 +225,7 @@ def test_the_loader_resamples_natively_the_dataset_exactly(tmp_path):
     AudioFolder keeps torchaudio's (transforms/resample.py, bit-identical to it)."""
     from pimloader.datasets import AudioFolder
     from pimloader.pipelines.audio import build
-    from pimloader.pipelines.select import PipelineOptions
+    from pimloader.options import PipelineOptions
     from pimloader.transforms.resample import resample as exact
     (tmp_path / "word").mkdir()
     soundfile.write(tmp_path / "word" / "a.wav", np.zeros((800, 1)), 8000, subtype="PCM_16")

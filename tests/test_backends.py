@@ -19,8 +19,9 @@ from pimloader.backends.registry import register_kernel
 from pimloader.backends.cpu import CpuBackend
 from pimloader.backends.dpu.backend import DpuBackend
 from pimloader.backends.dpu.driver import emulator_live_dpus
-from pimloader.backends.select import CPU, BackendSpec, Backends, choose_backend
+from pimloader.backends.select import CPU, BackendSpec, Backends, resolve
 from pimloader.datasets import ImageFolder
+from pimloader.options import PipelineOptions
 from pimloader.pipelines.runs import RunBatcher
 from pimloader.transforms import lower
 
@@ -175,10 +176,12 @@ def test_closing_backends_closes_every_one_and_raises_the_first_error():
 
 def test_backend_arguments_are_checked_once_with_clear_errors():
     with pytest.raises(ValueError, match="backend must be one of"):
-        choose_backend("gpu")
-    with pytest.raises(ValueError, match="nr_tasklets 1..24"):
-        choose_backend("emulator", nr_tasklets=25)
+        PipelineOptions(backend="gpu")
     with pytest.raises(TypeError, match="dpu_profile"):
-        choose_backend("emulator", dpu_profile=3)
-    assert choose_backend("cpu") == CPU
-    assert choose_backend("emulator", 3, 4, "x=1") == BackendSpec("emulator", 3, 4, "x=1")
+        PipelineOptions(backend="emulator", dpu_profile=3)
+    with pytest.raises(ValueError, match="nr_tasklets 1..24"):
+        resolve(PipelineOptions(backend="emulator", nr_tasklets=25))
+    assert resolve(PipelineOptions(backend="cpu")) == CPU
+    options = PipelineOptions(backend="emulator", nr_dpus=3, nr_tasklets=4, dpu_profile="x=1")
+    assert resolve(options) == BackendSpec("emulator", 3, 4, "x=1", decode=True)  # "auto": on
+    assert resolve(options, "no JPEGs here") == BackendSpec("emulator", 3, 4, "x=1")

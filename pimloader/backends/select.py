@@ -1,9 +1,11 @@
 """Choosing a backend (`BackendSpec`, picklable) and the backends a process has open.
 
-The loader turns its `backend=` argument into a `BackendSpec` once, in the main process;
-each process that runs the kernel (a worker, or the main process with `num_workers=0`)
-opens it in its own `Backends`, which its owner closes: the loader's state on `close()`,
-a worker when it exits. A forked worker never uses a DPU set of its parent.
+The loader's options (pimloader/options.py) become a task's `BackendSpec` in one place,
+`resolve`, in the main process; each process that runs the kernel (a worker, or the main
+process with `num_workers=0`) opens it in its own `Backends`, which its owner closes (kept
+in the loader's per-process resources: the loader's state on `close()`, a worker when it
+exits). A forked worker never uses a DPU set of its parent. How a spec's kind is opened is
+looked up in openers.py (the DPU package registers its kinds there).
 """
 from __future__ import annotations
 
@@ -11,10 +13,11 @@ import os
 import warnings
 from dataclasses import dataclass
 
-from .base import Backend
-from .registry import run_kind
+from pimloader.options import NR_DPUS, NR_TASKLETS, PipelineOptions
 
-BACKENDS = ("auto", "cpu", "emulator", "upmem")
+from .base import Backend
+from .openers import opener
+from .registry import run_kind
 
 
 @dataclass(frozen=True)
@@ -22,70 +25,43 @@ class BackendSpec:
     """Which backend runs the kernel: "cpu", "emulator" or "upmem", with its DPU set."""
 
     kind: str = "cpu"
-    nr_dpus: int = 64
-    nr_tasklets: int = 16
+    nr_dpus: int = NR_DPUS
+    nr_tasklets: int = NR_TASKLETS
     profile: str = ""
     decode: bool = False     # the backend decodes the images it can (decode_on_dpu)
 
     def open(self) -> Backend:
-        if self.kind == "cpu":
-            from .cpu import CpuBackend
-            return CpuBackend()
-        from .dpu.backend import DpuBackend
-        return DpuBackend(self.nr_dpus, self.nr_tasklets, self.profile,
-                          emulated=self.kind == "emulator", decode=self.decode)
+        return opener(self.kind).open(self)
 
 
 CPU = BackendSpec("cpu")
 
 
-DECODE_ON_DPU = ("auto", True, False)
-
-
-def check_decode_on_dpu(decode_on_dpu, backend: str) -> None:
-    """Refuses a bad `decode_on_dpu=` (before anything is built), and True with a backend
-    that can never be a DPU one."""
-    if not any(decode_on_dpu is value for value in DECODE_ON_DPU):
-        raise ValueError(f"decode_on_dpu must be 'auto', True or False, got {decode_on_dpu!r}")
-    if decode_on_dpu is True and backend == "cpu":
-        raise ValueError("decode_on_dpu=True needs a DPU backend (backend='emulator' or 'upmem'); "
-                         "backend='cpu' decodes on the host")
-
-
-def choose_backend(backend: str, nr_dpus: int = 64, nr_tasklets: int = 16,
-                   dpu_profile: str = "", decode_on_dpu=False) -> BackendSpec:
-    """The spec for the loader's `backend=` ("auto": UPMEM DPUs when the SDK build is
-    present, else the CPU kernels); raises for a bad argument or a missing SDK build.
-    `decode_on_dpu` ("auto": on for DPU backends, True: on, an error on the CPU backend,
-    False: off) says whether the DPU backend decodes the JPEGs it can."""
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if not isinstance(dpu_profile, str):
-        raise TypeError(f"dpu_profile must be a libdpu profile string, got {dpu_profile!r}")
-    check_decode_on_dpu(decode_on_dpu, backend)
+def resolve(options: PipelineOptions, dpu_decode_refusal: str = "") -> BackendSpec:
+    """The spec of a task's backend for the loader's options: `backend="auto"` is UPMEM
+    DPUs when the SDK build is present, else the CPU kernels; raises for a missing SDK
+    build or a DPU set out of range. `dpu_decode_refusal` says why the task cannot have
+    its images decoded on DPUs ("" when it can): decode_on_dpu=True is then a ValueError
+    saying why, and "auto" is off (PipelineOptions.dpu_decode)."""
+    decode = options.dpu_decode(dpu_decode_refusal)
+    backend = options.backend
     if backend == "cpu" or (backend == "auto" and not upmem_available()):
-        if decode_on_dpu is True:
+        if options.decode_on_dpu is True:
             raise ValueError("decode_on_dpu=True needs a DPU backend, and backend='auto' found no "
                              "UPMEM SDK build: pass backend='emulator' or 'upmem'")
         return CPU
+    nr_dpus, nr_tasklets = options.nr_dpus, options.nr_tasklets
     if not 1 <= nr_tasklets <= 24 or nr_dpus < 1:
         raise ValueError(f"nr_dpus must be >= 1 and nr_tasklets 1..24, got {nr_dpus}, "
                          f"{nr_tasklets}")
     kind = "emulator" if backend == "emulator" else "upmem"
-    if kind == "upmem":
-        from .dpu.driver import driver_module
-        driver_module(False)  # raises, saying what is missing
-    return BackendSpec(kind, nr_dpus, nr_tasklets, dpu_profile, decode=decode_on_dpu is not False)
+    opener(kind).check()  # raises, saying what is missing
+    return BackendSpec(kind, nr_dpus, nr_tasklets, options.dpu_profile, decode=decode)
 
 
 def upmem_available() -> bool:
     """Whether the driver was built against UPMEM's SDK."""
-    from .dpu.driver import driver_module
-    try:
-        driver_module(False)
-    except Exception:
-        return False
-    return True
+    return opener("upmem").available()
 
 
 def native_available(backend: str) -> bool:

@@ -12,6 +12,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from pimloader import _dpu_emulated
+from pimloader.options import NR_TASKLETS
 
 _ffi, _lib = _dpu_emulated.ffi, _dpu_emulated.lib
 
@@ -82,7 +83,7 @@ def _tables_ptr(tables):
     return _ffi.cast("uint8_t *", _ffi.from_buffer(tables)), tables
 
 
-def plan_sample(sample, tables: np.ndarray, arena_bytes: int, nr_tasklets: int = 16) -> Optional[SamplePlan]:
+def plan_sample(sample, tables: np.ndarray, arena_bytes: int, nr_tasklets: int = NR_TASKLETS) -> Optional[SamplePlan]:
     """The driver's plan of one pim_sample_t (pim_dpu_plan_sample; None: refused)."""
     (ptr, keep), (tab, tables) = _sample_ptr(sample), _tables_ptr(tables)
     c = _ffi.new("pim_dpu_sample_plan_t *")

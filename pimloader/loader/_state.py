@@ -1,5 +1,6 @@
-"""What a loader keeps across its iterators: epoch statistics, its slot pools, and the
-backends (DPU sets) the main process opened for `num_workers=0`.
+"""What a loader keeps across its iterators: epoch statistics, its slot pools, and what the
+main process opened for its producers with `num_workers=0` (its pipeline's backends: DPU
+sets), in a ProcessResources.
 
 Iterators hold this object rather than the loader, so that a loader and its persistent
 iterator do not form a reference cycle (their workers then stop as soon as the loader is
@@ -11,26 +12,28 @@ import weakref
 
 import torch
 
-from pimloader.backends.select import Backends
-
 from ._pin import register_slot
-from .slots import SlotPool, SlotWriter
 from ._stats import EpochStats
+from .resources import ProcessResources
+from .slots import SlotPool, SlotWriter
 
 
 class LoaderState:
-    def __init__(self) -> None:
+    def __init__(self, kernel_backend: tuple[str, bool] = ("", False)) -> None:
+        self.kernel_backend = kernel_backend  # the pipeline's, as each EpochStats says it
         self.history: list[EpochStats] = []
         self._shared_pool: SlotPool | None = None
         self._local: tuple[bool, SlotPool, SlotWriter] | None = None
-        self.backends = Backends()
-        weakref.finalize(self, _close_quietly, self.backends)  # a safety net: call close()
+        self.resources = ProcessResources()  # the main process's, for num_workers=0
+        weakref.finalize(self, _close_quietly, self.resources)  # a safety net: call close()
         self.tracker = None  # the current epoch's position, for state_dict() (_resume.py)
         self.group = None    # this job's side of a coordinated-prep group (_coordinated.py)
         self.publish = None  # its producer's hook for each delivered batch
 
     def begin_epoch(self) -> EpochStats:
-        self.history.append(EpochStats(epoch=len(self.history)))
+        backend, dpu_decode = self.kernel_backend
+        self.history.append(EpochStats(epoch=len(self.history), backend=backend,
+                                       dpu_decode=dpu_decode))
         return self.history[-1]
 
     def take_shared_pool(self, num_workers: int, pinned: bool) -> SlotPool:
@@ -46,9 +49,9 @@ class LoaderState:
         self._shared_pool = None
         self._local = None
 
-    def close_backends(self) -> None:
-        """Free the backends the main process opened (its DPU sets)."""
-        self.backends.close()
+    def close_resources(self) -> None:
+        """Free what the main process opened for its producers (backends: DPU sets)."""
+        self.resources.close()
 
     def return_shared_pool(self, pool: SlotPool) -> None:
         pool.release_unlent()
@@ -93,8 +96,8 @@ _ALLOCATORS = {(False, False): _allocate_plain, (True, False): _allocate_pinned,
                (False, True): _allocate_shared, (True, True): _allocate_shared_pinned}
 
 
-def _close_quietly(backends: Backends) -> None:
+def _close_quietly(resources: ProcessResources) -> None:
     try:
-        backends.close()
+        resources.close()
     except Exception:
         pass

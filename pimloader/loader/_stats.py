@@ -28,12 +28,21 @@ class EpochStats:
     cache_hits, cache_misses: samples read from the encoded-sample cache, and from their
                       files (cache_bytes > 0; docs/loader.md "Encoded-sample cache").
     cache_hit_bytes, cache_miss_bytes: the encoded bytes of those.
+    backend:          the backend the loader's kernels run on, as `backend=` resolved
+                      ("auto": "upmem" where the SDK build is present, else "cpu"):
+                      "cpu", "emulator" or "upmem"; "" when no kernel runs (torch's own
+                      path, or the transform as Python).
+    dpu_decode:       whether that backend decodes the images it can itself
+                      (decode_on_dpu resolved: "auto" is on for DPU backends where the
+                      task can, off elsewhere).
     dpu_decoded_samples: images the DPU backend decoded itself (decode_on_dpu).
     decode_fallbacks: with decode_on_dpu on, the images decoded on the host instead, by
                       reason ({reason: count}; docs/loader.md "JPEG decoding on DPUs").
     """
 
     epoch: int
+    backend: str = ""
+    dpu_decode: bool = False
     batches: int = 0
     samples: int = 0
     wait_s: float = 0.0

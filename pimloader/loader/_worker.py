@@ -27,11 +27,11 @@ from torch.utils.data._utils import worker as torch_worker
 from torch.utils.data.graph_settings import apply_random_seed
 
 from pimloader.errors import TOO_MANY_OPEN_FILES, WorkerError
-from pimloader.backends.select import Backends
 
-from .produce import ProducerContext, make_producer
 from ._snapshots import attach, producer_snapshot, resume_dataset, resume_producer
 from .arena import ArenaWriter, set_current as set_current_arena
+from .produce import ProducerContext, make_producer
+from .resources import ProcessResources
 from .slots import SlotBatch, SlotWriter
 
 STATUS_CHECK_INTERVAL = 0.5
@@ -60,7 +60,7 @@ class WorkerConfig:
     worker_id: int
     num_workers: int
     shared_seed: int | None
-    pipeline: object = None   # pipelines.select.build_pipeline's (None: torch's path)
+    pipeline: object = None   # the loader's (tasks.pipeline_for; None: torch's path)
     resume: object = None   # the worker's saved snapshot (_resume) when resuming mid-epoch
     # the decoders' pixel limit in the main process when the epoch started (a spawned
     # worker would otherwise start from Pillow's default); "inherit": leave it as it is
@@ -92,7 +92,7 @@ class _Worker:
             self.arena = ArenaWriter(config.worker_id, arena[0], _allocate_shared, arena[1])
         set_current_arena(self.arena)
         self.producer = None
-        self.backends = Backends()  # this worker's own (DPU sets), closed when it exits
+        self.resources = ProcessResources()  # this worker's own (DPU sets), closed as it exits
         self.pending_error: WorkerError | None = None
         self.iteration_end = False
         self.fetches, self.last_index = 0, None  # this epoch's, for state snapshots
@@ -131,7 +131,7 @@ class _Worker:
         config = self.config
         self.producer = make_producer(ProducerContext(
             self.dataset, config.is_iterable, config.auto_collation, config.collate_fn,
-            config.drop_last, self.writer, self.backends), config.pipeline)
+            config.drop_last, self.writer, self.resources), config.pipeline)
 
     def resume(self, seed) -> None:
         self.iteration_end = False
@@ -144,10 +144,10 @@ class _Worker:
             self.pending_error = WorkerError(_where(self.config, "while restarting iteration"))
 
     def close(self) -> None:
-        """Free what the worker holds: its producer, then its backends (DPU sets)."""
+        """Free what the worker holds: its producer, then its resources (DPU sets)."""
         self.producer = None
         try:
-            self.backends.close()
+            self.resources.close()
         except Exception:  # exiting anyway: a DPU set that fails to close is freed with us
             pass
 

@@ -7,7 +7,7 @@ from typing import TypeVar
 import torch
 from torch.utils.data import DataLoader
 
-from pimloader.pipelines.select import PipelineOptions, build_pipeline
+from pimloader.options import NR_DPUS, NR_TASKLETS, PipelineOptions
 
 from . import _coordinated, _group
 from ._multi import MultiProcessIter
@@ -15,6 +15,7 @@ from ._resume import load_loader_state, loader_state_dict, take_pending
 from ._single import SingleProcessIter
 from ._state import LoaderState
 from ._stats import EpochStats
+from .tasks import pipeline_for
 
 
 _T_co = TypeVar("_T_co", covariant=True)
@@ -82,15 +83,15 @@ class PIMDataLoader(DataLoader[_T_co]):
 
     def __init__(self, dataset, *args, transform=None, backend: str = "auto",
                  on_error: str = "raise", reduced_dct="auto",
-                 memory_format=torch.contiguous_format, nr_dpus: int = 64,
-                 nr_tasklets: int = 16, dpu_profile: str = "", cache_bytes: int = 0,
+                 memory_format=torch.contiguous_format, nr_dpus: int = NR_DPUS,
+                 nr_tasklets: int = NR_TASKLETS, dpu_profile: str = "", cache_bytes: int = 0,
                  share_with: str | None = None, share_jobs: int | None = None,
                  decode_on_dpu="auto", **kwargs) -> None:
         super().__init__(dataset, *args, **kwargs)
         options = PipelineOptions(backend, on_error, reduced_dct, memory_format, nr_dpus,
                                   nr_tasklets, dpu_profile, cache_bytes, decode_on_dpu)
         _group.check_share_arguments(share_with, share_jobs)
-        self._pipeline = build_pipeline(dataset, transform, options)
+        self._pipeline = pipeline_for(dataset, transform, options)
         self._share = None
         if share_with is not None:
             self._share = (share_with, share_jobs,
@@ -141,7 +142,9 @@ class PIMDataLoader(DataLoader[_T_co]):
     def _state(self) -> LoaderState:
         state = self.__dict__.get("_pimloader_state")
         if state is None:
-            state = self.__dict__["_pimloader_state"] = LoaderState()
+            pipeline = self.__dict__.get("_pipeline")
+            state = self.__dict__["_pimloader_state"] = LoaderState(
+                pipeline.kernel_backend() if pipeline is not None else ("", False))
         return state
 
     def stats(self) -> list[EpochStats]:
@@ -159,7 +162,7 @@ class PIMDataLoader(DataLoader[_T_co]):
             iterator._shutdown_workers()
         self._state.close_group()
         self._state.release_buffers()
-        self._state.close_backends()
+        self._state.close_resources()
         if self._pipeline is not None:
             self._pipeline.close_shared()
 
@@ -178,7 +181,7 @@ def _signature_with_extras() -> inspect.Signature:
               for name, default in (("transform", None), ("backend", "auto"),
                                     ("on_error", "raise"), ("reduced_dct", "auto"),
                                     ("memory_format", torch.contiguous_format),
-                                    ("nr_dpus", 64), ("nr_tasklets", 16),
+                                    ("nr_dpus", NR_DPUS), ("nr_tasklets", NR_TASKLETS),
                                     ("dpu_profile", ""), ("cache_bytes", 0),
                                     ("share_with", None), ("share_jobs", None),
                                     ("decode_on_dpu", "auto"))]

@@ -8,6 +8,7 @@ from typing import Any
 from torch.utils.data import default_collate
 
 from .arena import ArenaBatch
+from .resources import ProcessResources
 from .slots import SlotBatch, SlotWriter
 
 
@@ -74,8 +75,8 @@ def _describe(index, samples) -> str:
 
 
 class Pipeline:
-    """What the loader asks of the pipeline of a task (pipelines/): one picklable object,
-    built once in the main process and sent to the workers.
+    """What the loader asks of the pipeline of a task (a registered Task's build, tasks.py):
+    one picklable object, built once in the main process and sent to the workers.
 
     `make_producer(context)` returns the producer of the loader's batches in one process (or
     None: torch's own path). `open_shared()` runs in the main process before the workers of
@@ -83,6 +84,12 @@ class Pipeline:
 
     def make_producer(self, context: "ProducerContext"):
         raise NotImplementedError
+
+    def kernel_backend(self) -> tuple[str, bool]:
+        """What stats() reports (EpochStats.backend, .dpu_decode): the kind of backend its
+        kernels run on ("cpu", "emulator", "upmem"; "" when none runs) and whether that
+        backend decodes images itself."""
+        return "", False
 
     def open_shared(self) -> None:
         pass
@@ -101,7 +108,7 @@ class ProducerContext:
     collate_fn: Any
     drop_last: bool
     writer: SlotWriter | None   # the process's slots (None: collate only)
-    backends: Any               # backends.select.Backends: the backends this process opened
+    resources: ProcessResources  # what the process keeps open for its producers (backends)
 
     def plain_fetcher(self):
         """torch's fetch semantics over the dataset (uncollated samples)."""
@@ -112,7 +119,7 @@ class ProducerContext:
 
 def make_producer(context: ProducerContext, pipeline=None):
     """The producer for one iterator or worker: the loader's pipeline's (see
-    pipelines/select.py), else torch's fetch-then-collate semantics, with slots when
+    tasks.py), else torch's fetch-then-collate semantics, with slots when
     possible."""
     producer = pipeline.make_producer(context) if pipeline is not None else None
     if producer is None:

@@ -2,5 +2,27 @@
 samples to a backend's fused kernel, writing into the batch slot.
 
 `classification`: image folders (encoded JPEGs) -> fixed-size image batches.
+`detection`: COCO sets -> (image, target) samples, images from the fused kernel.
+`audio`: AudioFolders -> batches of features.
 `in_memory`: images a dataset returns as uint8 tensors, through the same kernel.
+`python_transform`: the loader's transform as Python (the fallback).
+
+Each registers here as a task of the loader (loader/tasks.py), with what it takes and how
+specific that is: the loader asks the most specific task that takes its dataset first.
 """
+from pimloader.loader.tasks import Task, register_task
+
+from . import audio, classification, detection, in_memory, python_transform
+
+register_task(Task("detection", detection.takes, detection.build, specificity=30,
+                   reads_encoded_files=True, describes="a COCO detection set"))
+register_task(Task("classification", classification.takes, classification.build,
+                   specificity=20, reads_encoded_files=True,
+                   describes="an ImageFolder / DatasetFolder or a list of (path, target) "
+                             "pairs, with a transform pimloader lowers"))
+register_task(Task("audio", audio.takes, audio.build, specificity=20, reads_encoded_files=True,
+                   describes="an AudioFolder with a transform"))
+register_task(Task("in_memory", in_memory.takes, in_memory.build, specificity=10,
+                   describes="in-memory uint8 images with a transform the fused kernel runs"))
+register_task(Task("python_transform", python_transform.takes, python_transform.build,
+                   specificity=0, describes="any dataset with a transform, run as Python"))

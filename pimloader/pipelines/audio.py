@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from pimloader import decode
-from pimloader.backends.select import CPU, choose_backend
+from pimloader.backends.select import CPU, Backends, resolve
 from pimloader.datasets.cache import CachedReader, SampleCache
 from pimloader.loader.fetch import Fetcher
 from pimloader.loader.produce import BatchProducer, Pipeline
@@ -47,12 +47,16 @@ class AudioClips(Pipeline):
     def make_producer(self, context):
         if context.is_iterable:
             return None
-        fetcher = AudioFetcher(self, context.auto_collation, context.backends.router(self.backend))
+        router = context.resources.get(Backends).router(self.backend)
+        fetcher = AudioFetcher(self, context.auto_collation, router)
         producer = BatchProducer(fetcher, context.collate_fn, context.auto_collation,
                                  context.writer)
         if isinstance(self.reader, CachedReader):
             producer = CacheCountingProducer(producer, self.reader)
         return producer
+
+    def kernel_backend(self) -> tuple[str, bool]:
+        return (self.backend.kind, self.backend.decode) if self.fused is not None else ("", False)
 
     def open_shared(self) -> None:
         """Allocate the sample cache's segment (cache_bytes > 0; main process)."""
@@ -115,6 +119,16 @@ class AudioFetcher(Fetcher):
         return self.pipeline.finished(samples, self.router)
 
 
+DPU_DECODE_REFUSAL = ("an AudioFolder's clips are decoded on the host (libsndfile): DPUs "
+                      "decode JPEGs, for the classification pipeline only")
+
+
+def takes(dataset, transform) -> bool:
+    """pimloader's AudioFolder (not a subclass that makes its items its own way)."""
+    from pimloader.datasets.audio import AudioFolder
+    return isinstance(dataset, AudioFolder) and not _reads_its_own_way(dataset, AudioFolder)
+
+
 def build(dataset, transform, options) -> AudioClips | None:
     """The audio path for an AudioFolder, or None for any other dataset (or when there is
     no transform: the clips then keep their own lengths, which only a collate_fn of the
@@ -131,8 +145,7 @@ def build(dataset, transform, options) -> AudioClips | None:
     fused = FusedFeatures.lower(transform)
     return AudioClips(reader, _native_decoding(dataset.decoding, fused), transform,
                       options.on_error == "skip", fused,
-                      choose_backend(options.backend, options.nr_dpus, options.nr_tasklets,
-                                     options.dpu_profile))
+                      resolve(options, DPU_DECODE_REFUSAL))
 
 
 def _native_decoding(decoding, fused: FusedFeatures | None):

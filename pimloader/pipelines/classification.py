@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from pimloader import decode
-from pimloader.backends.select import choose_backend, native_available
+from pimloader.backends.select import Backends, native_available, resolve
 from pimloader.datasets.cache import CachedReader, SampleCache
 from pimloader.loader.fetch import Fetcher
 from pimloader.loader.layout import Layout, SlotField
@@ -35,7 +35,7 @@ class EncodedImages(Pipeline):
         """A producer of this loader's batches (None for torch's path: iterable datasets)."""
         if context.is_iterable:
             return None
-        router = context.backends.router(self.images.backend)
+        router = context.resources.get(Backends).router(self.images.backend)
         fallback = BatchProducer(ImageFetcher(self.images, context.auto_collation, router),
                                  context.collate_fn, context.auto_collation, context.writer)
         producer = fallback
@@ -44,6 +44,9 @@ class EncodedImages(Pipeline):
         if self.cache is not None:
             producer = CacheCountingProducer(producer, self.images.reader)
         return producer
+
+    def kernel_backend(self) -> tuple[str, bool]:
+        return self.images.backend.kind, self.images.backend.decode
 
     @property
     def cache(self) -> SampleCache | None:
@@ -221,6 +224,12 @@ class DirectImageProducer:
                 pass  # skipped when loading too
 
 
+def takes(dataset, transform) -> bool:
+    """Image folders and lists of (path, target) pairs: datasets read as encoded images."""
+    from pimloader.datasets import EncodedSource
+    return EncodedSource.detect(dataset) is not None
+
+
 def build(dataset, transform, options) -> EncodedImages | None:
     """The native path for this dataset and transform, or None when the dataset's samples
     cannot be read as encoded images (or nothing would be gained)."""
@@ -247,6 +256,4 @@ def build(dataset, transform, options) -> EncodedImages | None:
         reader = CachedReader(reader, SampleCache(options.cache_bytes, len(reader)))
     return EncodedImages(ImagePipeline(
         reader, plan, lut, bool(reduced_dct), options.on_error == "skip",
-        options.memory_format == torch.channels_last,
-        choose_backend(options.backend, options.nr_dpus, options.nr_tasklets,
-                       options.dpu_profile, options.decode_on_dpu)))
+        options.memory_format == torch.channels_last, resolve(options)))

@@ -34,7 +34,7 @@ from torchvision import tv_tensors
 
 from pimloader import decode
 from pimloader.backends.base import IMAGES
-from pimloader.backends.select import BackendSpec, choose_backend, native_available
+from pimloader.backends.select import BackendSpec, Backends, native_available, resolve
 from pimloader.datasets.cache import CachedReader, SampleCache
 from pimloader.datasets.coco import CocoSource, is_coco
 from pimloader.loader.arena import output_tensors
@@ -68,7 +68,7 @@ class Detection(Pipeline):
     def make_producer(self, context):
         if context.is_iterable:
             return None
-        router = context.backends.router(self.backend)
+        router = context.resources.get(Backends).router(self.backend)
         fetcher = DetectionFetcher(self, context.auto_collation, router,
                                    context.collate_fn if context.auto_collation else None)
         producer = BatchProducer(fetcher, context.collate_fn, context.auto_collation,
@@ -76,6 +76,9 @@ class Detection(Pipeline):
         if isinstance(self.read, CachedReader):
             producer = CacheCountingProducer(producer, self.read)
         return producer
+
+    def kernel_backend(self) -> tuple[str, bool]:
+        return (self.backend.kind, self.backend.decode) if self.on_probe is not None else ("", False)
 
     def open_shared(self) -> None:
         """Allocate the sample cache's segment (main process, before workers start)."""
@@ -282,13 +285,26 @@ class DetectionFetcher(Fetcher):
         return self.padding.reserve([shape[:3] for shape in shapes], shapes[0][3])
 
 
+DPU_DECODE_REFUSAL = ("COCO detection sets have their images decoded on the host (decoding "
+                      "on DPUs serves the classification pipeline only: image folders and "
+                      "lists of (path, target) pairs)")
+
+
+def takes(dataset, transform) -> bool:
+    """COCO detection sets: pimloader's CocoDetection, torchvision's (v2-wrapped or not)."""
+    return is_coco(dataset)
+
+
 def build(dataset, transform, options) -> Pipeline | None:
     """The detection pipeline for a COCO dataset the loader reads natively; for another COCO
     dataset with the loader's `transform`, that transform as Python on whole samples; else
     None. The loader's `transform` stands for the dataset's (image, target) transforms."""
     source = CocoSource.detect(dataset, transform)
     if source is None or not native_available(options.backend):
-        return JointTransform(transform) if transform is not None and is_coco(dataset) else None
+        if transform is not None and is_coco(dataset):
+            options.dpu_decode(DPU_DECODE_REFUSAL)
+            return JointTransform(transform)
+        return None
     _warn_unused(options)
     transforms = source.transforms
     lowered = source.enters_as == "image" and transforms is not None
@@ -296,9 +312,7 @@ def build(dataset, transform, options) -> Pipeline | None:
     if options.cache_bytes:
         read = CachedReader(read, SampleCache(options.cache_bytes, len(read)))
     return Detection(source, transforms, for_probe(transforms) if lowered else None,
-                     choose_backend(options.backend, options.nr_dpus, options.nr_tasklets,
-                                    options.dpu_profile),
-                     options.on_error == "skip", read)
+                     resolve(options, DPU_DECODE_REFUSAL), options.on_error == "skip", read)
 
 
 def _warn_unused(options) -> None:

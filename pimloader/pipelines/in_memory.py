@@ -29,7 +29,7 @@ import torch
 import torchvision.transforms.v2 as v2
 from torchvision import tv_tensors
 
-from pimloader.backends.select import choose_backend, native_available
+from pimloader.backends.select import Backends, native_available, resolve
 from pimloader.loader.fetch import Fetcher, TransformingFetcher, image_of, with_image
 from pimloader.loader.produce import BatchProducer, Pipeline, Produced
 from pimloader.loader.slots import SlotBatch, SlotWriter
@@ -58,8 +58,16 @@ class InMemoryImages(Pipeline):
     def __call__(self, image):
         return self.transform(image)
 
+    @property
+    def backend(self):
+        """The BackendSpec its kernel runs on (every channel count's pipeline has it)."""
+        return next(iter(self.pipelines.values())).backend
+
+    def kernel_backend(self) -> tuple[str, bool]:
+        return self.backend.kind, self.backend.decode
+
     def make_producer(self, context):
-        router = context.backends.router(next(iter(self.pipelines.values())).backend)
+        router = context.resources.get(Backends).router(self.backend)
         fetcher = KernelTransformingFetcher(context.plain_fetcher(), self, router)
         return InMemoryImageProducer(fetcher, context.collate_fn, context.auto_collation,
                                      context.writer)
@@ -339,7 +347,17 @@ def _clipped_axis(start: int, length: int, pad_before: int, extent: int):
 
 # -- building it ----------------------------------------------------------------------------
 
-def build(transform, options) -> InMemoryImages | None:
+DPU_DECODE_REFUSAL = ("the dataset returns its images decoded (in-memory tensors): there is "
+                      "nothing for DPUs to decode")
+
+
+def takes(dataset, transform) -> bool:
+    """Any dataset, with a transform: each sample's image, if a uint8 tensor, may run on the
+    fused kernel (decided per sample)."""
+    return transform is not None
+
+
+def build(dataset, transform, options) -> InMemoryImages | None:
     """The native path for in-memory images under `transform`, or None (Python only)."""
     from pimloader.transforms import lower
     from pimloader.transforms.registry import flatten
@@ -351,8 +369,7 @@ def build(transform, options) -> InMemoryImages | None:
         return None
     if not native_available(options.backend):
         return None
-    backend = choose_backend(options.backend, options.nr_dpus, options.nr_tasklets,
-                             options.dpu_profile)
+    backend = resolve(options, DPU_DECODE_REFUSAL)
     pipelines = {channels: ImagePipeline(None, plan, lut, False, False, backend=backend,
                                          channels=channels)
                  for channels, lut in _tables_by_channels(plan).items()}

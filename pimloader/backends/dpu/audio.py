@@ -25,6 +25,7 @@ import numpy as np
 
 from pimloader._native_sources import native_source_root
 from pimloader.errors import DpuFaultError, DpuKernelError
+from pimloader.options import NR_TASKLETS
 from . import emulator
 from .audio_tables import MAX_MASKS, Q16, DpuMelSpec, DpuMelTables, pack_masks, quantize_waveforms
 
@@ -137,7 +138,7 @@ class DpuMelFeatures:
     """Log-mel dB features of int16 clips on (emulated) DPUs:
     `with DpuMelFeatures(DpuMelSpec(n_mels=40, top_db=80), nr_dpus=4) as mel: feats = mel(waves)`."""
 
-    def __init__(self, spec=None, *, nr_dpus: int = 4, nr_tasklets: int = 16,
+    def __init__(self, spec=None, *, nr_dpus: int = 4, nr_tasklets: int = NR_TASKLETS,
                  stack_bytes: int = DEFAULT_STACK_BYTES, profile: str = "", mask_value: Optional[float] = None,
                  count_work: bool = False) -> None:
         """`spec`: a DpuMelSpec, or a FeatureSpec (transforms/audio_spec.py; its mask_value is

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+from pimloader.options import NR_DPUS, NR_TASKLETS
+
 from ..base import FEATURES, IMAGES, Backend, EncodedImage, ImageKernel, KernelRun
 from ..registry import register_kernel
 from .audio_backend import DpuFeatureRuns
@@ -34,7 +36,7 @@ class DpuBackend(Backend):
     MIN_RUN_ROWS = 32
     kernel = "the DPU kernel"
 
-    def __init__(self, nr_dpus: int = 64, nr_tasklets: int = 16, profile: str = "",
+    def __init__(self, nr_dpus: int = NR_DPUS, nr_tasklets: int = NR_TASKLETS, profile: str = "",
                  emulated: bool = True, decode: bool = False) -> None:
         self._settings = (nr_dpus, nr_tasklets, profile, emulated)
         self._driver: Optional[DpuDriver] = None

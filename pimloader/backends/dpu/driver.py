@@ -27,6 +27,7 @@ import numpy as np
 from pimloader._native_sources import native_source_root
 from pimloader.backends import kernels as K
 from pimloader.errors import DpuBackendError, DpuFaultError, DpuKernelError
+from pimloader.options import NR_DPUS, NR_TASKLETS
 
 _REPO = native_source_root()   # the checkout, or the copy an installed wheel ships
 KERNEL_SOURCE = os.path.join(_REPO, "dpu_src", "crop_resize.c")
@@ -117,7 +118,7 @@ def build_kernel(nr_tasklets: int, stack_bytes: int, emulated: bool, source: str
 class DpuDriver:
     """DPUs running the fused kernel: `with DpuDriver(64, 16) as dpus: dpus.run(...)`."""
 
-    def __init__(self, nr_dpus: int = 64, nr_tasklets: int = 16, profile: str = "", emulated: bool = True,
+    def __init__(self, nr_dpus: int = NR_DPUS, nr_tasklets: int = NR_TASKLETS, profile: str = "", emulated: bool = True,
                  *, binary: Optional[str] = None, stack_bytes: int = DEFAULT_STACK_BYTES) -> None:
         if not 1 <= int(nr_tasklets) <= 24:
             raise ValueError(f"nr_tasklets must be 1..24, got {nr_tasklets}")

@@ -21,6 +21,7 @@ import numpy as np
 
 from pimloader import _dpuemu, errors
 from pimloader.errors import DpuBackendError
+from pimloader.options import NR_TASKLETS
 from pimloader._native_sources import native_source_root
 from .toolchain import build_atomically, cache_folder, content_key, define_flags
 
@@ -80,7 +81,7 @@ class DpuFaultError(DpuError, errors.DpuFaultError):
     The libdpu call's error with its fields, and a `pimloader.DpuFaultError` like any other."""
 
 
-def compile_kernel(source: str, output: Optional[str] = None, *, nr_tasklets: int = 16,
+def compile_kernel(source: str, output: Optional[str] = None, *, nr_tasklets: int = NR_TASKLETS,
                    defines: Optional[Mapping[str, object]] = None, include_dirs: Sequence[str] = (),
                    extra_cflags: Sequence[str] = (), cc: Optional[str] = None) -> str:
     """Build the DPU kernel `source` (a path) for the emulator; returns the shared object's path.

@@ -27,6 +27,7 @@ from pimloader._native_sources import native_source_root
 from pimloader.decode.baseline import BaselineJpeg, UnsupportedJpeg, lookup_table_into, parse_baseline
 from pimloader.decode.errors import DecodeError, _fail
 from pimloader.errors import DpuKernelError
+from pimloader.options import NR_TASKLETS
 
 from .driver import DEFAULT_STACK_BYTES, build_kernel
 
@@ -387,7 +388,7 @@ class DpuJpegDecoder:
     `DecodeError` naming it. Close it (or use `with`): DPU sets are not left to the garbage
     collector."""
 
-    def __init__(self, nr_dpus: int = 1, nr_tasklets: int = 16, *, profile: str = "backend=emulator",
+    def __init__(self, nr_dpus: int = 1, nr_tasklets: int = NR_TASKLETS, *, profile: str = "backend=emulator",
                  stack_bytes: int = DEFAULT_STACK_BYTES,
                  max_mcus_without_restarts: int = DEFAULT_MAX_MCUS_WITHOUT_RESTARTS) -> None:
         from .emulator import HEAP_POINTER_NAME, DpuSet
