@@ -185,3 +185,13 @@ def test_backend_arguments_are_checked_once_with_clear_errors():
     options = PipelineOptions(backend="emulator", nr_dpus=3, nr_tasklets=4, dpu_profile="x=1")
     assert resolve(options) == BackendSpec("emulator", 3, 4, "x=1", decode=True)  # "auto": on
     assert resolve(options, "no JPEGs here") == BackendSpec("emulator", 3, 4, "x=1")
+
+
+def test_backend_kinds_are_opened_through_their_registered_openers():
+    from pimloader.backends.openers import opener, register_opener
+    with pytest.raises(ValueError, match="a backend opener for kind 'emulator' is already registered"):
+        register_opener("emulator", lambda spec: None)
+    with pytest.raises(ValueError, match="no backend of kind 'gpu' is registered"):
+        BackendSpec("gpu").open()
+    assert opener("emulator").available()            # built with the package
+    assert isinstance(CPU.open(), CpuBackend)
