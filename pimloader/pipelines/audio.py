@@ -24,17 +24,16 @@ from typing import Any, Optional
 
 from pimloader import decode
 from pimloader.backends.select import CPU, Backends, resolve
-from pimloader.datasets.cache import CachedReader, SampleCache
 from pimloader.loader.fetch import Fetcher
-from pimloader.loader.produce import BatchProducer, Pipeline
+from pimloader.loader.produce import BatchProducer
 from pimloader.transforms.registry import given_once
 
 from .audio_features import FusedFeatures, Pending
-from .classification import CacheCountingProducer
+from .sourced import SourcedPipeline, reader_for
 
 
 @dataclass
-class AudioClips(Pipeline):
+class AudioClips(SourcedPipeline):
     """The loader's pipeline for an AudioFolder (picklable: it goes to workers)."""
 
     reader: Any          # index -> EncodedSample: a FolderReader, or a CachedReader over one
@@ -51,21 +50,13 @@ class AudioClips(Pipeline):
         fetcher = AudioFetcher(self, context.auto_collation, router)
         producer = BatchProducer(fetcher, context.collate_fn, context.auto_collation,
                                  context.writer)
-        if isinstance(self.reader, CachedReader):
-            producer = CacheCountingProducer(producer, self.reader)
-        return producer
+        return self.counted(producer)
 
     def kernel_backend(self) -> tuple[str, bool]:
         return (self.backend.kind, self.backend.decode) if self.fused is not None else ("", False)
 
-    def open_shared(self) -> None:
-        """Allocate the sample cache's segment (cache_bytes > 0; main process)."""
-        if isinstance(self.reader, CachedReader):
-            self.reader.cache.open()
-
-    def close_shared(self) -> None:
-        if isinstance(self.reader, CachedReader):
-            self.reader.cache.close()
+    def source_reader(self):
+        return self.reader
 
     def prepared(self, index: int) -> tuple:
         """(features, or Pending for the kernel; target) of sample `index`."""
@@ -139,9 +130,7 @@ def build(dataset, transform, options) -> AudioClips | None:
     transform = given_once(dataset.transform, transform)
     if transform is None:
         return None
-    reader = dataset.reader
-    if options.cache_bytes:
-        reader = CachedReader(reader, SampleCache(options.cache_bytes, len(reader)))
+    reader = reader_for(dataset.reader, options)
     fused = FusedFeatures.lower(transform)
     return AudioClips(reader, _native_decoding(dataset.decoding, fused), transform,
                       options.on_error == "skip", fused,

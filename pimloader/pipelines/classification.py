@@ -16,17 +16,17 @@ import torch
 
 from pimloader import decode
 from pimloader.backends.select import Backends, native_available, resolve
-from pimloader.datasets.cache import CachedReader, SampleCache
 from pimloader.loader.fetch import Fetcher
 from pimloader.loader.layout import Layout, SlotField
-from pimloader.loader.produce import BatchProducer, Pipeline, Produced
+from pimloader.loader.produce import BatchProducer, Produced
 
 from .images import DecodeBuffers, DecodeCounts, ImagePipeline, lookup_table
 from .runs import RunBatcher
+from .sourced import SourcedPipeline, reader_for
 
 
 @dataclass
-class EncodedImages(Pipeline):
+class EncodedImages(SourcedPipeline):
     """The loader's pipeline for encoded image datasets (picklable: it goes to workers)."""
 
     images: ImagePipeline
@@ -41,46 +41,13 @@ class EncodedImages(Pipeline):
         producer = fallback
         if self.images.direct and fallback.writer is not None:
             producer = DirectImageProducer(self.images, context.writer, fallback, router)
-        if self.cache is not None:
-            producer = CacheCountingProducer(producer, self.images.reader)
-        return producer
+        return self.counted(producer)
 
     def kernel_backend(self) -> tuple[str, bool]:
         return self.images.backend.kind, self.images.backend.decode
 
-    @property
-    def cache(self) -> SampleCache | None:
-        """The encoded-sample cache the reader goes through (cache_bytes > 0), or None."""
-        reader = self.images.reader
-        return reader.cache if isinstance(reader, CachedReader) else None
-
-    def open_shared(self) -> None:
-        """Allocate the sample cache's segment (main process, before workers start)."""
-        if self.cache is not None:
-            self.cache.open()
-
-    def close_shared(self) -> None:
-        """Drop the main process's hold on the sample cache (loader.close())."""
-        if self.cache is not None:
-            self.cache.close()
-
-
-class CacheCountingProducer:
-    """A producer whose batches carry the sample cache's hits and misses since the last."""
-
-    def __init__(self, producer, reader: CachedReader) -> None:
-        self.producer = producer
-        self.reader = reader
-
-    @property
-    def current(self) -> str:
-        return self.producer.current
-
-    def produce(self, index) -> Produced:
-        produced = self.producer.produce(index)
-        (produced.cache_hits, produced.cache_misses, produced.cache_hit_bytes,
-         produced.cache_miss_bytes) = self.reader.take_counts()
-        return produced
+    def source_reader(self):
+        return self.images.reader
 
 
 class ImageFetcher(Fetcher):
@@ -251,9 +218,7 @@ def build(dataset, transform, options) -> EncodedImages | None:
     if reduced_dct == "auto":
         from torchvision.transforms.v2 import RandomResizedCrop
         reduced_dct = any(isinstance(step, RandomResizedCrop) for step in plan.geometric)
-    reader = source.read
-    if options.cache_bytes:
-        reader = CachedReader(reader, SampleCache(options.cache_bytes, len(reader)))
+    reader = reader_for(source.read, options)
     return EncodedImages(ImagePipeline(
         reader, plan, lut, bool(reduced_dct), options.on_error == "skip",
         options.memory_format == torch.channels_last, resolve(options)))

@@ -35,7 +35,6 @@ from torchvision import tv_tensors
 from pimloader import decode
 from pimloader.backends.base import IMAGES
 from pimloader.backends.select import BackendSpec, Backends, native_available, resolve
-from pimloader.datasets.cache import CachedReader, SampleCache
 from pimloader.datasets.coco import CocoSource, is_coco
 from pimloader.loader.arena import output_tensors
 from pimloader.loader.fetch import Fetcher, TransformingFetcher
@@ -43,13 +42,13 @@ from pimloader.loader.produce import BatchProducer, Pipeline
 from pimloader.transforms.probe import (ImageProbe, apply_elementwise, for_probe, is_probe,
                                          run_on_probe)
 
-from .classification import CacheCountingProducer
+from .sourced import SourcedPipeline, reader_for
 from .padded import PaddedBatch
 from .runs import RunBatcher
 
 
 @dataclass
-class Detection(Pipeline):
+class Detection(SourcedPipeline):
     """The loader's pipeline for a COCO dataset (picklable: it goes to the workers)."""
 
     source: CocoSource
@@ -73,21 +72,13 @@ class Detection(Pipeline):
                                    context.collate_fn if context.auto_collation else None)
         producer = BatchProducer(fetcher, context.collate_fn, context.auto_collation,
                                  context.writer)
-        if isinstance(self.read, CachedReader):
-            producer = CacheCountingProducer(producer, self.read)
-        return producer
+        return self.counted(producer)
 
     def kernel_backend(self) -> tuple[str, bool]:
         return (self.backend.kind, self.backend.decode) if self.on_probe is not None else ("", False)
 
-    def open_shared(self) -> None:
-        """Allocate the sample cache's segment (main process, before workers start)."""
-        if isinstance(self.read, CachedReader):
-            self.read.cache.open()
-
-    def close_shared(self) -> None:
-        if isinstance(self.read, CachedReader):
-            self.read.cache.close()
+    def source_reader(self):
+        return self.read
 
     def prepare(self, index: int) -> tuple[Any, "Pending | None"]:
         """Sample `index` as the dataset with its transforms gives it, made as Python:
@@ -308,9 +299,7 @@ def build(dataset, transform, options) -> Pipeline | None:
     _warn_unused(options)
     transforms = source.transforms
     lowered = source.enters_as == "image" and transforms is not None
-    read = source.reader
-    if options.cache_bytes:
-        read = CachedReader(read, SampleCache(options.cache_bytes, len(read)))
+    read = reader_for(source.reader, options)
     return Detection(source, transforms, for_probe(transforms) if lowered else None,
                      resolve(options, DPU_DECODE_REFUSAL), options.on_error == "skip", read)
 
