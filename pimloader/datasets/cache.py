@@ -32,7 +32,7 @@ class SampleCache:
     started (fork or spawn), which then map the same segment."""
 
     def __init__(self, budget: int, size: int) -> None:
-        self.budget = budget  # checked as the loader's cache_bytes (pipelines.select)
+        self.budget = budget  # checked as the loader's cache_bytes (pimloader.options)
         self.size = size
         self._data = self._table = self._fill = None
 
