@@ -95,3 +95,16 @@ TOO_MANY_OPEN_FILES = (
     "sharing strategy by calling "
     "`torch.multiprocessing.set_sharing_strategy('file_system')` at the "
     "beginning of your code")
+
+
+def close_all(resources) -> None:
+    """Close each of `resources` in order, all of them even when one fails; the first error
+    is raised once every one has been closed (what frees DPU sets must not stop halfway)."""
+    errors = []
+    for resource in resources:
+        try:
+            resource.close()
+        except Exception as error:   # close the others all the same
+            errors.append(error)
+    if errors:
+        raise errors[0]

@@ -29,6 +29,8 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from pimloader.errors import close_all
+
 from .registry import RunKind, kernel_factory, register_kind, run_kind
 
 
@@ -209,15 +211,7 @@ class Backend(ABC):
         """Free what the backend holds (its kernels' DPU sets); runs in flight are dropped.
         The first error is raised once every kernel is closed."""
         kernels, self.__dict__["_kernels"] = self.__dict__.get("_kernels", {}), {}
-        errors = []
-        for kernel in kernels.values():
-            try:
-                if kernel is not None:
-                    kernel.close()
-            except Exception as error:   # close the others all the same
-                errors.append(error)
-        if errors:
-            raise errors[0]
+        close_all(kernel for kernel in kernels.values() if kernel is not None)
 
 
 IMAGES = register_kind(RunKind("images", items="samples", work="run this sample")).name

@@ -13,6 +13,7 @@ import os
 import warnings
 from dataclasses import dataclass
 
+from pimloader.errors import close_all
 from pimloader.options import NR_DPUS, NR_TASKLETS, PipelineOptions
 
 from .base import Backend
@@ -105,14 +106,7 @@ class Backends:
         backends, self._open = list(self._open.values()), {}
         if os.getpid() != self._pid:
             return
-        errors = []
-        for backend in backends:
-            try:
-                backend.close()
-            except Exception as error:  # close the others all the same
-                errors.append(error)
-        if errors:
-            raise errors[0]
+        close_all(backends)
 
 
 class Router:

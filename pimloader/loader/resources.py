@@ -17,6 +17,8 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
+from pimloader.errors import close_all
+
 
 class ProcessResources:
     """Closeable objects one process opened, by key; `close()` closes them all."""
@@ -49,14 +51,7 @@ class ProcessResources:
         if os.getpid() != self._pid:   # a forked child's copy: its parent's to close
             self._pid = os.getpid()
             return
-        errors = []
-        for resource in reversed(held):
-            try:
-                resource.close()
-            except Exception as error:  # close the others all the same
-                errors.append(error)
-        if errors:
-            raise errors[0]
+        close_all(reversed(held))
 
     def _forget_if_forked(self) -> None:
         if os.getpid() != self._pid:   # inherited by a forked child: not its own
