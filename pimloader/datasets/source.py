@@ -10,6 +10,7 @@ runs with them. Any source feeds any task whose fields it carries.
     source.metadata(i)               # (target, name), without reading the file
     source.key(i)                    # bytes naming sample i's bytes, stable across processes
     source.transform                 # the dataset's own transform, which the loader takes over
+    source.encoded_items             # the dataset's items are the encoded bytes (Decode first)
 
 A source is picklable (it goes to the workers) and keeps its index in compact arrays
 (`index.py`), not in per-sample Python objects.
@@ -41,6 +42,11 @@ class Source:
 
     fields: frozenset = frozenset()   # what a sample carries: "image", "audio", "label", "coco"
     transform: Any = None             # the dataset's own transform (None: it had none)
+    # True when the dataset's own items carry the encoded bytes (tar members, Arrow cells,
+    # a list of bytes): the loader's transform then starts with a Decode step, as
+    # torchvision's decode_image would. False when the dataset decodes them itself (an
+    # ImageFolder's PIL images, an AudioFolder's waveforms).
+    encoded_items: bool = False
 
     def __len__(self) -> int:
         raise NotImplementedError
