@@ -26,7 +26,8 @@ from _coco import make_coco, torchvision_coco
 from _helpers import assert_same_batches
 from benchmarks.make_dataset import make_imagenet_like
 from pimloader import PIMDataLoader
-from pimloader.datasets import (AudioFolder, CocoDetection, EncodedSample, EncodedSource,
+from pimloader.pipelines import classification
+from pimloader.datasets import (AudioFolder, CocoDetection, EncodedSample,
                                 FileSource, ImageFolder, PathIndex, Source, register_source,
                                 source_of)
 from pimloader.datasets.cache import CachedReader, SampleCache
@@ -87,7 +88,7 @@ def test_dataset_folder_with_target_transform(photos):
 def test_a_folder_with_its_own_loader_is_not_taken(photos):
     dataset = torchvision.datasets.DatasetFolder(photos, loader=file_bytes,
                                                  extensions=(".jpeg",))
-    assert source_of(dataset) is None and EncodedSource.detect(dataset) is None
+    assert source_of(dataset) is None and not classification.takes(dataset, None)
 
 
 def test_pairs_with_int_targets_are_one_array(photos):
@@ -168,7 +169,7 @@ def test_audio_folder_source(clips):
     assert dataset.targets == [0, 0, 1, 1, 1] and len(dataset) == 5
     waveform, target = dataset[4]
     assert target == "1" and waveform.shape == (1, 240)   # 120 frames at 8 kHz -> 16 kHz
-    assert EncodedSource.detect(dataset) is None            # no images: not classification's
+    assert not classification.takes(dataset, None)            # no images: not classification's
 
 
 def test_an_audio_folder_that_makes_items_its_own_way_is_not_taken(clips):
@@ -197,7 +198,7 @@ def test_coco_sources(coco):
         source = source_of(dataset)
         assert source.fields == {"image", "coco"} and source.enters_as == enters_as
         assert_reads_as(source, want)
-        assert EncodedSource.detect(dataset) is None          # no labels: not classification's
+        assert not classification.takes(dataset, None)          # no labels: not classification's
     captions = torchvision.datasets.CocoCaptions(root, ann_file)   # a subclass: other items
     assert source_of(captions) is None
 

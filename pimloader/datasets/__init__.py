@@ -6,15 +6,17 @@ a target instead of calling the dataset's `__getitem__`, whatever the task.
 `folders`: torchvision's ImageFolder / DatasetFolder and lists of (path, target) pairs.
 `audio`: AudioFolder, class folders of WAV/FLAC clips (the Speech Commands layout).
 `coco`: COCO detection sets (pimloader's CocoDetection, torchvision's, v2-wrapped or not).
+`items`: any map-style dataset of (encoded bytes, target) items, under a Decode step.
 `cache`: the encoded-sample cache, a source read through shared memory.
 Importing this package registers the adapters of all of them.
 """
 from .audio import AudioFolder, AudioSource
 from .coco import CocoDetection, CocoSource
-from .folders import EncodedSource, FileSource, ImageFolder
+from .folders import FileSource, ImageFolder
 from .index import PathIndex
+from .items import ItemsSource
 from .source import EncodedSample, Source, register_source, registered_sources, source_of
 
 __all__ = ["AudioFolder", "AudioSource", "CocoDetection", "CocoSource", "EncodedSample",
-           "EncodedSource", "FileSource", "ImageFolder", "PathIndex", "Source",
+           "FileSource", "ImageFolder", "ItemsSource", "PathIndex", "Source",
            "register_source", "registered_sources", "source_of"]

@@ -10,13 +10,13 @@ arrays (index.py) built once, in the process that makes the loader.
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from typing import Callable
 
 import torchvision.datasets as tv_datasets
 from torchvision.datasets.folder import default_loader, pil_loader
 
 from .index import PathIndex
-from .source import IMAGE_LABEL, EncodedSample, Source, read_file, register_source, source_of
+from .source import IMAGE_LABEL, EncodedSample, Source, read_file, register_source
 
 
 class ImageFolder(tv_datasets.ImageFolder):
@@ -84,22 +84,6 @@ def pairs_source(pairs) -> FileSource | None:
 
 register_source(list, pairs_source)
 register_source(tuple, pairs_source)
-
-
-class EncodedSource:
-    """An image + label source (`read`) and the transform it carried, as the classification
-    pipeline takes them (kept for it until the pipelines call `source_of`)."""
-
-    def __init__(self, read: Callable[[int], EncodedSample], transform: Any = None) -> None:
-        self.read = read            # picklable: it travels to worker processes
-        self.transform = transform  # the dataset's own transform, which the loader takes over
-
-    @classmethod
-    def detect(cls, dataset) -> "EncodedSource | None":
-        source = source_of(dataset)
-        if source is None or not IMAGE_LABEL <= source.fields:
-            return None
-        return cls(source, source.transform)
 
 
 def _is_path_pair(item) -> bool:

@@ -32,6 +32,7 @@ runs; a task written outside the package registers the same way, through
 """
 from __future__ import annotations
 
+import functools
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -88,9 +89,37 @@ def registered_tasks() -> list[Task]:
     return sorted(_TASKS.values(), key=lambda task: (-task.specificity, task.name))
 
 
+_LOOKUP: dict | None = None   # what once_per_lookup computed in the task_for under way
+
+
+def once_per_lookup(function):
+    """`function(dataset, transform)`, computed once per loader construction for the same
+    dataset and transform objects: what a task's `takes` finds (a source over 1.28M files,
+    say) its `build`, and the other tasks, get again for free. Outside a lookup it is
+    `function` itself."""
+    @functools.wraps(function)
+    def memoized(dataset, transform):
+        if _LOOKUP is None:
+            return function(dataset, transform)
+        key = (function, id(dataset), id(transform))
+        if key not in _LOOKUP:
+            _LOOKUP[key] = function(dataset, transform)
+        return _LOOKUP[key]
+    return memoized
+
+
 def task_for(dataset, transform, options) -> tuple[Task | None, Any]:
     """(the task, its pipeline) for this dataset and transform: the most specific task that
     takes them and builds a pipeline; (None, None) when none does."""
+    global _LOOKUP
+    outer, _LOOKUP = _LOOKUP, {}
+    try:
+        return _first_task(dataset, transform, options)
+    finally:
+        _LOOKUP = outer
+
+
+def _first_task(dataset, transform, options) -> tuple[Task | None, Any]:
     levels: dict[int, list[Task]] = {}
     for task in registered_tasks():
         levels.setdefault(task.specificity, []).append(task)

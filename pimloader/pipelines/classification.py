@@ -16,13 +16,14 @@ import torch
 
 from pimloader import decode
 from pimloader.backends.select import Backends, native_available, resolve
+from pimloader.datasets.source import IMAGE_LABEL
 from pimloader.loader.fetch import Fetcher
 from pimloader.loader.layout import Layout, SlotField
 from pimloader.loader.produce import BatchProducer, Produced
 
 from .images import DecodeBuffers, DecodeCounts, ImagePipeline, lookup_table
 from .runs import RunBatcher
-from .sourced import SourcedPipeline, reader_for
+from .sourced import SourcedPipeline, reader_for, sourced
 
 
 @dataclass
@@ -192,24 +193,25 @@ class DirectImageProducer:
 
 
 def takes(dataset, transform) -> bool:
-    """Image folders and lists of (path, target) pairs: datasets read as encoded images."""
-    from pimloader.datasets import EncodedSource
-    return EncodedSource.detect(dataset) is not None
+    """Datasets whose samples are encoded images with targets: image folders, lists of
+    (path, target) pairs, and datasets of encoded bytes under a Decode step."""
+    view = sourced(dataset, transform)
+    return view is not None and IMAGE_LABEL <= view.source.fields
 
 
 def build(dataset, transform, options) -> EncodedImages | None:
     """The native path for this dataset and transform, or None when the dataset's samples
     cannot be read as encoded images (or nothing would be gained)."""
-    from pimloader.datasets import EncodedSource
     from pimloader.transforms import lower
-    from pimloader.transforms.registry import given_once
-    source = EncodedSource.detect(dataset)
-    from_dataset = transform is None
-    transform = given_once(getattr(source, "transform", None), transform)
-    if source is None or transform is None or not native_available(options.backend):
+    view = sourced(dataset, transform)
+    if view is None or not IMAGE_LABEL <= view.source.fields:
         return None
-    plan = lower(transform)
-    if from_dataset and not plan.geometric and not plan.colour and not plan.elementwise:
+    if view.transform is None or not native_available(options.backend):
+        return None
+    if view.decode is not None and not view.decode.image_mode_rgb:
+        return None  # the kernels make RGB images: other modes decode as Python
+    plan = lower(view.transform)
+    if view.own_transform and not plan.geometric and not plan.colour and not plan.elementwise:
         return None  # nothing to gain: keep the dataset's own (PIL) path
     lut = lookup_table(plan)
     if plan.elementwise and lut is None:
@@ -218,7 +220,7 @@ def build(dataset, transform, options) -> EncodedImages | None:
     if reduced_dct == "auto":
         from torchvision.transforms.v2 import RandomResizedCrop
         reduced_dct = any(isinstance(step, RandomResizedCrop) for step in plan.geometric)
-    reader = reader_for(source.read, options)
+    reader = reader_for(view.source, options)
     return EncodedImages(ImagePipeline(
         reader, plan, lut, bool(reduced_dct), options.on_error == "skip",
         options.memory_format == torch.channels_last, resolve(options)))

@@ -1,7 +1,14 @@
 """The source/task seam: what every task that reads a source's encoded samples shares.
 
-A task that reads encoded samples (classification, detection, audio, a user's) gets its
-reader here, once: `reader_for(source, options)` is the source itself, or with `cache_bytes`
+A task that reads encoded samples (classification, detection, audio, a user's) finds its
+source here, once: `sourced(dataset, transform)` is the dataset's source and the transform
+the loader runs over it (a `SourceView`), or None. Where the dataset's items are encoded
+bytes (tar members, Arrow cells, a list of bytes) the transform starts with `Decode()`,
+which the view takes off: the task decodes the bytes natively instead (`view.decode` keeps
+its arguments). A transform of image ops given to such a dataset without `Decode()` first is
+a ValueError that says so, at construction, rather than a TypeError inside torchvision.
+
+A task gets its reader here too: `reader_for(source, options)` is the source itself, or with `cache_bytes`
 a `CachedReader` over it (datasets/cache.py: the encoded-sample cache in shared memory).
 Its pipeline subclasses `SourcedPipeline`, which allocates and frees the cache's segment
 (`open_shared` / `close_shared`) and makes its producers count the cache's hits and misses
@@ -9,8 +16,76 @@ Its pipeline subclasses `SourcedPipeline`, which allocates and frees the cache's
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from pimloader.datasets.cache import CachedReader, SampleCache
+from pimloader.datasets.items import ItemsSource
+from pimloader.datasets.source import Source, source_of
 from pimloader.loader.produce import Pipeline, Produced
+from pimloader.loader.tasks import once_per_lookup
+from pimloader.transforms.registry import DECODE, flatten, given_once, op_of
+
+# the roles of ops that take decoded images: given bytes they fail inside torchvision
+_IMAGE_ROLES = frozenset({"to_image", "geometry", "colour", "elementwise"})
+
+
+@dataclass
+class SourceView:
+    """A dataset's source, and the transform a task runs over its samples."""
+
+    source: Source
+    transform: Any        # the dataset's or the loader's transform, its Decode step taken off
+    decode: Any = None    # that Decode step (None: the dataset decodes its items itself)
+    own_transform: bool = False  # the transform is the dataset's own (the loader gave none)
+
+
+@once_per_lookup
+def sourced(dataset, transform) -> SourceView | None:
+    """The source of `dataset` and what of `transform` runs over it; None when pimloader
+    cannot read the dataset's samples as encoded bytes. Raises ValueError for a transform of
+    image ops over encoded items with no Decode step first."""
+    steps = flatten(transform)
+    if steps and _is_decode(steps[0]):
+        source = source_of(dataset)
+        if source is None or not source.encoded_items:
+            source = ItemsSource.of(dataset)
+        if source is None:
+            return None
+        return SourceView(source, _composed(steps[1:]), steps[0])
+    source = source_of(dataset)
+    if source is None and isinstance(dataset, (list, tuple)):
+        source = ItemsSource.of(dataset)   # a list of (bytes, target) pairs
+    if source is None:
+        return None
+    if source.encoded_items:
+        _refuse_undecoded(source, steps)
+        return None
+    own = transform is None
+    return SourceView(source, given_once(source.transform, transform), own_transform=own)
+
+
+def _is_decode(step) -> bool:
+    op = op_of(step)
+    return op is not None and op.role == DECODE
+
+
+def _composed(steps: list):
+    if not steps:
+        return None
+    if len(steps) == 1:
+        return steps[0]
+    from torchvision.transforms.v2 import Compose
+    return Compose(steps)
+
+
+def _refuse_undecoded(source, steps: list) -> None:
+    op = op_of(steps[0]) if steps else None
+    if op is not None and op.role in _IMAGE_ROLES:
+        raise ValueError(
+            f"the dataset's items are encoded bytes ({source!r}), and the transform starts "
+            f"with {type(steps[0]).__name__}, which takes decoded images: start it with "
+            f"pimloader.transforms.Decode(), as T.Compose([T.Decode(), ...])")
 
 
 def reader_for(source, options):

@@ -47,6 +47,7 @@ from torchvision.transforms.v2 import (
 )
 
 from . import _audio_ops, _image_ops  # noqa: F401  (the registrations)
+from .decode import Decode
 from ._masking import FrequencyMasking, TimeMasking
 from .params import Geometry, SampleParams
 from .resample import Resample
@@ -58,6 +59,7 @@ from .registry import register_op
 from .spectral import MFCC, AmplitudeToDB, MelScale, MelSpectrogram, Spectrogram
 
 __all__ = [
+    "Decode",  # encoded bytes -> image or waveform: the first step over shards and tables
     "CenterCrop", "ColorJitter", "Compose", "Grayscale", "Normalize", "Pad", "RandomCrop",
     "RandomGrayscale", "RandomHorizontalFlip", "RandomPhotometricDistort", "RandomResizedCrop",
     "RandomVerticalFlip", "Resize", "ToDtype", "ToImage", "ToPureTensor", "PILToTensor",

@@ -16,7 +16,8 @@ from torchvision.transforms.v2.functional._geometry import (
 
 from . import _draw as D
 from .probe import RandomIoUCrop as ProbeIoUCrop
-from .registry import (BOXES, COLOUR, ELEMENTWISE, GEOMETRY, IDENTITY, TO_IMAGE,
+from .decode import Decode
+from .registry import (BOXES, COLOUR, DECODE, ELEMENTWISE, GEOMETRY, IDENTITY, TO_IMAGE,
                        register_container, register_op)
 from ._v1 import ToTensorOnTensors, _V1ColorJitter, _V1Grayscale, _V1RandomGrayscale
 
@@ -59,6 +60,7 @@ register_container(StandardTransform,
                    samples=True, inputs=False)
 
 # -- torchvision v2 --------------------------------------------------------------------------
+register_op(Decode, DECODE)
 register_op(v2.ToImage, TO_IMAGE, probe=True)
 register_op(v2.PILToTensor, TO_IMAGE, plain_tensor=True)
 register_op(v2.ToPureTensor, TO_IMAGE, probe=True, plain_tensor=True)

@@ -12,6 +12,8 @@ else: the audio steps are matched exactly).
 
 Roles, and what the fields mean for each (`Op`):
 
+    decode       encoded bytes -> an image or waveform (Decode): the loader reads the
+                 bytes natively instead, where the dataset's items are encoded
     to_image     a conversion to a uint8 image tensor: a no-op on decoded images
     geometry     pad, crop, resize, flip: `draw` fused into the kernel's Geometry;
                  `output_size(step, size)` the fixed output size (None: not fixed)
@@ -47,10 +49,11 @@ from typing import Callable, Optional
 __all__ = ["Op", "ROLES", "register_op", "op_of", "registered_ops", "register_container",
            "flatten", "given_once"]
 
+DECODE = "decode"
 TO_IMAGE, GEOMETRY, COLOUR, ELEMENTWISE = "to_image", "geometry", "colour", "elementwise"
 BOXES, IDENTITY, WAVEFORM = "boxes", "identity", "waveform"
 SPECTROGRAM, TO_DB, MASK = "spectrogram", "to_db", "mask"
-ROLES = (TO_IMAGE, GEOMETRY, COLOUR, ELEMENTWISE, BOXES, IDENTITY, SPECTROGRAM, TO_DB, MASK,
+ROLES = (DECODE, TO_IMAGE, GEOMETRY, COLOUR, ELEMENTWISE, BOXES, IDENTITY, SPECTROGRAM, TO_DB, MASK,
          WAVEFORM)
 
 

@@ -1,0 +1,118 @@
+"""Any map-style dataset whose items are (encoded bytes, target), as a source.
+
+A list of `(bytes, label)` pairs, a user's Dataset that returns a blob from a key-value
+store and its label, a dataset over a table's cells: when the loader's transform starts with
+`Decode()`, the loader reads such a dataset's items as encoded samples and decodes them
+natively, as it reads an image folder's files. `ItemsSource.of(dataset)` looks at the first
+item to say what the items carry (`fields`):
+
+    data    bytes, bytearray, memoryview, 1-D uint8 numpy array or tensor
+            -> "audio" where it starts as a WAV or FLAC file does, else "image"
+    target  a list of COCO annotation dicts ("bbox", "category_id") -> "coco";
+            anything else -> "label" (kept as the dataset gives it)
+
+Reading sample i is `dataset[i]`, in the process that decodes it, so a target costs a whole
+item: a dataset that can give targets and stable keys without reading the bytes (TarShards,
+Arrow columns) registers a source of its own instead (source.py). Items have no stable key
+across runs here, so a sample is named "item 17 of <type>" in errors and `key` is that name.
+"""
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+import torch
+
+from pimloader.transforms.decode import encoded_bytes, is_audio
+
+from .source import EncodedSample, Source
+
+_BYTES_LIKE = (bytes, bytearray, memoryview)
+
+
+class ItemsSource(Source):
+    """The items of a map-style dataset as (encoded bytes, target) samples."""
+
+    encoded_items = True
+
+    def __init__(self, dataset, fields) -> None:
+        self.dataset = dataset
+        self.fields = frozenset(fields)
+
+    @classmethod
+    def of(cls, dataset) -> "ItemsSource | None":
+        """The source of `dataset`'s items, or None when it is not a map-style dataset of
+        (encoded bytes, target) items (judged by its first item)."""
+        if isinstance(dataset, torch.utils.data.IterableDataset) or not _is_sized(dataset):
+            return None
+        if len(dataset) == 0:
+            return None
+        first = _first_item(dataset)
+        if not _is_pair(first) or not is_encoded(first[0]):
+            return None
+        return cls(dataset, {_medium(first[0]), _target_field(first[1])})
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def metadata(self, index: int) -> tuple:
+        sample = self.read(index)
+        return sample.target, sample.name
+
+    def read(self, index: int) -> EncodedSample:
+        item = self.dataset[index]
+        name = self.name(index)
+        if not _is_pair(item):
+            raise TypeError(f"{name} is {type(item).__name__}, not an (encoded bytes, target) "
+                            f"pair like the dataset's first item")
+        return EncodedSample(encoded_bytes(item[0]), item[1], name)
+
+    def name(self, index: int) -> str:
+        return f"item {index} of {type(self.dataset).__name__}"
+
+    def key(self, index: int) -> bytes:
+        return self.name(index).encode()
+
+    def __repr__(self) -> str:
+        return f"ItemsSource({len(self)} items, fields={sorted(self.fields)})"
+
+
+def _first_item(dataset):
+    """dataset[0], leaving the random states as they were: a dataset that draws numbers
+    must draw them in the loader's order, as under torch."""
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=[]):
+        try:
+            return dataset[0]
+        finally:
+            random.setstate(python_state)
+            np.random.set_state(numpy_state)
+
+
+def is_encoded(data: Any) -> bool:
+    """Whether `data` is what Decode takes: bytes-like, or a 1-D uint8 array or tensor."""
+    if isinstance(data, _BYTES_LIKE):
+        return True
+    if isinstance(data, (np.ndarray, torch.Tensor)):
+        return data.ndim == 1 and data.dtype in (np.uint8, torch.uint8)
+    return False
+
+
+def _medium(data) -> str:
+    return "audio" if is_audio(encoded_bytes(data)[:4]) else "image"
+
+
+def _target_field(target) -> str:
+    if isinstance(target, list) and target and all(
+            isinstance(entry, dict) and "bbox" in entry for entry in target):
+        return "coco"
+    return "label"
+
+
+def _is_pair(item) -> bool:
+    return isinstance(item, (tuple, list)) and len(item) == 2
+
+
+def _is_sized(dataset) -> bool:
+    return hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")

@@ -1,0 +1,134 @@
+"""`Decode`: the first step of a pipeline over a dataset whose items are encoded bytes.
+
+Tar shard members, Arrow cells, blobs from object storage and lists of `bytes` hold images
+and clips still encoded. `Decode()` turns them into what the rest of the pipeline takes, as
+torchvision's `decode_image` does for images:
+
+    T.Compose([T.Decode(), T.RandomResizedCrop(224), T.RandomHorizontalFlip(),
+               T.ToDtype(torch.float32, scale=True), T.Normalize(mean, std)])
+
+- images (JPEG, PNG, and what torchvision's decode_image reads): a `tv_tensors.Image`, uint8
+  [C, H, W], exactly `decode_image(data, mode=mode)` (mode "RGB" by default, as a folder's
+  images are);
+- audio clips (WAV, FLAC): the float32 waveform [channels, frames] that
+  `pimloader.datasets.AudioFolder` gives for the same file with the same `sample_rate` and
+  `downmix` (libsndfile's samples, resampled with torchaudio's default filter).
+
+The input may be `bytes`, `bytearray`, `memoryview`, a 1-D uint8 numpy array or tensor (as
+`torchvision.io.read_file` returns). Bytes that are neither raise `DecodeError` (also an
+OSError's and a ValueError's catcher's), as a corrupt file does.
+
+Run as Python it is exactly the above. In a PIMDataLoader whose dataset's items are encoded
+bytes (a source with `encoded_items`: TarShards, Arrow columns, any map-style dataset of
+(bytes, target) items), the loader does not call it: the bytes take the native path, a region
+of each JPEG decoded straight into the fused kernel's input, as for an image folder.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torchvision import tv_tensors
+from torchvision.io import ImageReadMode, decode_image
+
+from pimloader.decode import DecodeError
+from pimloader.decode.audio import decode_audio
+
+from .resample import resample
+
+_MODES = {"RGB": ImageReadMode.RGB, "GRAY": ImageReadMode.GRAY,
+          "UNCHANGED": ImageReadMode.UNCHANGED, "RGB_ALPHA": ImageReadMode.RGB_ALPHA,
+          "GRAY_ALPHA": ImageReadMode.GRAY_ALPHA}
+_AUDIO_MAGIC = (b"RIFF", b"RIFX", b"RF64", b"fLaC")
+
+
+class Decode(torch.nn.Module):
+    """Encoded bytes -> a uint8 image (`decode_image(data, mode)`) or a float32 waveform.
+
+    mode: the image's channels, a torchvision ImageReadMode or its name ("RGB", the
+        default, as an ImageFolder's images; "UNCHANGED", "GRAY", ...).
+    sample_rate: resample every clip to this rate in Hz (None: keep each file's), as
+        AudioFolder's `sample_rate`.
+    downmix: average a clip's channels into one, as AudioFolder's `downmix`."""
+
+    def __init__(self, mode="RGB", sample_rate: int | None = None,
+                 downmix: bool = False) -> None:
+        super().__init__()
+        self.mode = _read_mode(mode)
+        if sample_rate is not None and (isinstance(sample_rate, bool)
+                                        or not isinstance(sample_rate, int) or sample_rate <= 0):
+            raise ValueError(f"Decode: sample_rate must be a positive int (Hz) or None, "
+                             f"got {sample_rate!r}")
+        self.sample_rate = sample_rate
+        self.downmix = bool(downmix)
+
+    def forward(self, data):
+        encoded = encoded_bytes(data)
+        if is_audio(encoded):
+            return self.decode_audio(encoded)
+        return self.decode_image(encoded)
+
+    def decode_image(self, encoded: bytes, name: str | None = None) -> tv_tensors.Image:
+        where = name or "the encoded image"
+        if not encoded:
+            raise DecodeError(f"{where}: empty bytes, nothing to decode", name, "empty")
+        try:
+            image = decode_image(torch.frombuffer(bytearray(encoded), dtype=torch.uint8),
+                                 mode=self.mode)
+        except RuntimeError as error:
+            raise DecodeError(f"{where}: {error}", name, "corrupt") from error
+        return tv_tensors.Image(image)
+
+    def decode_audio(self, encoded: bytes, name: str | None = None) -> torch.Tensor:
+        samples, rate = decode_audio(encoded, name, downmix=self.downmix)
+        waveform = torch.from_numpy(samples)
+        if self.sample_rate is not None and rate != self.sample_rate:
+            waveform = resample(waveform, rate, self.sample_rate)
+        return waveform
+
+    @property
+    def image_mode_rgb(self) -> bool:
+        """Whether images decode to RGB, what the native image path makes."""
+        return self.mode == ImageReadMode.RGB
+
+    def extra_repr(self) -> str:
+        parts = [f"mode={self.mode.name}"]
+        if self.sample_rate is not None:
+            parts.append(f"sample_rate={self.sample_rate}")
+        if self.downmix:
+            parts.append("downmix=True")
+        return ", ".join(parts)
+
+
+def encoded_bytes(data) -> bytes:
+    """`data` (bytes, bytearray, memoryview, 1-D uint8 numpy array or tensor) as bytes."""
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, (bytearray, memoryview)):
+        return bytes(data)
+    if isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 1:
+        return data.tobytes()
+    if isinstance(data, torch.Tensor) and data.dtype == torch.uint8 and data.ndim == 1:
+        return data.contiguous().numpy().tobytes()
+    raise TypeError(f"Decode takes encoded bytes (bytes, bytearray, memoryview, or a 1-D "
+                    f"uint8 numpy array or tensor), got {_describe(data)}: a dataset that "
+                    f"decodes its items itself needs no Decode step")
+
+
+def is_audio(encoded: bytes) -> bool:
+    """Whether `encoded` starts as a WAV (RIFF/RIFX/RF64) or FLAC file does."""
+    return encoded[:4] in _AUDIO_MAGIC
+
+
+def _read_mode(mode) -> ImageReadMode:
+    if isinstance(mode, ImageReadMode):
+        return mode
+    if isinstance(mode, str) and mode.upper() in _MODES:
+        return _MODES[mode.upper()]
+    raise ValueError(f"Decode: mode must be an ImageReadMode or one of {sorted(_MODES)}, "
+                     f"got {mode!r}")
+
+
+def _describe(data) -> str:
+    if isinstance(data, (np.ndarray, torch.Tensor)):
+        return f"a {type(data).__name__} of dtype {data.dtype} and shape {tuple(data.shape)}"
+    return f"a {type(data).__name__}"

@@ -1,0 +1,173 @@
+"""T.Decode: datasets whose items are encoded bytes take the native path.
+
+Oracle: torch's DataLoader over the same items, the transform applied as Python with
+torchvision's `decode_image(data, mode=RGB)` first and the same v2 steps after, under the
+same seeds; and PIMDataLoader over an ImageFolder of the same files (same order and seed).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms.v2 as v2
+from torchvision.io import ImageReadMode, decode_image
+
+from _helpers import assert_same_batches
+from benchmarks.make_dataset import make_imagenet_like
+from pimloader import PIMDataLoader
+from pimloader import transforms as T
+from pimloader.datasets import AudioFolder, ImageFolder, ItemsSource
+from pimloader.decode import DecodeError
+
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+
+
+def train_steps():
+    return [v2.RandomResizedCrop(64), v2.RandomHorizontalFlip(),
+            v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)]
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    return make_imagenet_like(tmp_path_factory.mktemp("photos") / "set", count=16, classes=2)
+
+
+@pytest.fixture(scope="module")
+def pairs(photos):
+    """(bytes, label) items of the folder's files, in ImageFolder's order."""
+    return [(open(path, "rb").read(), label) for path, label in ImageFolder(photos).samples]
+
+
+class Decoded(torch.utils.data.Dataset):
+    """The oracle: items decoded by torchvision, then the v2 steps, as Python."""
+
+    def __init__(self, items, steps):
+        self.items, self.transform = items, v2.Compose(steps)
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, index):
+        data, label = self.items[index]
+        image = decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8),
+                             mode=ImageReadMode.RGB)
+        return self.transform(image), label
+
+
+def batches(make_loader, seed=0):
+    torch.manual_seed(seed + 100)
+    loader = make_loader(torch.Generator().manual_seed(seed))
+    return list(loader), loader
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_bytes_items_equal_torchvision_and_the_image_folder(photos, pairs, workers):
+    common = dict(batch_size=5, shuffle=True, num_workers=workers)
+    want, _ = batches(lambda g: torch.utils.data.DataLoader(
+        Decoded(pairs, train_steps()), generator=g, **common))
+    got, loader = batches(lambda g: PIMDataLoader(
+        pairs, transform=T.Compose([T.Decode(), *train_steps()]), generator=g,
+        reduced_dct=False, **common))   # the exact path (reduced_dct: see test_image_pipeline)
+    assert_same_batches(want, got)
+    assert loader.stats()[-1].backend == "cpu"          # the native path, not Python
+    folder, _ = batches(lambda g: PIMDataLoader(
+        ImageFolder(photos), transform=v2.Compose(train_steps()), generator=g,
+        reduced_dct=False, **common))
+    assert_same_batches(folder, got)
+    reduced, _ = batches(lambda g: PIMDataLoader(
+        pairs, transform=T.Compose([T.Decode(), *train_steps()]), generator=g, **common))
+    folder, _ = batches(lambda g: PIMDataLoader(
+        ImageFolder(photos), transform=v2.Compose(train_steps()), generator=g, **common))
+    assert_same_batches(folder, reduced)   # reduced_dct="auto" reads bytes as it reads files
+
+
+class ArrayBlobs(torch.utils.data.Dataset):
+    """A user's dataset: numpy blobs (as from a key-value store) and string targets."""
+
+    def __init__(self, pairs):
+        self.pairs = pairs
+
+    def __len__(self):
+        return len(self.pairs)
+
+    def __getitem__(self, index):
+        data, label = self.pairs[index]
+        return np.frombuffer(data, dtype=np.uint8), f"class-{label}"
+
+
+def test_a_users_dataset_of_arrays(pairs):
+    steps = [v2.Resize(40), v2.CenterCrop(32)]
+    want, _ = batches(lambda g: torch.utils.data.DataLoader(
+        Decoded(ArrayBlobs(pairs), steps), batch_size=4, generator=g))
+    got, loader = batches(lambda g: PIMDataLoader(
+        ArrayBlobs(pairs), transform=T.Compose([T.Decode(), *steps]), batch_size=4,
+        generator=g))
+    assert_same_batches(want, got)
+    assert loader.stats()[-1].backend == "cpu"
+    assert isinstance(ItemsSource.of(ArrayBlobs(pairs)), ItemsSource)
+
+
+def test_decode_as_python_is_decode_image(pairs):
+    data = pairs[0][0]
+    want = decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8),
+                        mode=ImageReadMode.RGB)
+    for given in (data, bytearray(data), memoryview(data), np.frombuffer(data, np.uint8),
+                  torch.frombuffer(bytearray(data), dtype=torch.uint8)):
+        assert torch.equal(T.Decode()(given), want)
+    grey = T.Decode(mode="GRAY")(data)
+    assert torch.equal(grey, decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8),
+                                          mode=ImageReadMode.GRAY))
+
+
+def test_decode_errors():
+    with pytest.raises(DecodeError, match="encoded image"):
+        T.Decode()(b"\xff\xd8 not a jpeg at all")
+    with pytest.raises(TypeError, match="encoded bytes"):
+        T.Decode()(torch.zeros(3, 4, 4, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="mode"):
+        T.Decode(mode="CMYK")
+    with pytest.raises(ValueError, match="sample_rate"):
+        T.Decode(sample_rate=0)
+
+
+def test_other_modes_run_as_python_and_still_equal(pairs):
+    steps = [v2.Resize(32), v2.CenterCrop(24)]
+    oracle = [(T.Decode(mode="GRAY")(data), label) for data, label in pairs]
+    want = list(torch.utils.data.DataLoader(
+        [(v2.Compose(steps)(image), label) for image, label in oracle], batch_size=4))
+    loader = PIMDataLoader(pairs, transform=T.Compose([T.Decode(mode="GRAY"), *steps]),
+                           batch_size=4)
+    assert_same_batches(want, list(loader))
+
+
+def test_image_ops_over_bytes_without_decode_say_so(pairs):
+    with pytest.raises(ValueError, match=r"T\.Decode\(\)"):
+        PIMDataLoader(pairs, transform=v2.Compose(train_steps()), batch_size=4)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_corrupt_item_is_named_or_skipped(pairs, workers):
+    items = list(pairs)
+    items[3] = (items[3][0][:200], items[3][1])       # truncated mid-scan
+    items[5] = (b"\xff\xd8\xff garbage", items[5][1])
+    transform = T.Compose([T.Decode(), v2.Resize(32), v2.CenterCrop(32)])
+    loader = PIMDataLoader(items, transform=transform, batch_size=4, num_workers=workers)
+    with pytest.raises(DecodeError, match="item [35] of list"):
+        list(loader)
+    loader = PIMDataLoader(items, transform=transform, batch_size=4, num_workers=workers,
+                           on_error="skip")
+    got = list(loader)
+    assert sum(len(labels) for _, labels in got) == len(items) - 2
+    assert loader.stats()[-1].skipped_samples == 2
+
+
+def test_audio_decode_as_python_equals_the_audio_folder(tmp_path):
+    import soundfile
+    rng = np.random.default_rng(0)
+    (tmp_path / "yes").mkdir()
+    path = tmp_path / "yes" / "a.wav"
+    soundfile.write(path, rng.uniform(-0.5, 0.5, (1200, 2)).astype(np.float32), 8000,
+                    subtype="PCM_16")
+    folder = AudioFolder(tmp_path, sample_rate=16000, downmix=True)
+    decoded = T.Decode(sample_rate=16000, downmix=True)(path.read_bytes())
+    assert torch.equal(decoded, folder[0][0])
