@@ -171,3 +171,41 @@ def test_audio_decode_as_python_equals_the_audio_folder(tmp_path):
     folder = AudioFolder(tmp_path, sample_rate=16000, downmix=True)
     decoded = T.Decode(sample_rate=16000, downmix=True)(path.read_bytes())
     assert torch.equal(decoded, folder[0][0])
+
+
+def audio_steps():
+    return [T.RandomCropOrPad(8000), T.MelSpectrogram(sample_rate=16000, n_fft=400,
+                                                     hop_length=160, n_mels=40),
+            T.AmplitudeToDB()]
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory):
+    import soundfile
+    root = tmp_path_factory.mktemp("speech")
+    rng = np.random.default_rng(1)
+    for label, rates in (("go", (16000, 22050, 8000)), ("stop", (44100, 16000, 11025))):
+        (root / label).mkdir()
+        for number, rate in enumerate(rates):
+            frames = int(rate * rng.uniform(0.3, 0.9))
+            soundfile.write(root / label / f"{number}.wav",
+                            rng.uniform(-0.4, 0.4, (frames, 1 + number % 2)).astype(np.float32),
+                            rate, subtype="PCM_16")
+    return root
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_clip_bytes_take_the_audio_path_as_the_audio_folder(clips, workers):
+    folder = AudioFolder(clips, sample_rate=16000, downmix=True)
+    items = [(open(path, "rb").read(), label) for path, label in folder.samples]
+    common = dict(batch_size=3, shuffle=True, num_workers=workers)
+    want, _ = batches(lambda g: PIMDataLoader(
+        folder, transform=T.Compose(audio_steps()), generator=g, **common))
+    got, loader = batches(lambda g: PIMDataLoader(
+        items, transform=T.Compose([T.Decode(sample_rate=16000, downmix=True), *audio_steps()]),
+        generator=g, **common))
+    assert_same_batches(want, got)
+    assert loader.stats()[-1].kernel_samples == len(items)    # the fused feature kernel ran
+    python = [(T.Compose(audio_steps())(T.Decode(sample_rate=16000, downmix=True)(data)), label)
+              for data, label in items]
+    assert [tuple(features.shape) for features, _ in python] == [(1, 40, 51)] * len(items)

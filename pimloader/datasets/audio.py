@@ -26,12 +26,11 @@ from pimloader.transforms.resample import resample
 
 from .folders import FileSource
 from .index import PathIndex
-from .source import read_file, register_source
+from .source import AUDIO_LABEL, read_file, register_source
 
 AUDIO_EXTENSIONS = (".wav", ".flac")
 NOISE_FOLDER = "_background_noise_"
 SPLITS = ("training", "validation", "testing")
-AUDIO_LABEL = frozenset({"audio", "label"})
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 IMAGE_LABEL = frozenset({"image", "label"})
+AUDIO_LABEL = frozenset({"audio", "label"})
+IMAGE_COCO = frozenset({"image", "coco"})
 
 
 @dataclass

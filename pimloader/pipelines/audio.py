@@ -24,17 +24,18 @@ from typing import Any, Optional
 
 from pimloader import decode
 from pimloader.backends.select import CPU, Backends, resolve
+from pimloader.datasets.source import AUDIO_LABEL
 from pimloader.loader.fetch import Fetcher
 from pimloader.loader.produce import BatchProducer
 from pimloader.transforms.registry import given_once
 
 from .audio_features import FusedFeatures, Pending
-from .sourced import SourcedPipeline, reader_for
+from .sourced import SourcedPipeline, reader_for, sourced
 
 
 @dataclass
 class AudioClips(SourcedPipeline):
-    """The loader's pipeline for an AudioFolder (picklable: it goes to workers)."""
+    """The loader's pipeline for encoded clips (picklable: it goes to workers)."""
 
     reader: Any          # index -> EncodedSample: a FolderReader, or a CachedReader over one
     decoding: Any        # datasets.audio.AudioDecoding: bytes -> waveform
@@ -110,31 +111,37 @@ class AudioFetcher(Fetcher):
         return self.pipeline.finished(samples, self.router)
 
 
-DPU_DECODE_REFUSAL = ("an AudioFolder's clips are decoded on the host (libsndfile): DPUs "
+DPU_DECODE_REFUSAL = ("audio clips are decoded on the host (libsndfile): DPUs "
                       "decode JPEGs, for the classification pipeline only")
 
 
 def takes(dataset, transform) -> bool:
-    """pimloader's AudioFolder (not a subclass that makes its items its own way)."""
-    from pimloader.datasets.audio import AudioFolder
-    return isinstance(dataset, AudioFolder) and not _reads_its_own_way(dataset, AudioFolder)
+    """Datasets whose samples are encoded clips with targets: AudioFolders (not a subclass
+    that makes its items its own way), and datasets of encoded bytes under a Decode step."""
+    view = sourced(dataset, transform)
+    return view is not None and AUDIO_LABEL <= view.source.fields
 
 
 def build(dataset, transform, options) -> AudioClips | None:
-    """The audio path for an AudioFolder, or None for any other dataset (or when there is
-    no transform: the clips then keep their own lengths, which only a collate_fn of the
-    user's batches)."""
-    from pimloader.datasets.audio import AudioFolder
-    if not isinstance(dataset, AudioFolder) or _reads_its_own_way(dataset, AudioFolder):
+    """The audio path for such a dataset, or None (also when there is no transform: the
+    clips then keep their own lengths, which only a collate_fn of the user's batches)."""
+    view = sourced(dataset, transform)
+    if view is None or not AUDIO_LABEL <= view.source.fields or view.transform is None:
         return None
-    transform = given_once(dataset.transform, transform)
-    if transform is None:
-        return None
-    reader = reader_for(dataset.reader, options)
-    fused = FusedFeatures.lower(transform)
-    return AudioClips(reader, _native_decoding(dataset.decoding, fused), transform,
+    reader = reader_for(view.source, options)
+    fused = FusedFeatures.lower(view.transform)
+    return AudioClips(reader, _native_decoding(_decoding(view), fused), view.transform,
                       options.on_error == "skip", fused,
                       resolve(options, DPU_DECODE_REFUSAL))
+
+
+def _decoding(view):
+    """How the view's clips become waveforms: the Decode step's sample rate and downmix,
+    else the source's own (an AudioFolder's), else libsndfile's samples as they are."""
+    from pimloader.datasets.audio import AudioDecoding
+    if view.decode is not None:
+        return AudioDecoding(view.decode.sample_rate, view.decode.downmix)
+    return getattr(view.source, "decoding", None) or AudioDecoding()
 
 
 def _native_decoding(decoding, fused: FusedFeatures | None):
@@ -145,9 +152,3 @@ def _native_decoding(decoding, fused: FusedFeatures | None):
         return decoding
     from pimloader.backends.audio_waveform import resample
     return dataclasses.replace(decoding, resample=resample)
-
-
-def _reads_its_own_way(dataset, base) -> bool:
-    """A subclass that overrides how items are made: the loader calls its __getitem__."""
-    kind = type(dataset)
-    return kind.__getitem__ is not base.__getitem__ or kind.load is not base.load
