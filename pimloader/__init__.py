@@ -2,7 +2,7 @@
 from torch.utils.data import get_worker_info
 
 from . import datasets, pipelines, transforms  # pipelines registers the built-in tasks
-from .decode import DecodeError, DecompressionBombError
+from .decode import AudioBombError, DecodeError, DecompressionBombError
 from .errors import (DpuBackendError, DpuFaultError, DpuKernelError, LoaderTimeoutError,
                      SharedPrepError, WorkerDiedError)
 from .loader import EpochStats, PIMDataLoader, Task, register_task, unregister_task
@@ -17,6 +17,6 @@ __all__ = ["PIMDataLoader", "EpochStats", "get_worker_info", "datasets", "transf
            "PipelineOptions",
            # the registries: an op, a source, a task, a kind of kernel work, from outside
            "register_op", "register_source", "RunKind", "register_kind", "register_kernel",
-           "DecodeError", "DecompressionBombError", "WorkerDiedError", "LoaderTimeoutError", "SharedPrepError",
+           "DecodeError", "DecompressionBombError", "AudioBombError", "WorkerDiedError", "LoaderTimeoutError", "SharedPrepError",
            "DpuBackendError", "DpuFaultError", "DpuKernelError"]
 __version__ = "0.1.0"

@@ -10,7 +10,9 @@ A sample is read as encoded bytes and decoded by libsndfile (pimloader.decode.au
 that PIMDataLoader's workers read files the same way whatever the pipeline. Indexing the
 dataset gives (waveform, target), the waveform float32 [channels, frames] as torchaudio.load
 returns it, resampled to `sample_rate` (when given) with torchaudio's default
-sinc_interp_hann filter, averaged over channels when `downmix=True`, then `transform`.
+sinc_interp_hann filter, averaged over channels when `downmix=True`, then `transform`. A
+clip whose rate would need resampling filters over `decode.MAX_AUDIO_SAMPLES` taps is
+refused (or warned about) from its header, like one of too many samples.
 """
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ from typing import Callable, Optional
 import torch
 
 from pimloader.decode.audio import decode_audio
-from pimloader.transforms.resample import resample
+from pimloader.decode.audio_limits import check_resampling
+from pimloader.transforms.resample import filter_taps, resample
 
 from .folders import FileSource
 from .index import PathIndex
@@ -47,6 +50,8 @@ class AudioDecoding:
         samples, rate = decode_audio(data, name, downmix=self.downmix)
         waveform = torch.from_numpy(samples)
         if self.sample_rate is not None and rate != self.sample_rate:
+            check_resampling(name, rate, self.sample_rate,
+                             filter_taps(rate, self.sample_rate))
             waveform = self.resample(waveform, rate, self.sample_rate)
         return waveform
 

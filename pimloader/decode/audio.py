@@ -18,6 +18,12 @@ native audio module is built, else 16-bit files by numpy and the rest by libsndf
 libsndfile decodes a WAV whose data was cut short without complaint (it reads what is
 there); `decode_audio` refuses it, as the image path refuses a truncated JPEG, because a
 clip that silently lost its end is a broken file.
+
+Every header, read by our walk or by libsndfile, goes through audio_limits.py before a
+sample is allocated: what libsndfile refuses (impossible sample rates or channel counts, a
+second `fmt ` chunk) is refused on the direct path too, and a clip that promises more than
+`MAX_AUDIO_SAMPLES` samples gets a warning, or above twice it an error. A FLAC whose
+STREAMINFO leaves its length unknown is refused: libsndfile cannot read it to its end.
 """
 from __future__ import annotations
 
@@ -28,6 +34,7 @@ from typing import NamedTuple
 import numpy as np
 import soundfile
 
+from . import audio_limits
 from .errors import DecodeError
 
 try:
@@ -46,6 +53,7 @@ _PLAIN_FORMATS = {(_WAVE_FORMAT_PCM, 8): 0, (_WAVE_FORMAT_PCM, 16): 1, (_WAVE_FO
                   (_WAVE_FORMAT_PCM, 32): 3, (_WAVE_FORMAT_FLOAT, 32): 4,
                   (_WAVE_FORMAT_FLOAT, 64): 5}
 _PCM_S16 = 1
+_UNKNOWN_FRAMES = 2 ** 63 - 1   # libsndfile's SF_COUNT_MAX: a stream that does not say
 
 
 class PlainWav(NamedTuple):
@@ -69,8 +77,11 @@ def decode_audio(data: bytes, name: str | None = None, downmix: bool = False
     if len(data) == 0:
         raise DecodeError(f"{where}: the file is empty", name, "empty")
     chunks = _wav_chunks(data)
+    _check_wav_format(data, name)
     _check_wav_length(data, chunks, where, name)
     plain = plain_wav(data, chunks)
+    if plain is not None:
+        audio_limits.check_samples(name, plain.frames, plain.channels)
     decoded = _read_plain(data, plain, downmix) if plain is not None else None
     if decoded is None:
         decoded = _libsndfile(data, where, name, downmix)
@@ -83,12 +94,26 @@ def decode_audio(data: bytes, name: str | None = None, downmix: bool = False
 def _libsndfile(data: bytes, where: str, name: str | None, downmix: bool
                 ) -> tuple[np.ndarray, int]:
     try:
-        samples, rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
+        with soundfile.SoundFile(io.BytesIO(data)) as file:
+            audio_limits.check_format(name, file.samplerate, file.channels)
+            samples, rate = _read_within_limit(file, name), file.samplerate
     except (soundfile.SoundFileError, RuntimeError) as error:
         reason = str(error).split(": ", 1)[-1]
         raise DecodeError(f"{where}: cannot decode audio ({reason})", name, reason) from None
     samples = np.ascontiguousarray(samples.T)
     return (_channel_mean(samples) if downmix else samples), int(rate)
+
+
+def _read_within_limit(file: soundfile.SoundFile, name) -> np.ndarray:
+    """[frames, channels] float32 of an open file, its frame count checked first. A stream
+    that does not say its length (a FLAC whose STREAMINFO gives 0 samples: libsndfile then
+    reports 2**63 - 1 frames) is refused: libsndfile fails at its last block (tested)."""
+    if file.frames == _UNKNOWN_FRAMES:
+        raise audio_limits.refuse(name, "frame count", "is unknown (a stream that does not "
+                                  "say its length, such as a FLAC whose STREAMINFO gives 0 "
+                                  "samples), which libsndfile cannot read to its end")
+    audio_limits.check_samples(name, file.frames, file.channels, stacklevel=4)
+    return file.read(dtype="float32", always_2d=True)
 
 
 def _channel_mean(samples: np.ndarray) -> np.ndarray:
@@ -102,19 +127,39 @@ def _channel_mean(samples: np.ndarray) -> np.ndarray:
     return (total / np.float32(samples.shape[0]))[None]
 
 
-def _wav_chunks(data: bytes) -> dict:
-    """{chunk id: (offset of its data, declared size)} of a RIFF/WAVE file, up to its data
-    chunk ({} for anything else)."""
+def _walk_chunks(data: bytes):
+    """(chunk id, offset of its data, declared size) of a RIFF/WAVE file's chunks, up to
+    its data chunk (none for anything else)."""
     if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
-        return {}
-    chunks, offset = {}, 12
+        return
+    offset = 12
     while offset + 8 <= len(data):
         chunk, size = data[offset:offset + 4], struct.unpack_from("<I", data, offset + 4)[0]
-        chunks.setdefault(chunk, (offset + 8, size))
+        yield chunk, offset + 8, size
         if chunk == b"data":
             break
         offset += 8 + size + (size & 1)
+
+
+def _wav_chunks(data: bytes) -> dict:
+    """{chunk id: (offset of its data, declared size)} of a RIFF/WAVE file, up to its data
+    chunk, the first of each id ({} for anything else)."""
+    chunks = {}
+    for chunk, offset, size in _walk_chunks(data):
+        chunks.setdefault(chunk, (offset, size))
     return chunks
+
+
+def _check_wav_format(data: bytes, name) -> None:
+    """What libsndfile refuses in a WAV's `fmt ` chunks, refused before anything is read:
+    a second one before the data, a sample rate or channel count out of its range."""
+    formats = [(offset, size) for chunk, offset, size in _walk_chunks(data) if chunk == b"fmt "]
+    if len(formats) > 1:
+        raise audio_limits.refuse(name, "'fmt ' chunk", f"appears {len(formats)} times "
+                                  "before the data (libsndfile refuses a second one)")
+    if formats and formats[0][1] >= 16 and formats[0][0] + 16 <= len(data):
+        channels, rate = struct.unpack_from("<HI", data, formats[0][0] + 2)
+        audio_limits.check_format(name, rate, channels)
 
 
 def _check_wav_length(data: bytes, chunks: dict, where: str, name: str | None) -> None:

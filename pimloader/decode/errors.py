@@ -1,6 +1,7 @@
 """What decoding raises: `DecodeError` (naming the sample and the decoder's reason) and the
 decompression-bomb rule (Pillow's: a warning above `MAX_IMAGE_PIXELS`, an error above twice
-it, decided from the header before anything is decoded)."""
+it, decided from the header before anything is decoded); its audio twin, `AudioBombError`
+and `AudioBombWarning` (the rule and `MAX_AUDIO_SAMPLES`: audio_limits.py)."""
 from __future__ import annotations
 
 import warnings
@@ -27,7 +28,8 @@ class DecodeError(ValueError):
 
 
 class DecodeWarning(UserWarning):
-    """Non-strict decoding of an image whose data was partly missing or corrupt."""
+    """A decoder's warning: an image whose data was partly missing or corrupt (decoded
+    non-strictly), or a file over a bomb limit (decoded all the same)."""
 
 
 class DecompressionBombError(DecodeError, _PILImage.DecompressionBombError):
@@ -102,3 +104,14 @@ def _translate_pillow_bomb(name, exc: BaseException) -> DecodeError:
         None if name is None else str(name), str(exc))
     error.__cause__ = exc
     return error
+
+
+class AudioBombError(DecodeError):
+    """An audio clip whose header asks for more than twice `MAX_AUDIO_SAMPLES` samples (or
+    resampling filters of as many taps), refused from the header before anything was
+    allocated (audio_limits.py)."""
+
+
+class AudioBombWarning(DecodeWarning):
+    """An audio clip whose header asks for more than `MAX_AUDIO_SAMPLES` samples (but at
+    most twice as many): decoded, with this warning, as images above MAX_IMAGE_PIXELS."""

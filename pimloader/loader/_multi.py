@@ -26,6 +26,7 @@ from torch.utils.data import _utils as torch_utils
 from torch.utils.data.dataloader import (
     _BaseDataLoaderIter, _DatasetKind, _sharding_worker_init_fn)
 
+from pimloader import decode
 from pimloader.errors import TOO_MANY_OPEN_FILES, LoaderTimeoutError, WorkerDiedError, WorkerError
 from .produce import Produced, deliver
 from ._resume import EpochTracker, WorkerCycle
@@ -78,7 +79,8 @@ class MultiProcessIter(_BaseDataLoaderIter):
                 worker_id=worker_id, num_workers=self._num_workers,
                 shared_seed=self._shared_seed, pipeline=loader._pipeline,
                 resume=self._resume and self._resume.worker_snapshot(worker_id),
-                max_image_pixels=Image.MAX_IMAGE_PIXELS)
+                max_image_pixels=Image.MAX_IMAGE_PIXELS,
+                max_audio_samples=decode.MAX_AUDIO_SAMPLES)
             index_queue = context.Queue()
             index_queue.cancel_join_thread()
             process = context.Process(

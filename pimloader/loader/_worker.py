@@ -26,6 +26,7 @@ from torch.utils.data import IterDataPipe
 from torch.utils.data._utils import worker as torch_worker
 from torch.utils.data.graph_settings import apply_random_seed
 
+from pimloader import decode
 from pimloader.errors import TOO_MANY_OPEN_FILES, WorkerError
 
 from ._snapshots import attach, producer_snapshot, resume_dataset, resume_producer
@@ -65,6 +66,7 @@ class WorkerConfig:
     # the decoders' pixel limit in the main process when the epoch started (a spawned
     # worker would otherwise start from Pillow's default); "inherit": leave it as it is
     max_image_pixels: object = "inherit"
+    max_audio_samples: object = "inherit"   # the same for audio (decode.MAX_AUDIO_SAMPLES)
 
 
 def _seed_like_torch(base_seed: int, worker_id: int) -> int:
@@ -107,6 +109,8 @@ class _Worker:
         if config.max_image_pixels != "inherit":  # before worker_init_fn, which may change it
             from PIL import Image
             Image.MAX_IMAGE_PIXELS = config.max_image_pixels
+        if config.max_audio_samples != "inherit":
+            decode.MAX_AUDIO_SAMPLES = config.max_audio_samples
         try:
             if config.init_fn is not None:
                 config.init_fn(config.worker_id)

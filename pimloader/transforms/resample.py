@@ -17,7 +17,7 @@ import warnings
 import torch
 import torch.nn.functional as F
 
-__all__ = ["Resample", "resample"]
+__all__ = ["Resample", "resample", "filter_taps"]
 
 _METHODS = ("sinc_interp_hann", "sinc_interp_kaiser")
 _OLD_NAMES = {"sinc_interpolation": "sinc_interp_hann", "kaiser_window": "sinc_interp_kaiser"}
@@ -45,6 +45,18 @@ def sinc_filters(orig_freq: int, new_freq: int, lowpass_filter_width: int = 6,
     if dtype is None:
         filters = filters.to(dtype=torch.float32)
     return filters, width
+
+
+def filter_taps(orig_freq: int, new_freq: int, lowpass_filter_width: int = 6,
+                rolloff: float = 0.99) -> int:
+    """How many taps `resample(..., orig_freq, new_freq)` builds its filters with (0 when the
+    rates are equal), from the rates alone: new x (2 x width + orig) after dividing both by
+    their gcd, so a caller can refuse a pair of rates before the filters are allocated."""
+    orig, new = _reduced_rates(orig_freq, new_freq)
+    if orig == new:
+        return 0
+    width = math.ceil(lowpass_filter_width * orig / (min(orig, new) * rolloff))
+    return new * (2 * width + orig)
 
 
 def _window(times: torch.Tensor, zeros: int, method: str, beta: float | None):
