@@ -17,15 +17,12 @@ refused (or warned about) from its header, like one of too many samples.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
 import torch
 
-from pimloader.decode.audio import decode_audio
-from pimloader.decode.audio_limits import check_resampling
-from pimloader.transforms.resample import filter_taps, resample
+from pimloader.transforms.decode import AudioDecoding
 
 from .folders import FileSource
 from .index import PathIndex
@@ -34,26 +31,6 @@ from .source import AUDIO_LABEL, read_file, register_source
 AUDIO_EXTENSIONS = (".wav", ".flac")
 NOISE_FOLDER = "_background_noise_"
 SPLITS = ("training", "validation", "testing")
-
-
-@dataclass(frozen=True)
-class AudioDecoding:
-    """How a clip's bytes become the dataset's waveform (picklable: it goes to workers)."""
-
-    sample_rate: Optional[int] = None   # resample every clip to this rate (Hz); None: keep
-    downmix: bool = False               # average the channels into one
-    # (waveform, orig_freq, new_freq) -> waveform: torchaudio's functional.resample, or the
-    # loader's native one (backends/audio_waveform.py, within its tested tolerance)
-    resample: Callable = resample
-
-    def __call__(self, data: bytes, name: str) -> torch.Tensor:
-        samples, rate = decode_audio(data, name, downmix=self.downmix)
-        waveform = torch.from_numpy(samples)
-        if self.sample_rate is not None and rate != self.sample_rate:
-            check_resampling(name, rate, self.sample_rate,
-                             filter_taps(rate, self.sample_rate))
-            waveform = self.resample(waveform, rate, self.sample_rate)
-        return waveform
 
 
 class AudioFolder(torch.utils.data.Dataset):

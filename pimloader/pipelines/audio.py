@@ -27,7 +27,8 @@ from pimloader.backends.select import CPU, Backends, resolve
 from pimloader.datasets.source import AUDIO_LABEL
 from pimloader.loader.fetch import Fetcher
 from pimloader.loader.produce import BatchProducer
-from pimloader.transforms.registry import given_once
+
+from pimloader.transforms.decode import AudioDecoding
 
 from .audio_features import FusedFeatures, Pending
 from .sourced import SourcedPipeline, reader_for, sourced
@@ -38,7 +39,7 @@ class AudioClips(SourcedPipeline):
     """The loader's pipeline for encoded clips (picklable: it goes to workers)."""
 
     reader: Any          # index -> EncodedSample: a FolderReader, or a CachedReader over one
-    decoding: Any        # datasets.audio.AudioDecoding: bytes -> waveform
+    decoding: Any        # transforms.decode.AudioDecoding: bytes -> waveform
     transform: Any       # waveform -> features (any callable)
     skip_errors: bool
     fused: Optional[FusedFeatures] = None   # the transform lowered to the feature kernel
@@ -138,9 +139,8 @@ def build(dataset, transform, options) -> AudioClips | None:
 def _decoding(view):
     """How the view's clips become waveforms: the Decode step's sample rate and downmix,
     else the source's own (an AudioFolder's), else libsndfile's samples as they are."""
-    from pimloader.datasets.audio import AudioDecoding
     if view.decode is not None:
-        return AudioDecoding(view.decode.sample_rate, view.decode.downmix)
+        return view.decode.audio_decoding
     return getattr(view.source, "decoding", None) or AudioDecoding()
 
 

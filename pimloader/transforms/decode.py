@@ -25,6 +25,9 @@ of each JPEG decoded straight into the fused kernel's input, as for an image fol
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Callable, Optional
+
 import numpy as np
 import torch
 from torchvision import tv_tensors
@@ -32,8 +35,9 @@ from torchvision.io import ImageReadMode, decode_image
 
 from pimloader.decode import DecodeError
 from pimloader.decode.audio import decode_audio
+from pimloader.decode.audio_limits import check_resampling
 
-from .resample import resample
+from .resample import filter_taps, resample
 
 _MODES = {"RGB": ImageReadMode.RGB, "GRAY": ImageReadMode.GRAY,
           "UNCHANGED": ImageReadMode.UNCHANGED, "RGB_ALPHA": ImageReadMode.RGB_ALPHA,
@@ -79,11 +83,12 @@ class Decode(torch.nn.Module):
         return tv_tensors.Image(image)
 
     def decode_audio(self, encoded: bytes, name: str | None = None) -> torch.Tensor:
-        samples, rate = decode_audio(encoded, name, downmix=self.downmix)
-        waveform = torch.from_numpy(samples)
-        if self.sample_rate is not None and rate != self.sample_rate:
-            waveform = resample(waveform, rate, self.sample_rate)
-        return waveform
+        return self.audio_decoding(encoded, name)
+
+    @property
+    def audio_decoding(self) -> "AudioDecoding":
+        """How this step turns a clip's bytes into a waveform."""
+        return AudioDecoding(self.sample_rate, self.downmix)
 
     @property
     def image_mode_rgb(self) -> bool:
@@ -97,6 +102,27 @@ class Decode(torch.nn.Module):
         if self.downmix:
             parts.append("downmix=True")
         return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class AudioDecoding:
+    """How a clip's bytes become a waveform (picklable: it goes to workers): libsndfile's
+    samples, down-mixed, resampled; an AudioFolder's and a Decode step's alike."""
+
+    sample_rate: Optional[int] = None   # resample every clip to this rate (Hz); None: keep
+    downmix: bool = False               # average the channels into one
+    # (waveform, orig_freq, new_freq) -> waveform: torchaudio's functional.resample, or the
+    # loader's native one (backends/audio_waveform.py, within its tested tolerance)
+    resample: Callable = resample
+
+    def __call__(self, data: bytes, name: Optional[str]) -> torch.Tensor:
+        samples, rate = decode_audio(data, name, downmix=self.downmix)
+        waveform = torch.from_numpy(samples)
+        if self.sample_rate is not None and rate != self.sample_rate:
+            check_resampling(name, rate, self.sample_rate,
+                             filter_taps(rate, self.sample_rate))
+            waveform = self.resample(waveform, rate, self.sample_rate)
+        return waveform
 
 
 def encoded_bytes(data) -> bytes:
