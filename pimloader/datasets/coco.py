@@ -279,9 +279,13 @@ class CocoSource(Source):
         if self.transform is not None and transforms is not None:
             raise ValueError("the transforms are given twice, to the dataset and to "
                              "PIMDataLoader; give them to one of them")
+        return self.with_transforms(transforms if transforms is not None else self.transform)
+
+    def with_transforms(self, transforms) -> "CocoSource | None":
+        """This source with `transforms` as its (image, target) transforms; None when the
+        image would enter them as PIL (they do not start by making a tensor of it)."""
         taken = copy.copy(self)
-        if transforms is not None:
-            taken.transform = transforms
+        taken.transform = transforms
         return taken if taken.enters_as is not None else None
 
     @classmethod
@@ -316,12 +320,6 @@ def coco_source(dataset) -> CocoSource | None:
     keys = None if wrapped is None else parse_target_keys(dataset._target_keys)
     return CocoSource(coco.root, CocoIndex.from_coco(coco), keys, dataset.transforms,
                       pil=True)
-
-
-def is_coco(dataset) -> bool:
-    """Whether `dataset` is a COCO detection dataset (pimloader's or torchvision's)."""
-    return (isinstance(dataset, CocoDetection) or _unwrapped_coco(dataset) is not None
-            or type(dataset) is tv_datasets.CocoDetection)
 
 
 def _unwrapped_coco(dataset):

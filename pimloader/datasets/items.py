@@ -8,8 +8,9 @@ item to say what the items carry (`fields`):
 
     data    bytes, bytearray, memoryview, 1-D uint8 numpy array or tensor
             -> "audio" where it starts as a WAV or FLAC file does, else "image"
-    target  a list of COCO annotation dicts ("bbox", "category_id") -> "coco";
-            anything else -> "label" (kept as the dataset gives it)
+    target  -> "label", kept as the dataset gives it (detection over bytes, with boxes
+            that follow the geometry, is not read natively yet: such items take the
+            transform as Python)
 
 Reading sample i is `dataset[i]`, in the process that decodes it, so a target costs a whole
 item: a dataset that can give targets and stable keys without reading the bytes (TarShards,
@@ -51,7 +52,7 @@ class ItemsSource(Source):
         first = _first_item(dataset)
         if not _is_pair(first) or not is_encoded(first[0]):
             return None
-        return cls(dataset, {_medium(first[0]), _target_field(first[1])})
+        return cls(dataset, {_medium(first[0]), "label"})
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -101,13 +102,6 @@ def is_encoded(data: Any) -> bool:
 
 def _medium(data) -> str:
     return "audio" if is_audio(encoded_bytes(data)[:4]) else "image"
-
-
-def _target_field(target) -> str:
-    if isinstance(target, list) and target and all(
-            isinstance(entry, dict) and "bbox" in entry for entry in target):
-        return "coco"
-    return "label"
 
 
 def _is_pair(item) -> bool:

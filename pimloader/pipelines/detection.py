@@ -35,14 +35,15 @@ from torchvision import tv_tensors
 from pimloader import decode
 from pimloader.backends.base import IMAGES
 from pimloader.backends.select import BackendSpec, Backends, native_available, resolve
-from pimloader.datasets.coco import CocoSource, is_coco
+from pimloader.datasets.coco import CocoSource
+from pimloader.datasets.source import IMAGE_COCO
 from pimloader.loader.arena import output_tensors
 from pimloader.loader.fetch import Fetcher, TransformingFetcher
 from pimloader.loader.produce import BatchProducer, Pipeline
 from pimloader.transforms.probe import (ImageProbe, apply_elementwise, for_probe, is_probe,
                                          run_on_probe)
 
-from .sourced import SourcedPipeline, reader_for
+from .sourced import SourcedPipeline, reader_for, sourced
 from .padded import PaddedBatch
 from .runs import RunBatcher
 
@@ -282,20 +283,26 @@ DPU_DECODE_REFUSAL = ("COCO detection sets have their images decoded on the host
 
 
 def takes(dataset, transform) -> bool:
-    """COCO detection sets: pimloader's CocoDetection, torchvision's (v2-wrapped or not)."""
-    return is_coco(dataset)
+    """Datasets whose samples are encoded images with COCO annotations: pimloader's
+    CocoDetection, torchvision's (v2-wrapped or not), a user's source of {image, coco}."""
+    view = sourced(dataset, transform)
+    return view is not None and IMAGE_COCO <= view.source.fields
 
 
 def build(dataset, transform, options) -> Pipeline | None:
-    """The detection pipeline for a COCO dataset the loader reads natively; for another COCO
-    dataset with the loader's `transform`, that transform as Python on whole samples; else
-    None. The loader's `transform` stands for the dataset's (image, target) transforms."""
-    source = CocoSource.detect(dataset, transform)
-    if source is None or not native_available(options.backend):
-        if transform is not None and is_coco(dataset):
-            options.dpu_decode(DPU_DECODE_REFUSAL)
-            return JointTransform(transform)
+    """The detection pipeline for a COCO source the loader reads natively; where the image
+    would enter the loader's `transform` as PIL, that transform as Python on whole samples;
+    else None. The loader's `transform` stands for the dataset's (image, target)
+    transforms."""
+    view = sourced(dataset, transform)
+    if view is None or not IMAGE_COCO <= view.source.fields:
         return None
+    source = view.source.with_transforms(view.transform)
+    if source is None or not native_available(options.backend):
+        if view.own_transform:
+            return None  # the dataset runs its own transforms in __getitem__
+        options.dpu_decode(DPU_DECODE_REFUSAL)
+        return JointTransform(view.transform)
     _warn_unused(options)
     transforms = source.transforms
     lowered = source.enters_as == "image" and transforms is not None
