@@ -230,3 +230,50 @@ def test_resume_mid_epoch_over_bytes_is_bit_identical(pairs, workers):
     resumed.load_state_dict(state)
     assert_same_batches(rest, list(resumed))
     assert resumed.stats()[-1].backend == "cpu"
+
+
+class Stream(torch.utils.data.IterableDataset):
+    """A stream of (bytes, label) items, split over workers as webdataset splits shards."""
+
+    def __init__(self, pairs):
+        self.pairs = pairs
+
+    def __iter__(self):
+        info = torch.utils.data.get_worker_info()
+        start, step = (0, 1) if info is None else (info.id, info.num_workers)
+        for data, label in self.pairs[start::step]:
+            yield data, label
+
+
+class DecodedStream(Stream):
+    def __init__(self, pairs, steps):
+        super().__init__(pairs)
+        self.transform = v2.Compose(steps)
+
+    def __iter__(self):
+        for data, label in super().__iter__():
+            yield self.transform(T.Decode()(data)), label
+
+
+@pytest.mark.parametrize("workers,drop_last", [(0, False), (2, False), (2, True)])
+def test_an_iterable_of_bytes_takes_the_native_path(pairs, workers, drop_last):
+    common = dict(batch_size=3, num_workers=workers, drop_last=drop_last)
+    want, _ = batches(lambda g: torch.utils.data.DataLoader(
+        DecodedStream(pairs, train_steps()), generator=g, **common))
+    got, loader = batches(lambda g: PIMDataLoader(
+        Stream(pairs), transform=T.Compose([T.Decode(), *train_steps()]), generator=g,
+        reduced_dct=False, **common))
+    assert_same_batches(want, got)
+    stats = loader.stats()[-1]
+    assert stats.backend == "cpu" and stats.shared_batches == len(got)   # straight to slots
+
+
+def test_a_bad_item_in_a_stream_is_named_by_its_place(pairs):
+    items = list(pairs)
+    items[4] = (b"\xff\xd8\xff garbage", items[4][1])
+    transform = T.Compose([T.Decode(), v2.Resize(32), v2.CenterCrop(32)])
+    with pytest.raises(DecodeError, match="sample 4 of this process's iterator"):
+        list(PIMDataLoader(Stream(items), transform=transform, batch_size=3))
+    loader = PIMDataLoader(Stream(items), transform=transform, batch_size=3, on_error="skip")
+    assert sum(len(labels) for _, labels in loader) == len(items) - 1
+    assert loader.stats()[-1].skipped_samples == 1

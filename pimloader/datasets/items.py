@@ -110,3 +110,64 @@ def _is_pair(item) -> bool:
 
 def _is_sized(dataset) -> bool:
     return hasattr(dataset, "__getitem__") and hasattr(dataset, "__len__")
+
+
+class IteratedItems(Source):
+    """The items of an IterableDataset of (encoded bytes, target) (webdataset's
+    `.to_tuple("jpg;png", "cls")`, a stream of blobs): no index, no length. Each process
+    iterates its own copy of the dataset, as under torch; a producer pulls one batch of
+    items at a time and reads them through a `BatchItems` (`fields`: what the transform
+    after Decode says they are)."""
+
+    encoded_items = True
+    iterated = True
+
+    def __init__(self, fields) -> None:
+        self.fields = frozenset(fields)
+
+    def __len__(self) -> int:
+        raise TypeError("an IterableDataset's items have no index: they are read a batch "
+                        "at a time (BatchItems)")
+
+    def __repr__(self) -> str:
+        return f"IteratedItems(fields={sorted(self.fields)})"
+
+
+class BatchItems(Source):
+    """One batch of items pulled from an iterator, as a source of that many samples:
+    sample i is the batch's i-th item, named by its place in the iterator's stream."""
+
+    encoded_items = True
+
+    def __init__(self, fields=frozenset()) -> None:
+        self.fields = frozenset(fields)
+        self.items: list = []
+        self.first = 0   # how many items the iterator gave before this batch
+
+    def hold(self, items: list, first: int) -> None:
+        self.items, self.first = items, first
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def name(self, index: int) -> str:
+        return f"sample {self.first + index} of this process's iterator (IterableDataset)"
+
+    def metadata(self, index: int) -> tuple:
+        return self.items[index][1], self.name(index)
+
+    def read(self, index: int) -> EncodedSample:
+        item = self.items[index]
+        if not _is_pair(item) or not is_encoded(item[0]):
+            raise TypeError(f"{self.name(index)} is {_describe(item)}, not an (encoded bytes, "
+                            f"target) pair, as the transform's Decode step needs")
+        return EncodedSample(encoded_bytes(item[0]), item[1], self.name(index))
+
+    def key(self, index: int) -> bytes:
+        return self.name(index).encode()
+
+
+def _describe(item) -> str:
+    if _is_pair(item):
+        return f"a pair whose first element is a {type(item[0]).__name__}"
+    return f"a {type(item).__name__}"

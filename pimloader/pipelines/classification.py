@@ -9,6 +9,7 @@ backends, which write each straight into the sample's row of the output slot.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -23,7 +24,7 @@ from pimloader.loader.produce import BatchProducer, Produced
 
 from .images import DecodeBuffers, DecodeCounts, ImagePipeline, lookup_table
 from .runs import RunBatcher
-from .sourced import SourcedPipeline, reader_for, sourced
+from .sourced import IteratedBatches, SourcedPipeline, reader_for, sourced
 
 
 @dataclass
@@ -31,18 +32,26 @@ class EncodedImages(SourcedPipeline):
     """The loader's pipeline for encoded image datasets (picklable: it goes to workers)."""
 
     images: ImagePipeline
+    iterated: bool = False   # the dataset is an IterableDataset of encoded items
 
     def make_producer(self, context):
-        """A producer of this loader's batches (None for torch's path: iterable datasets)."""
+        """A producer of this loader's batches (None for torch's path: an IterableDataset
+        that is not of encoded items under Decode, or an unbatched one)."""
         if context.is_iterable:
-            return None
-        router = context.resources.get(Backends).router(self.images.backend)
-        fallback = BatchProducer(ImageFetcher(self.images, context.auto_collation, router),
+            if not self.iterated:
+                return None
+            return IteratedBatches.over(context, IMAGE_LABEL, lambda items: self.producer_over(
+                context, dataclasses.replace(self.images, reader=items)))
+        return self.counted(self.producer_over(context, self.images))
+
+    def producer_over(self, context, images: ImagePipeline):
+        """The producer of batches of `images`' reader's samples."""
+        router = context.resources.get(Backends).router(images.backend)
+        fallback = BatchProducer(ImageFetcher(images, context.auto_collation, router),
                                  context.collate_fn, context.auto_collation, context.writer)
-        producer = fallback
-        if self.images.direct and fallback.writer is not None:
-            producer = DirectImageProducer(self.images, context.writer, fallback, router)
-        return self.counted(producer)
+        if images.direct and fallback.writer is not None:
+            return DirectImageProducer(images, context.writer, fallback, router)
+        return fallback
 
     def kernel_backend(self) -> tuple[str, bool]:
         return self.images.backend.kind, self.images.backend.decode
@@ -223,4 +232,5 @@ def build(dataset, transform, options) -> EncodedImages | None:
     reader = reader_for(view.source, options)
     return EncodedImages(ImagePipeline(
         reader, plan, lut, bool(reduced_dct), options.on_error == "skip",
-        options.memory_format == torch.channels_last, resolve(options)))
+        options.memory_format == torch.channels_last, resolve(options)),
+        iterated=getattr(view.source, "iterated", False))

@@ -16,11 +16,14 @@ Its pipeline subclasses `SourcedPipeline`, which allocates and frees the cache's
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
+
+from torch.utils.data import IterableDataset
 
 from pimloader.datasets.cache import CachedReader, SampleCache
-from pimloader.datasets.items import ItemsSource
+from pimloader.datasets.items import BatchItems, ItemsSource, IteratedItems
 from pimloader.datasets.source import Source, source_of
 from pimloader.loader.produce import Pipeline, Produced
 from pimloader.loader.tasks import once_per_lookup
@@ -28,6 +31,7 @@ from pimloader.transforms.registry import DECODE, flatten, given_once, op_of
 
 # the roles of ops that take decoded images: given bytes they fail inside torchvision
 _IMAGE_ROLES = frozenset({"to_image", "geometry", "colour", "elementwise"})
+_AUDIO_ROLES = frozenset({"spectrogram", "to_db", "mask", "waveform"})
 
 
 @dataclass
@@ -46,6 +50,11 @@ def sourced(dataset, transform) -> SourceView | None:
     cannot read the dataset's samples as encoded bytes. Raises ValueError for a transform of
     image ops over encoded items with no Decode step first."""
     steps = flatten(transform)
+    if steps and _is_decode(steps[0]) and isinstance(dataset, IterableDataset):
+        medium = _medium_of(steps[1:])
+        if medium is None:
+            return None
+        return SourceView(IteratedItems({medium, "label"}), _composed(steps[1:]), steps[0])
     if steps and _is_decode(steps[0]):
         source = source_of(dataset)
         if source is None or not source.encoded_items:
@@ -63,6 +72,17 @@ def sourced(dataset, transform) -> SourceView | None:
         return None
     own = transform is None
     return SourceView(source, given_once(source.transform, transform), own_transform=own)
+
+
+def _medium_of(steps: list) -> str | None:
+    """What the steps after Decode take: "image" or "audio" (None: no step says)."""
+    for step in steps:
+        op = op_of(step)
+        if op is not None and op.role in _IMAGE_ROLES:
+            return "image"
+        if op is not None and op.role in _AUDIO_ROLES:
+            return "audio"
+    return None
 
 
 def _is_decode(step) -> bool:
@@ -92,6 +112,11 @@ def reader_for(source, options):
     """How a pipeline reads `source`'s samples: through the encoded-sample cache when the
     loader has `cache_bytes`, else from the source itself."""
     if not options.cache_bytes:
+        return source
+    if getattr(source, "iterated", False):
+        warnings.warn("cache_bytes does not apply to an IterableDataset's items (they have "
+                      "no index to cache them by); this loader reads them without a cache",
+                      stacklevel=5)
         return source
     return CachedReader(source, SampleCache(options.cache_bytes, len(source)))
 
@@ -142,3 +167,35 @@ class CacheCountingProducer:
         (produced.cache_hits, produced.cache_misses, produced.cache_hit_bytes,
          produced.cache_miss_bytes) = self.reader.take_counts()
         return produced
+
+
+class IteratedBatches:
+    """The producer of a task over an IterableDataset of encoded items: it pulls one batch
+    of items from the process's iterator (torch's IterableFetcher: its end and drop_last),
+    holds them in a `BatchItems`, and has the task's map-style producer, made once over
+    that source, make the batch from samples 0..n-1. The iterator stays the fetcher's, so
+    resume snapshots and replays it as for any IterableDataset."""
+
+    def __init__(self, fetcher, items: BatchItems, producer) -> None:
+        self.fetcher = fetcher      # loader.fetch.IterableFetcher
+        self.items = items
+        self.producer = producer
+
+    @classmethod
+    def over(cls, context, fields, make: Callable[[BatchItems], Any]) -> "IteratedBatches | None":
+        """For a batched loader (None with batch_size=None: torch's path): `make(items)` is
+        the task's producer over a BatchItems."""
+        if not context.auto_collation:
+            return None
+        items = BatchItems(fields)
+        return cls(context.plain_fetcher(), items, make(items))
+
+    @property
+    def current(self) -> str:
+        return self.producer.current if self.items.items else self.fetcher.current
+
+    def produce(self, index) -> Produced:
+        self.items.hold([], self.fetcher.fetched)
+        samples = self.fetcher.fetch(index)       # StopIteration ends the worker's stream
+        self.items.hold(samples, self.fetcher.fetched - len(samples))
+        return self.producer.produce(list(range(len(samples))))
