@@ -245,14 +245,28 @@ static uint32_t decode_block(reader_t *r, int16_t *coef, const pim_jpeg_componen
 #define FIX_3_072711026 25172
 #define DESCALE(x, n) (((x) + (1 << ((n) - 1))) >> (n))
 
-/* jdmaster.c's IDCT range limit: the value is taken modulo 1024 as a signed 10-bit number
- * (RANGE_MASK), then offset by 128 and clamped to a sample. */
-static inline uint8_t idct_sample(int32_t v)
+/* The exact range. libjpeg-turbo's SIMD IDCTs (x86 SSE2/AVX2, Arm NEON) dequantise and hold
+ * the workspace in 16 bits (wrapping products, in0 +- in4, in7 + in3, in5 + in1 and the DC
+ * shortcut's dq << 2, saturating or wrapping pass 1's outputs) and saturate the output to a
+ * sample, where jidctint.c computes in 32/64 bits and wraps the output modulo 1024
+ * (jdmaster.c's range limit). Within these bounds every one of them is exact, and so equal:
+ * each dequantised coefficient and each pass-1 output in [-16384, 16383] (a DC-only column's
+ * dequantised DC in [-4096, 4095]), each output in [-512, 511] (there C's range limit is a
+ * clamp). The kernel's 32-bit arithmetic is exact there too (|sums| < 2^30). A block outside
+ * them is not decoded here: idct_islow says so and the host decodes the image (docs/dpu.md,
+ * "Exact on every file it takes"). Each check adds `v + bound` to an accumulator as unsigned:
+ * any bit at or above 2 * bound means a value left [-bound, bound - 1]. */
+#define WORK_BOUND 16384u
+#define DC_BOUND 4096u
+#define OUT_BOUND 512u
+
+/* v + bound as unsigned: below 2 * bound exactly when v is in [-bound, bound - 1]. */
+static inline uint32_t offset(int32_t v, uint32_t bound) { return (uint32_t)v + bound; }
+
+static inline uint8_t idct_sample(int32_t v, uint32_t *out_spill)
 {
-    int32_t t = v & 1023;
-    if (t >= 512)
-        t -= 1024;
-    return clamp_sample(t + 128);
+    *out_spill |= offset(v, OUT_BOUND);
+    return clamp_sample(v + 128);
 }
 
 /* The even and odd halves of one 1-D pass, on in[0], in[step], ..., in[7 step]. */
@@ -286,51 +300,70 @@ static void idct_1d(int32_t i0, int32_t i1, int32_t i2, int32_t i3, int32_t i4, 
     p->t3 = t3 + z1 + z4;
 }
 
-static void idct_islow(const int16_t *coef, const uint16_t *quant, int32_t *ws, uint8_t *out, uint32_t stride)
+/* Pass 1's column outputs into w (a workspace column); their offsets from WORK_BOUND ORed. */
+static inline uint32_t column_out(const idct_parts_t *p, int32_t *w)
+{
+    const int n = CONST_BITS - PASS1_BITS;
+    const int32_t w0 = DESCALE(p->t10 + p->t3, n), w7 = DESCALE(p->t10 - p->t3, n);
+    const int32_t w1 = DESCALE(p->t11 + p->t2, n), w6 = DESCALE(p->t11 - p->t2, n);
+    const int32_t w2 = DESCALE(p->t12 + p->t1, n), w5 = DESCALE(p->t12 - p->t1, n);
+    const int32_t w3 = DESCALE(p->t13 + p->t0, n), w4 = DESCALE(p->t13 - p->t0, n);
+    w[0] = w0, w[8] = w1, w[16] = w2, w[24] = w3, w[32] = w4, w[40] = w5, w[48] = w6, w[56] = w7;
+    return offset(w0, WORK_BOUND) | offset(w1, WORK_BOUND) | offset(w2, WORK_BOUND) | offset(w3, WORK_BOUND) |
+           offset(w4, WORK_BOUND) | offset(w5, WORK_BOUND) | offset(w6, WORK_BOUND) | offset(w7, WORK_BOUND);
+}
+
+/* jidctint.c's jpeg_idct_islow of one block into out; nonzero (and out unfinished) when
+ * the block leaves the exact range above. */
+static uint32_t idct_islow(const int16_t *coef, const uint16_t *quant, int32_t *ws, uint8_t *out, uint32_t stride)
 {
     idct_parts_t p;
+    uint32_t work_spill = 0, out_spill = 0;
     for (uint32_t col = 0; col < 8; col++) { /* pass 1: columns, dequantised */
         const int16_t *in = coef + col;
         const uint16_t *q = quant + col;
         int32_t *w = ws + col;
+        const int32_t d0 = in[0] * (int32_t)q[0];
         if (!(in[8] | in[16] | in[24] | in[32] | in[40] | in[48] | in[56])) {
-            const int32_t dc = (in[0] * (int32_t)q[0]) * (1 << PASS1_BITS);
+            if (offset(d0, DC_BOUND) >= 2 * DC_BOUND)
+                return 1;
+            const int32_t dc = d0 * (1 << PASS1_BITS);
             for (uint32_t r = 0; r < 8; r++)
                 w[8 * r] = dc;
             continue;
         }
-        idct_1d(in[0] * (int32_t)q[0], in[8] * (int32_t)q[8], in[16] * (int32_t)q[16], in[24] * (int32_t)q[24],
-                in[32] * (int32_t)q[32], in[40] * (int32_t)q[40], in[48] * (int32_t)q[48], in[56] * (int32_t)q[56],
-                &p);
-        const int n = CONST_BITS - PASS1_BITS;
-        w[0] = DESCALE(p.t10 + p.t3, n);
-        w[56] = DESCALE(p.t10 - p.t3, n);
-        w[8] = DESCALE(p.t11 + p.t2, n);
-        w[48] = DESCALE(p.t11 - p.t2, n);
-        w[16] = DESCALE(p.t12 + p.t1, n);
-        w[40] = DESCALE(p.t12 - p.t1, n);
-        w[24] = DESCALE(p.t13 + p.t0, n);
-        w[32] = DESCALE(p.t13 - p.t0, n);
+        const int32_t d1 = in[8] * (int32_t)q[8], d2 = in[16] * (int32_t)q[16], d3 = in[24] * (int32_t)q[24];
+        const int32_t d4 = in[32] * (int32_t)q[32], d5 = in[40] * (int32_t)q[40], d6 = in[48] * (int32_t)q[48];
+        const int32_t d7 = in[56] * (int32_t)q[56];
+        if ((offset(d0, WORK_BOUND) | offset(d1, WORK_BOUND) | offset(d2, WORK_BOUND) | offset(d3, WORK_BOUND) |
+             offset(d4, WORK_BOUND) | offset(d5, WORK_BOUND) | offset(d6, WORK_BOUND) | offset(d7, WORK_BOUND)) >=
+            2 * WORK_BOUND) /* before any sum that could overflow */
+            return 1;
+        idct_1d(d0, d1, d2, d3, d4, d5, d6, d7, &p);
+        work_spill |= column_out(&p, w);
     }
+    if (work_spill >= 2 * WORK_BOUND)
+        return 1;
     for (uint32_t row = 0; row < 8; row++, out += stride) { /* pass 2: rows */
         const int32_t *w = ws + 8 * row;
         if (!(w[1] | w[2] | w[3] | w[4] | w[5] | w[6] | w[7])) {
-            const uint8_t dc = idct_sample(DESCALE(w[0], PASS1_BITS + 3));
+            const uint8_t dc = idct_sample(DESCALE(w[0], PASS1_BITS + 3), &out_spill);
             for (uint32_t x = 0; x < 8; x++)
                 out[x] = dc;
             continue;
         }
         idct_1d(w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], &p);
         const int n = CONST_BITS + PASS1_BITS + 3;
-        out[0] = idct_sample(DESCALE(p.t10 + p.t3, n));
-        out[7] = idct_sample(DESCALE(p.t10 - p.t3, n));
-        out[1] = idct_sample(DESCALE(p.t11 + p.t2, n));
-        out[6] = idct_sample(DESCALE(p.t11 - p.t2, n));
-        out[2] = idct_sample(DESCALE(p.t12 + p.t1, n));
-        out[5] = idct_sample(DESCALE(p.t12 - p.t1, n));
-        out[3] = idct_sample(DESCALE(p.t13 + p.t0, n));
-        out[4] = idct_sample(DESCALE(p.t13 - p.t0, n));
+        out[0] = idct_sample(DESCALE(p.t10 + p.t3, n), &out_spill);
+        out[7] = idct_sample(DESCALE(p.t10 - p.t3, n), &out_spill);
+        out[1] = idct_sample(DESCALE(p.t11 + p.t2, n), &out_spill);
+        out[6] = idct_sample(DESCALE(p.t11 - p.t2, n), &out_spill);
+        out[2] = idct_sample(DESCALE(p.t12 + p.t1, n), &out_spill);
+        out[5] = idct_sample(DESCALE(p.t12 - p.t1, n), &out_spill);
+        out[3] = idct_sample(DESCALE(p.t13 + p.t0, n), &out_spill);
+        out[4] = idct_sample(DESCALE(p.t13 - p.t0, n), &out_spill);
     }
+    return out_spill >= 2 * OUT_BOUND;
 }
 
 /* ---- step 2: restart intervals into the component planes ----------------------------- */
@@ -437,7 +470,8 @@ static void decode_interval(uint32_t index, const decode_bufs_t *b, strip_t *s)
                 for (uint32_t bx = 0; bx < c->h; bx++) {
                     ac_coefficients += decode_block(&r, b->coef, c, &dc_pred[ci]);
                     uint8_t *out = b->strip + b->strip_off[ci] + by * 8 * b->strip_w[ci] + (s->k * c->h + bx) * 8;
-                    idct_islow(b->coef, tables.quant[ci], b->ws, out, b->strip_w[ci]);
+                    if (idct_islow(b->coef, tables.quant[ci], b->ws, out, b->strip_w[ci]) && !r.error)
+                        r.error = PIM_JPEG_ERR_RANGE;
                 }
         }
         if (!r.error && r.padding_bits > r.bits)

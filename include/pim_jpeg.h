@@ -51,6 +51,8 @@
 #define PIM_JPEG_ERR_LONG 7           /* an interval's data goes on past its last MCU */
 #define PIM_JPEG_ERR_MARKER 8         /* a 0xFF not followed by 0x00 inside an interval */
 #define PIM_JPEG_ERR_WRAM 9           /* the arena cannot hold one MCU or one row segment */
+#define PIM_JPEG_ERR_RANGE 10         /* a block's IDCT leaves the range where libjpeg-turbo's C and
+                                       * SIMD IDCTs agree: the host decodes the image (not an error) */
 
 /* pim_jpeg_header_t.debug */
 #define PIM_JPEG_DEBUG_HALT 1         /* tasklet 0 calls halt(): a DPU fault (tests) */

@@ -39,13 +39,16 @@ class EncodedImage:
     """A source a backend decodes itself: the pixels of `box` (top, left, height, width) of
     the encoded image `data`, with `channels` channels. In a `KernelRun` its box is the
     decoded box's own, (0, 0, height, width). `prepared` is what the backend's
-    `decode_refusal` made of it (its parsed structure), for its `submit` to reuse."""
+    `decode_refusal` made of it (its parsed structure), for its `submit` to reuse;
+    `host_reason` why its `submit` had it decoded on the host after all ("" it did not),
+    for the loader to count."""
 
     data: Any
     name: str
     box: tuple
     channels: int = 3
     prepared: Any = None
+    host_reason: str = ""
 
     @property
     def shape(self) -> tuple:

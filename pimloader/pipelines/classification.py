@@ -134,7 +134,7 @@ class DirectImageProducer:
         rng_state = torch.get_rng_state()
         index = list(index)
         skeletons: list = []
-        runs = RunBatcher(self.router, len(out), self.buffers.give_back)
+        runs = RunBatcher(self.router, len(out), self._submitted)
         for first in range(0, len(index), self.LOAD_AHEAD):
             started = time.perf_counter()
             loaded = self._load_all(index, first, first + self.LOAD_AHEAD)
@@ -175,6 +175,12 @@ class DirectImageProducer:
             return False
         runs.add(out, row, source, box, geometry, self.pipeline.kernel_layout, self.pipeline.lut)
         return True
+
+    def _submitted(self, sources: list) -> None:
+        """A run's sources are no longer needed: their decode buffers come back, and those
+        the backend decoded on the host after all are counted so."""
+        self.buffers.give_back(sources)
+        self.decodes.recount(sources)
 
     def _load_all(self, index: list, first: int, stop: int) -> list:
         """(position in the batch, index, encoded sample, drawn parameters) of each

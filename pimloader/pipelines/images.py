@@ -89,7 +89,7 @@ class ImagePipeline:
             return time.perf_counter() - start
         source, box = self.source_for(sample, geometry, router, decodes=decodes)
         decode_s = time.perf_counter() - start
-        batcher = RunBatcher(router, 1)
+        batcher = RunBatcher(router, 1, decodes.recount if decodes is not None else None)
         batcher.add(out[None], 0, source, box, geometry, layout or self.kernel_layout, self.lut)
         batcher.flush()
         return decode_s
@@ -211,6 +211,15 @@ class DecodeCounts:
     def add(self, refusal: str) -> None:
         """One sample: "" when the backend decodes it, else the reason the host does."""
         self.counts[refusal] = self.counts.get(refusal, 0) + 1
+
+    def recount(self, sources) -> None:
+        """A submitted run's sources: those the backend accepted (counted "") but had
+        decoded on the host after all (`EncodedImage.host_reason`) move to their reason."""
+        for source in sources:
+            reason = getattr(source, "host_reason", "")
+            if reason:
+                self.counts[""] -= 1
+                self.add(reason)
 
     def take(self) -> dict[str, int]:
         counts, self.counts = self.counts, {}

@@ -31,7 +31,8 @@ class RunBatcher:
 
     `router` picks each row's image kernel (backends.select.Router); `batch_rows` is the
     size of the batch being made, which sets the DPU kernels' run size; `on_submitted(sources)`
-    is told when a run's sources are no longer needed (reused decode buffers)."""
+    is told when a run's sources are no longer needed (reused decode buffers), and after its
+    backend marked those it decoded on the host after all (`EncodedImage.host_reason`)."""
 
     def __init__(self, router, batch_rows: int,
                  on_submitted: Callable[[list], None] | None = None) -> None:

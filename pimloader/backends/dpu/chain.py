@@ -21,7 +21,11 @@ such sample, only the restart intervals that hold its crop box and the upsamplin
 
 3. stage 1 (`DpuDriver.run_stage`): dpu_load of jpeg_decode, push, launch, gather the
    statuses; a file whose data the DPU found corrupt raises DecodeError naming it and the
-   DPU, a refused chunk DpuKernelError;
+   DPU, a refused chunk DpuKernelError. A file the kernel stopped because a block left the
+   range where libjpeg-turbo's C and SIMD IDCTs agree (jpeg.RANGE) is decoded on the host,
+   marked (`EncodedImage.host_reason`, the loader counts it as a decode fallback) and rides
+   as pixels; the run's stage 1 is then planned and run again without it (rare: such files
+   are corrupt or crafted, docs/dpu.md "Exact on every file it takes");
 4. stage 2 (`DpuDriver.submit`): dpu_load of crop_resize, its chunk pointing at the decoded
    rows (`MramSource`), the launch and the gather of the outputs, queued as usual.
 
@@ -40,9 +44,10 @@ from . import jpeg
 from .driver import DpuBatch, DpuDriver, MramSource, build_kernel
 
 # Nominal instructions of the decoder (docs/dpu.md, "Instructions, counted on the proxy ISA"):
-# Huffman 1,566 + IDCT 2,298 + the rest 157 per 8x8 block decoded; upsampling 43 + colour 45
-# per output pixel. Only their ratio to the transform's work (pim_dpu_row_work) matters.
-INSTRUCTIONS_PER_BLOCK = 4_021
+# Huffman 1,566 + IDCT 2,528 (its exact-range checks included) + the rest 157 per 8x8 block
+# decoded; upsampling 43 + colour 45 per output pixel. Only their ratio to the transform's
+# work (pim_dpu_row_work) matters.
+INSTRUCTIONS_PER_BLOCK = 4_251
 INSTRUCTIONS_PER_PIXEL = 88
 NOT_JPEG = "not a JPEG"
 CHANNELS = "channels"             # a grey JPEG for RGB outputs, or the reverse
@@ -96,9 +101,19 @@ class DecodeStage:
         """Both stages of `run` (the decode now, the transform queued); its handle's wait()
         writes the rows."""
         arguments = run.kernel_arguments()
-        images = {i: self._prepared(source) for i, source in enumerate(run.sources)
-                  if isinstance(source, EncodedImage)}
-        planned = [_in_mram(images[i], 0) if i in images else source for i, source in enumerate(run.sources)]
+        sources = list(run.sources)
+        while any(isinstance(source, EncodedImage) for source in sources):
+            batch = self._both_stages(sources, run, arguments)
+            if batch is not None:
+                return batch
+        return self.driver.submit(sources, run.boxes, run.size, run.out, **arguments)
+
+    def _both_stages(self, sources: list, run: KernelRun, arguments: dict):
+        """Stage 1 of the encoded `sources`, then stage 2 queued: its handle. None when the
+        kernel stopped some image for its IDCT range: those are then host-decoded pixels in
+        `sources`, for the caller to plan the run again."""
+        images = {i: self._prepared(source) for i, source in enumerate(sources) if isinstance(source, EncodedImage)}
+        planned = [_in_mram(images[i], 0) if i in images else source for i, source in enumerate(sources)]
         extra = [decode_work(images[i]) if i in images else 0 for i in range(len(planned))]
         first, chunk_bytes = self.driver.plan_chunks(planned, run.boxes, run.size, run.out, extra_work=extra,
                                                      **arguments)
@@ -108,12 +123,18 @@ class DecodeStage:
         keep_from = _round8(max(max(c.in_bytes for c in chunks), max(chunk_bytes)))
         out_bytes = _round8(max(c.out_bytes for c in chunks))
         statuses = self._decode(chunks, keep_from, out_bytes)
-        self._check(statuses, chunks)
-        sources = list(run.sources)
+        stopped = [owned[dpu][k] for dpu, k in self._check(statuses, chunks)]
+        if stopped:
+            for i in stopped:
+                encoded = sources[i]
+                encoded.host_reason = jpeg.RANGE_REASON
+                sources[i] = decode.decode_jpeg(encoded.data, encoded.box, channels=encoded.channels,
+                                                name=encoded.name)
+            return None
         for mine, chunk in zip(owned, chunks):
             for i, at in zip(mine, chunk.out_offsets):
-                sources[i] = _in_mram(images[i], at)
-        return self.driver.submit(sources, run.boxes, run.size, run.out, extra_work=extra,
+                planned[i] = _in_mram(images[i], at)
+        return self.driver.submit(planned, run.boxes, run.size, run.out, extra_work=extra,
                                   keep=(keep_from, keep_from + out_bytes), **arguments)
 
     def _prepared(self, image: EncodedImage):
@@ -132,10 +153,11 @@ class DecodeStage:
         self.last_transfer = {"to_dpus": table.nbytes, "from_dpus": table.shape[0] * status_bytes}
         return self.driver.run_stage(self.binary, table, keep_from, status_bytes)
 
-    def _check(self, statuses: np.ndarray, chunks: list) -> None:
+    def _check(self, statuses: np.ndarray, chunks: list) -> list:
         """Every DPU's statuses: a refused chunk or image is a DpuKernelError naming the DPU,
-        a file whose data is corrupt a DecodeError naming it and the DPU."""
-        self.last_work = []
+        a file whose data is corrupt a DecodeError naming it and the DPU. Returns (DPU, k)
+        of each image k the kernel stopped for its IDCT range (jpeg.RANGE)."""
+        self.last_work, stopped = [], []
         for dpu, chunk in enumerate(chunks):
             names = [image.name for image in chunk.images]
             jpeg.check_status(jpeg.image_status(statuses[dpu], None, self.batch), self.batch, dpu, names, False)
@@ -145,7 +167,10 @@ class DecodeStage:
                 error = jpeg.data_error(status, image.name, dpu)
                 if error is not None:
                     raise error
+                if int(status["code"]) == jpeg.RANGE:
+                    stopped.append((dpu, k))
                 self.last_work.append({field: int(status[field]) for field in jpeg.WORK_FIELDS})
+        return stopped
 
 
 def _in_mram(image, offset: int) -> MramSource:

@@ -11,6 +11,9 @@ default decode (Pillow, `pimloader.decode.decode_jpeg`).
 
 `fallback_reason(data)` says whether a file can go to the DPUs, and if not why (a key of
 `pimloader.decode.baseline.REASONS`), so that a caller decodes it on the host and counts it.
+A file whose blocks leave the range where libjpeg-turbo's C and SIMD IDCTs agree is found
+only while decoding: the kernel stops it with status RANGE and the host decodes it
+(`RANGE_REASON`, docs/dpu.md "Exact on every file it takes").
 
 Runs on pimloader's libdpu emulator (`pimloader.backends.dpu.emulator.DpuSet`, the libdpu
 calls through cffi). Its speed is not DPU speed.
@@ -25,15 +28,16 @@ import numpy as np
 from pimloader._jpeg_layout import ffi, lib
 from pimloader._native_sources import native_source_root
 from pimloader.decode.baseline import BaselineJpeg, UnsupportedJpeg, lookup_table_into, parse_baseline
-from pimloader.decode.errors import DecodeError, _fail
-from pimloader.errors import DpuKernelError
+from pimloader.decode.errors import DecodeError
 from pimloader.options import NR_TASKLETS
 
 from .driver import DEFAULT_STACK_BYTES, build_kernel
+from .jpeg_status import (DATA_ERRORS, ERROR_NAMES, KERNEL_ERRORS, RANGE, RANGE_REASON, STATUS, STATUS_OK,  # noqa: F401
+                          WORK_FIELDS, check_status, data_error, host_decode, image_status)
 
 KERNEL_SOURCE = os.path.join(native_source_root(), "dpu_src", "jpeg_decode.c")
 
-MAGIC, VERSION, STATUS_OK = 0x50494A44, 1, 0x600D600D
+MAGIC, VERSION = 0x50494A44, 1
 WRAM_BYTES, WRAM_RESERVE, GLOBALS = 65536, 2048, 8192
 MRAM_BUDGET = 66060288
 DEBUG_HALT = 1
@@ -55,29 +59,7 @@ INTERVAL = np.dtype([(f, _U4) for f in ("first_mcu", "n_mcus", "data_offset", "d
 HUFF = np.dtype([("maxcode", "<i4", (18,)), ("valoffset", "<i4", (18,)), ("look", "<u2", (256,)),
                  ("huffval", "u1", (256,))])
 TABLES = np.dtype([("quant", "<u2", (3, 64)), ("huff", HUFF, (4,))])
-STATUS = np.dtype([(f, _U4) for f in ("code", "batch_id", "interval", "detail", "mcus", "blocks",
-                                       "ac_coefficients", "entropy_bytes")])
-WORK_FIELDS = ("mcus", "blocks", "ac_coefficients", "entropy_bytes")
 _ZEROS = {dtype: dict.fromkeys(dtype.names, 0) for dtype in (HEADER, IMAGE, COMPONENT)}   # for _record
-
-KERNEL_ERRORS = {   # pim_jpeg_status_t.code: PIM_JPEG_ERR_HEADER (1) to PIM_JPEG_ERR_WRAM (9)
-    1: "the chunk's header is invalid", 2: "the kernel was built for other NR_TASKLETS or stack",
-    3: "an image descriptor, interval or table is invalid",
-    4: "bad Huffman code", 5: "a block's coefficients run past the 64th",
-    6: "the data ended inside an MCU", 7: "the data goes on past the interval's last MCU",
-    8: "a marker inside a restart interval", 9: "one MCU or row segment does not fit WRAM",
-}
-DATA_ERRORS = (4, 5, 6, 7, 8)   # errors of a file's data: a DecodeError naming the file
-ERROR_NAMES = ("HEADER", "BUILD", "IMAGE", "HUFFMAN", "COEFFICIENTS", "SHORT", "LONG", "MARKER", "WRAM")
-
-
-def _describe(code: int, detail: int) -> str:
-    """An image status as words: the error, and where (its detail field)."""
-    what = KERNEL_ERRORS.get(code, f"status 0x{code:x}")
-    if code == 7:
-        return f"{what} ({detail} bits unused)"
-    return f"{what} at MCU {detail}" if code in DATA_ERRORS else f"{what} (detail {detail})"
-
 
 def arena_bytes(nr_tasklets: int, stack_bytes: int) -> int:
     """pim_jpeg_arena_bytes: the WRAM of each tasklet's arena."""
@@ -348,34 +330,6 @@ def prepare_image(data, name, box=None, *,
     return _Image(bytes(data), name, max_mcus_without_restarts, box)
 
 
-def image_status(statuses: np.ndarray, k: Optional[int], batch_id: int) -> np.ndarray:
-    """The chunk's status (k None) or image k's, from a DPU's gathered status block."""
-    at = 0 if k is None else (k + 1) * STATUS.itemsize
-    return statuses[at:at + STATUS.itemsize].view(STATUS)[0]
-
-
-def check_status(status, batch_id: int, dpu: int, names: Sequence, image: bool):
-    """Raises DpuKernelError unless the kernel wrote `status` in batch `batch_id` and it is
-    OK or (an image's) an error of the file's data (codes 4..8); returns it."""
-    code = int(status["code"])
-    data_error = image and code in DATA_ERRORS
-    if (code != STATUS_OK and not data_error) or int(status["batch_id"]) != batch_id:
-        what = KERNEL_ERRORS.get(code, f"no status written (code 0x{code:x})")
-        listed = ", ".join(str(name) for name in names)
-        raise DpuKernelError(f"JPEG kernel on DPU {dpu} ({'images ' + listed if listed else 'no images'}): {what} "
-                             f"(detail {int(status['detail'])})", code, dpu)
-    return status
-
-
-def data_error(status, name, dpu: int) -> Optional[DecodeError]:
-    """The DecodeError naming the file of an image status that is an error of its data."""
-    code = int(status["code"])
-    if code == STATUS_OK:
-        return None
-    return _fail(name, f"DPU decoder: {_describe(code, int(status['detail']))} in restart interval "
-                       f"{int(status['interval'])} (DPU {dpu})")
-
-
 class DpuJpegDecoder:
     """DPUs decoding JPEGs: `with DpuJpegDecoder(nr_dpus=4) as dec: images = dec.decode(files)`.
 
@@ -385,7 +339,9 @@ class DpuJpegDecoder:
     restart intervals that hold the box's MCUs and their upsampling context travel and are
     decoded. A file the DPUs cannot take raises `UnsupportedJpeg` (with its `reason`) before
     anything runs: ask `fallback_reason` first to route files; a corrupt one raises
-    `DecodeError` naming it. Close it (or use `with`): DPU sets are not left to the garbage
+    `DecodeError` naming it. A file the kernel stops for its IDCT range (RANGE) is decoded
+    on the host (pimloader.decode.decode_jpeg, the same pixels); `last_host_decoded` lists
+    those of the last call. Close it (or use `with`): DPU sets are not left to the garbage
     collector."""
 
     def __init__(self, nr_dpus: int = 1, nr_tasklets: int = NR_TASKLETS, *, profile: str = "backend=emulator",
@@ -409,6 +365,7 @@ class DpuJpegDecoder:
         self.nr_dpus = self.dpus.nr_dpus
         self._batch = 0
         self.last_work: list = []   # per image of the last decode: the kernel's work counts
+        self.last_host_decoded: list = []   # indices of the last decode's images stopped for RANGE
 
     def close(self) -> None:
         self.dpus.close()
@@ -447,6 +404,7 @@ class DpuJpegDecoder:
         gathered = self._run(chunks, out_off, debug)
         results: list = [None] * len(images)
         self.last_work = [None] * len(images)
+        self.last_host_decoded = []
         for dpu, (run, chunk) in enumerate(zip(runs, chunks)):
             self._check_status(dpu, gathered[dpu], chunk, None)
             for k, i in enumerate(run):
@@ -454,7 +412,14 @@ class DpuJpegDecoder:
                 self.last_work[i] = {f: int(status[f]) for f in WORK_FIELDS}
                 self.last_work[i]["pixels"] = images[i].box[2] * images[i].box[3]
                 error = data_error(status, images[i].name, dpu)
-                results[i] = error if error is not None else self._pixels(gathered[dpu], chunk, k, out_off)
+                if int(status["code"]) == RANGE:
+                    self.last_host_decoded.append(i)
+                    try:
+                        results[i] = host_decode(images[i])
+                    except DecodeError as corrupt:
+                        results[i] = corrupt
+                else:
+                    results[i] = error if error is not None else self._pixels(gathered[dpu], chunk, k, out_off)
         return results
 
     def _run(self, chunks: List["_Chunk"], out_off: int, debug: int) -> np.ndarray:
@@ -482,4 +447,4 @@ class DpuJpegDecoder:
 
 
 __all__ = ["DpuJpegDecoder", "fallback_reason", "check_decodable", "needed_intervals", "arena_bytes",
-           "prepare_image", "image_status", "check_status", "data_error"]
+           "prepare_image", "image_status", "check_status", "data_error", "host_decode", "RANGE_REASON"]
