@@ -31,7 +31,10 @@ from typing import Any
 import numpy as np
 import torch
 import torchvision.datasets as tv_datasets
+from torchvision.datasets.vision import StandardTransform
 from torchvision.tv_tensors._dataset_wrapper import VisionDatasetTVTensorWrapper
+
+from pimloader.transforms.registry import flatten, op_of
 
 from .index import Packed
 from .source import EncodedSample, Source, read_file, register_source
@@ -332,15 +335,10 @@ def _unwrapped_coco(dataset):
 
 
 def image_entry(transforms) -> str | None:
-    """What the first step that sees a PIL image makes of it: "image" (v2.ToImage),
-    "tensor" (v2.PILToTensor), None (anything else, or no transforms)."""
-    import torchvision.transforms.v2 as v2
-    from torchvision.datasets.vision import StandardTransform
-    step = transforms.transform if isinstance(transforms, StandardTransform) else transforms
-    while isinstance(step, v2.Compose) and step.transforms:
-        step = step.transforms[0]
-    if isinstance(step, v2.ToImage):
-        return "image"
-    if isinstance(step, v2.PILToTensor):
-        return "tensor"
-    return None
+    """What the first step that sees a PIL image makes of it (its registered `from_pil`):
+    "image" (v2.ToImage), "tensor" (v2.PILToTensor), None (anything else, or none)."""
+    if isinstance(transforms, StandardTransform):   # a dataset's transform=, on the image
+        transforms = transforms.transform
+    steps = flatten(transforms, samples=True)
+    op = op_of(steps[0]) if steps else None
+    return op.from_pil if op is not None else None

@@ -18,6 +18,7 @@ import torch
 from pimloader import decode
 from pimloader.backends.select import Backends, native_available, resolve
 from pimloader.datasets.source import IMAGE_LABEL
+from pimloader.transforms.registry import op_of
 from pimloader.loader.fetch import Fetcher
 from pimloader.loader.layout import Layout, SlotField
 from pimloader.loader.produce import BatchProducer, Produced
@@ -233,8 +234,7 @@ def build(dataset, transform, options) -> EncodedImages | None:
         return None
     reduced_dct = options.reduced_dct
     if reduced_dct == "auto":
-        from torchvision.transforms.v2 import RandomResizedCrop
-        reduced_dct = any(isinstance(step, RandomResizedCrop) for step in plan.geometric)
+        reduced_dct = any(op_of(step).draft for step in plan.geometric)
     reader = reader_for(view.source, options)
     return EncodedImages(ImagePipeline(
         reader, plan, lut, bool(reduced_dct), options.on_error == "skip",

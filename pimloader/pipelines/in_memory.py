@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torchvision.transforms.v2 as v2
 from torchvision import tv_tensors
 
 from pimloader.backends.select import Backends, native_available, resolve
@@ -34,6 +33,7 @@ from pimloader.loader.fetch import Fetcher, TransformingFetcher, image_of, with_
 from pimloader.loader.produce import BatchProducer, Pipeline, Produced
 from pimloader.loader.slots import SlotBatch, SlotWriter
 from pimloader.transforms.params import Geometry, SampleParams
+from pimloader.transforms.registry import op_of
 from pimloader.transforms.plan import Plan
 
 from .images import ImagePipeline, lookup_table
@@ -380,7 +380,7 @@ def build(dataset, transform, options) -> InMemoryImages | None:
     lowered = steps[:len(steps) - len(plan.tail)]
     return InMemoryImages(transform, plan, pipelines,
                           (_returns_image(lowered, False), _returns_image(lowered, True)),
-                          all(isinstance(step, v2.Transform) for step in lowered))
+                          all(op_of(step).family == "v2" for step in lowered))
 
 
 def _qualified_name(step) -> str:
@@ -407,10 +407,9 @@ def _returns_image(steps: list, image_input: bool) -> bool:
     """Whether the lowered steps return a tv_tensors.Image for this kind of input."""
     returns_image = image_input
     for step in steps:
-        if isinstance(step, v2.ToImage):
-            returns_image = True
-        elif isinstance(step, v2.ToPureTensor):
+        op = op_of(step)
+        if op.plain_tensor or op.family == "v1":   # torchvision v1 ops return plain tensors
             returns_image = False
-        elif not isinstance(step, v2.Transform):
-            returns_image = False  # torchvision v1 ops return plain tensors
+        elif op.from_pil == "image":
+            returns_image = True
     return returns_image

@@ -61,12 +61,12 @@ register_container(StandardTransform,
 
 # -- torchvision v2 --------------------------------------------------------------------------
 register_op(Decode, DECODE)
-register_op(v2.ToImage, TO_IMAGE, probe=True)
-register_op(v2.PILToTensor, TO_IMAGE, plain_tensor=True)
+register_op(v2.ToImage, TO_IMAGE, probe=True, from_pil="image")
+register_op(v2.PILToTensor, TO_IMAGE, plain_tensor=True, from_pil="tensor")
 register_op(v2.ToPureTensor, TO_IMAGE, probe=True, plain_tensor=True)
 register_op(v2.Identity, IDENTITY, probe=True)
 register_op(v2.RandomResizedCrop, GEOMETRY, draw=D.draw_resized_crop, accepts=_resamples,
-            output_size=_crop_size)
+            output_size=_crop_size, draft=True)
 register_op(v2.Resize, GEOMETRY, draw=D.draw_resize, accepts=_resamples,
             output_size=_resize_size, probe=True)
 register_op(v2.CenterCrop, GEOMETRY, draw=D.draw_center_crop, output_size=_crop_size)

@@ -74,6 +74,21 @@ class Op:
     probe_form: Optional[type] = None
     plain_tensor: bool = False              # makes a plain tensor, not a tv_tensors.Image
     subclasses: bool = True
+    draft: bool = False                     # reduced_dct="auto" decodes under it at a
+    #                                         reduced DCT scale (its crops shrink a lot)
+    from_pil: Optional[str] = None          # what it makes of a PIL image: "image" (a
+    #                                         tv_tensors.Image), "tensor", None (keeps PIL)
+
+    @property
+    def family(self) -> str:
+        """Whose op it is: "v2", "v1" (torchvision's transforms, which return plain
+        tensors), "torchaudio", or the defining package's name."""
+        module = self.cls.__module__
+        if module.startswith("torchvision.transforms.v2"):
+            return "v2"
+        if module.startswith("torchvision.transforms"):
+            return "v1"
+        return module.split(".")[0]
 
     def takes(self, step) -> bool:
         """Whether this instance lowers (its arguments are ones the kernels compute)."""
@@ -103,7 +118,8 @@ _DEFERRED = {"torchaudio": "pimloader.transforms._audio_ops:register_torchaudio"
 def register_op(cls: type, role: str, *, name: Optional[str] = None, draw=None, accepts=None,
                 equivalent=None, output_size=None, channels=None, features=None,
                 probe: bool = False, probe_form: Optional[type] = None,
-                plain_tensor: bool = False, subclasses: bool = True) -> Op:
+                plain_tensor: bool = False, subclasses: bool = True, draft: bool = False,
+                from_pil: Optional[str] = None) -> Op:
     """Register the transform class `cls` as an op of `role` (one of ROLES); returns the Op.
 
     A class is registered once: a second registration raises ValueError. Subclasses of `cls`
@@ -120,7 +136,8 @@ def register_op(cls: type, role: str, *, name: Optional[str] = None, draw=None, 
         raise ValueError(f"a {role} op lowers through its draw: register {cls.__name__} "
                          f"with draw=")
     op = Op(cls, role, name or cls.__name__, draw, accepts, equivalent, output_size,
-            channels, features, probe, probe_form, plain_tensor, subclasses)
+            channels, features, probe, probe_form, plain_tensor, subclasses, draft,
+            from_pil)
     _OPS[cls] = op
     _RESOLVED.clear()
     return op
