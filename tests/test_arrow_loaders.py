@@ -1,10 +1,14 @@
 """ArrowColumns in loaders: torch's DataLoader with torchvision's decode_image and v2
 transforms over the wrapper gives the batches it gives over the original files (0 and 2
 workers, the same seed); DistributedSampler over 2 ranks sees every row once; PIMDataLoader
-batches the wrapper's items as torch's DataLoader does, and resumes mid-epoch.
+batches the wrapper's items as torch's DataLoader does, and with `T.Decode()` first its
+native path gives decode_image + v2's batches (fork and spawn workers), resumes mid-epoch
+with the same crops, and names a corrupt cell by its Arrow file and row.
 
-Oracles: torch's DataLoader over a dataset that reads the photo files themselves; the set
-of the dataset's rows; torch's DataLoader over the wrapper."""
+Oracles: torch's DataLoader over a dataset that reads the photo files themselves (in the
+dataset's order, from its column "n"), decoded by torchvision; the set of the dataset's
+rows; torch's DataLoader over the wrapper; for clips, T.Decode and the waveform steps as
+Python over the files."""
 from __future__ import annotations
 
 import io
@@ -20,7 +24,9 @@ from torchvision.io import ImageReadMode, decode_image
 from _arrow_data import file_bytes, in_memory, make_clips, make_photos, saved
 from _helpers import assert_same, assert_same_batches, compare_with_torch
 from pimloader import PIMDataLoader
+from pimloader import transforms as T
 from pimloader.datasets import ArrowColumns
+from pimloader.decode import DecodeError
 
 hf = pytest.importorskip("datasets")
 hf.disable_progress_bars()
@@ -70,6 +76,20 @@ class Decoded(Dataset):
         return self.transform(image), target
 
 
+class Transformed(Dataset):
+    """Items (bytes, target) of `items` with `transform` on the bytes, as Python."""
+
+    def __init__(self, items, transform):
+        self.items, self.transform = items, transform
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, index):
+        data, target = self.items[index]
+        return self.transform(data), target
+
+
 class Clips(Dataset):
     """Items (bytes, target) as libsndfile's waveform (float32) and the target."""
 
@@ -85,25 +105,34 @@ class Clips(Dataset):
         return torch.from_numpy(samples), target
 
 
-def epoch(dataset, num_workers, seed=3, loader=DataLoader, **options):
+def run(dataset, num_workers, seed=3, make=DataLoader, **options):
+    """(the batches of one shuffled epoch, the loader) under the given seed."""
     torch.manual_seed(seed)
     options.setdefault("batch_size", 8)
-    made = loader(dataset, shuffle=True, num_workers=num_workers,
+    loader = make(dataset, shuffle=True, num_workers=num_workers,
                   generator=torch.Generator().manual_seed(seed), **options)
-    batches = list(made)
-    if hasattr(made, "close"):
-        made.close()
-    return batches
+    batches = list(loader)
+    if hasattr(loader, "close"):
+        loader.close()
+    return batches, loader
+
+
+def epoch(dataset, num_workers, seed=3, make=DataLoader, **options):
+    return run(dataset, num_workers, seed, make, **options)[0]
+
+
+def files_in_order(dataset, photos) -> Files:
+    """The photo files in the dataset's order (its column "n")."""
+    paths, labels = photos
+    return Files([paths[n] for n in dataset["n"]], [labels[n] for n in dataset["n"]])
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 def test_decode_image_and_v2_over_the_wrapper_equal_the_same_over_the_files(
         num_workers, table, photos):
-    paths, labels = photos
-    rotated = [*range(9, len(paths)), *range(9)]   # through an indices mapping
-    for dataset, order in ((table, range(len(paths))), (table.select(rotated), rotated)):
-        want = epoch(Decoded(Files([paths[n] for n in order], [labels[n] for n in order])),
-                     num_workers)
+    rotated = [*range(9, len(photos[0])), *range(9)]   # through an indices mapping
+    for dataset in (table, table.select(rotated)):
+        want = epoch(Decoded(files_in_order(dataset, photos)), num_workers)
         got = epoch(Decoded(ArrowColumns(dataset)), num_workers)
         assert_same_batches(got, want)
 
@@ -118,14 +147,15 @@ def test_clips_through_libsndfile_equal_the_files(tmp_path):
     assert_same_batches(got, want)
 
 
+@pytest.mark.parametrize("make", [DataLoader, PIMDataLoader], ids=["torch", "pimloader"])
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_distributed_sampler_over_two_ranks_sees_every_row_once(num_workers, table):
+def test_distributed_sampler_over_two_ranks_sees_every_row_once(make, num_workers, table):
     wrapper = ArrowColumns(table.shuffle(seed=8))
     seen = Counter()
     for rank in range(2):
         sampler = DistributedSampler(wrapper, num_replicas=2, rank=rank, shuffle=True, seed=11)
         sampler.set_epoch(1)
-        loader = DataLoader(wrapper, batch_size=5, sampler=sampler, num_workers=num_workers)
+        loader = make(wrapper, batch_size=5, sampler=sampler, num_workers=num_workers)
         for data, labels in loader:
             seen.update(zip(data, labels.tolist()))
     assert seen == Counter(wrapper[i] for i in range(len(wrapper)))
@@ -138,26 +168,98 @@ def test_pimloader_batches_the_items_as_torch_does(num_workers, table):
                        batch_size=6, shuffle=True, num_workers=num_workers)
 
 
+# -- PIMDataLoader with T.Decode(): the native path over the Arrow cells -------------------
+
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+
+
+def train_steps():
+    return [v2.RandomResizedCrop(32), v2.RandomHorizontalFlip(),
+            v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)]
+
+
 @pytest.mark.parametrize("num_workers", [0, 2])
-def test_pimloader_resumes_mid_epoch(num_workers, table):
-    wrapper = ArrowColumns(table)
+@pytest.mark.parametrize("order", ["saved", "shuffled", "in_memory"])
+def test_pimloader_decode_equals_decode_image_and_v2(num_workers, order, table, photos):
+    dataset = {"saved": table, "shuffled": table.shuffle(seed=6),
+               "in_memory": in_memory(hf, *photos)}[order]   # in memory: cells hold paths
+    want = epoch(Decoded(files_in_order(dataset, photos), v2.Compose(train_steps())),
+                 num_workers)
+    transform = T.Compose([T.Decode(), *train_steps()])
+    got, loader = run(ArrowColumns(dataset), num_workers, make=PIMDataLoader,
+                      transform=transform, reduced_dct=False)
+    assert_same_batches(got, want)
+    assert loader.stats()[-1].backend == "cpu"   # the native path, not Python
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("decoded", [False, True], ids=["bytes", "decode"])
+def test_pimloader_resumes_mid_epoch(num_workers, decoded, table):
+    """The batches after a state_dict taken mid-epoch, as the items (torch's path) and
+    through T.Decode() (the native path: the same crops)."""
+    wrapper = ArrowColumns(table.shuffle(seed=9))
+    transform = T.Compose([T.Decode(), *train_steps()]) if decoded else None
 
     def loader(seed):
+        torch.manual_seed(seed)
         return PIMDataLoader(wrapper, batch_size=4, shuffle=True, num_workers=num_workers,
-                             generator=torch.Generator().manual_seed(seed))
+                             transform=transform, generator=torch.Generator().manual_seed(seed))
     first = loader(7)
     batches, state = [], None
     for batch in first:
         batches.append(batch)
-        if len(batches) == 3:
+        if len(batches) == 4:
             state = first.state_dict()
     first.close()
     resumed = loader(99)
     resumed.load_state_dict(state)
     rest = list(resumed)
     resumed.close()
-    assert len(rest) == len(batches) - 3 > 0
-    for i, (got, want) in enumerate(zip(rest, batches[3:])):
+    assert len(rest) == len(batches) - 4 > 0
+    for i, (got, want) in enumerate(zip(rest, batches[4:])):
         assert_same(got, want, f"resumed[{i}]")
-    seen = Counter(data for datas, _ in batches for data in datas)
-    assert seen == Counter(wrapper[i][0] for i in range(len(wrapper)))
+    if not decoded:   # the whole epoch saw every row once
+        seen = Counter(data for datas, _ in batches for data in datas)
+        assert seen == Counter(wrapper[i][0] for i in range(len(wrapper)))
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_corrupt_cell_is_named_by_its_arrow_file_and_row(num_workers, photos, tmp_path):
+    cells = [{"bytes": file_bytes(path), "path": None} for path in photos[0][:12]]
+    cells[3]["bytes"] = cells[3]["bytes"][:150]          # truncated mid-scan
+    features = hf.Features({"image": hf.Image(decode=False), "label": hf.Value("int64")})
+    dataset = hf.Dataset.from_dict({"image": cells, "label": photos[1][:12]}, features=features)
+    dataset.save_to_disk(str(tmp_path / "bad"))
+    wrapper = ArrowColumns(hf.load_from_disk(str(tmp_path / "bad")))
+    transform = T.Compose([T.Decode(), v2.Resize(24), v2.CenterCrop(24)])
+    loader = PIMDataLoader(wrapper, transform=transform, batch_size=4, num_workers=num_workers)
+    with pytest.raises(DecodeError, match=r"data-00000-of-00001\.arrow\[row 3\]"):
+        list(loader)
+    loader.close()
+    loader = PIMDataLoader(wrapper, transform=transform, batch_size=4, num_workers=num_workers,
+                           on_error="skip")
+    assert sum(len(labels) for _, labels in loader) == len(wrapper) - 1
+    assert loader.stats()[-1].skipped_samples == 1
+    loader.close()
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_pimloader_decode_of_clips_equals_the_same_as_python(num_workers, tmp_path):
+    paths, labels = make_clips(tmp_path / "clips")
+    dataset = saved(hf, in_memory(hf, paths, labels, "audio", hf.Audio(decode=False)),
+                    tmp_path / "saved")
+    wrapper = ArrowColumns(dataset)
+    transform = T.Compose([T.Decode(sample_rate=16000, downmix=True), T.RandomCropOrPad(700),
+                           T.RandomTimeShift(50)])
+    want = epoch(Transformed(Files(paths, labels), transform), num_workers, batch_size=3)
+    got = epoch(wrapper, num_workers, batch_size=3, make=PIMDataLoader, transform=transform)
+    assert_same_batches(got, want)
+
+
+def test_spawned_workers_map_the_files_themselves(table, photos):
+    """Under spawn the wrapper travels pickled (by file reference) and each worker opens
+    the Arrow files itself."""
+    want = epoch(Decoded(files_in_order(table, photos), v2.Compose(train_steps())), 2)
+    got = epoch(ArrowColumns(table), 2, make=PIMDataLoader, multiprocessing_context="spawn",
+                transform=T.Compose([T.Decode(), *train_steps()]), reduced_dct=False)
+    assert_same_batches(got, want)
