@@ -263,3 +263,24 @@ def test_spawned_workers_map_the_files_themselves(table, photos):
     got = epoch(ArrowColumns(table), 2, make=PIMDataLoader, multiprocessing_context="spawn",
                 transform=T.Compose([T.Decode(), *train_steps()]), reduced_dct=False)
     assert_same_batches(got, want)
+
+
+def test_the_encoded_sample_cache_keys_on_the_arrow_rows(table, photos):
+    """cache_bytes=: the second epoch reads every row from the cache (keyed on
+    "<arrow file>#row"), with the batches of a loader without it."""
+    transform = T.Compose([T.Decode(), *train_steps()])
+    wrapper = ArrowColumns(table.shuffle(seed=3))
+    options = dict(num_workers=2, transform=transform, reduced_dct=False, batch_size=8,
+                   shuffle=True, persistent_workers=True)
+    plain = PIMDataLoader(wrapper, generator=torch.Generator().manual_seed(1), **options)
+    cached = PIMDataLoader(wrapper, generator=torch.Generator().manual_seed(1),
+                           cache_bytes=1 << 20, **options)
+    for _ in range(2):
+        torch.manual_seed(5)
+        want = list(plain)
+        torch.manual_seed(5)
+        assert_same_batches(list(cached), want)
+    first, second = cached.stats()[-2:]
+    assert first.cache_misses == len(wrapper) and second.cache_hits == len(wrapper)
+    plain.close()
+    cached.close()
