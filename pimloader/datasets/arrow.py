@@ -199,9 +199,9 @@ class Cells:
         encoded = table.column(column)
         self.encoded_chunks = [chunk.flatten() for chunk in encoded.chunks]
         self.encoded_starts = _starts(encoded.chunks)
-        names = encoded.type   # struct<bytes, path>
-        self.bytes_at = names.get_field_index("bytes")
-        self.path_at = names.get_field_index("path")
+        struct = encoded.type   # struct<bytes: binary, path: string>
+        self.bytes_at = struct.get_field_index("bytes")
+        self.path_at = struct.get_field_index("path")
         labels = table.column(label)
         self.label_chunks = labels.chunks
         self.label_starts = _starts(labels.chunks)
