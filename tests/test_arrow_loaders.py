@@ -8,12 +8,14 @@ with the same crops, and names a corrupt cell by its Arrow file and row.
 Oracles: torch's DataLoader over a dataset that reads the photo files themselves (in the
 dataset's order, from its column "n"), decoded by torchvision; the set of the dataset's
 rows; torch's DataLoader over the wrapper; for clips, T.Decode and the waveform steps as
-Python over the files."""
+Python over the files, and PIMDataLoader over the AudioFolder of the same files (its audio
+path is checked against torchaudio in test_audio_pipeline.py)."""
 from __future__ import annotations
 
 import io
 from collections import Counter
 
+import numpy as np
 import pytest
 import soundfile
 import torch
@@ -25,7 +27,7 @@ from _arrow_data import file_bytes, in_memory, make_clips, make_photos, saved
 from _helpers import assert_same, assert_same_batches, compare_with_torch
 from pimloader import PIMDataLoader
 from pimloader import transforms as T
-from pimloader.datasets import ArrowColumns
+from pimloader.datasets import ArrowColumns, AudioFolder
 from pimloader.decode import DecodeError
 
 hf = pytest.importorskip("datasets")
@@ -284,3 +286,36 @@ def test_the_encoded_sample_cache_keys_on_the_arrow_rows(table, photos):
     assert first.cache_misses == len(wrapper) and second.cache_hits == len(wrapper)
     plain.close()
     cached.close()
+
+
+def speech_steps():
+    return [T.RandomCropOrPad(8000), T.MelSpectrogram(sample_rate=16000, n_fft=400,
+                                                     hop_length=160, n_mels=40),
+            T.AmplitudeToDB()]
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_clip_cells_take_the_audio_path_as_the_audio_folder(num_workers, tmp_path):
+    """Clips of several rates, mono and stereo, as an Arrow table's Audio(decode=False)
+    cells under T.Decode(sample_rate=16000, downmix=True): the fused feature kernel's
+    batches of the AudioFolder of the same files."""
+    rng = np.random.default_rng(3)
+    for label, rates in (("go", (16000, 22050, 8000)), ("stop", (44100, 16000, 11025))):
+        (tmp_path / "speech" / label).mkdir(parents=True)
+        for number, rate in enumerate(rates):
+            frames = int(rate * rng.uniform(0.3, 0.9))
+            soundfile.write(tmp_path / "speech" / label / f"{number}.wav",
+                            rng.uniform(-0.4, 0.4, (frames, 1 + number % 2)).astype(np.float32),
+                            rate, subtype="PCM_16")
+    folder = AudioFolder(tmp_path / "speech", sample_rate=16000, downmix=True)
+    paths, labels = zip(*folder.samples)
+    table = hf.Dataset.from_dict({"audio": list(paths), "label": list(labels)}).cast_column(
+        "audio", hf.Audio(decode=False))
+    wrapper = ArrowColumns(saved(hf, table, tmp_path / "saved"))
+    decode = T.Decode(sample_rate=16000, downmix=True)
+    want = epoch(folder, num_workers, batch_size=3, make=PIMDataLoader,
+                 transform=T.Compose(speech_steps()))
+    got, loader = run(wrapper, num_workers, batch_size=3, make=PIMDataLoader,
+                      transform=T.Compose([decode, *speech_steps()]))
+    assert_same_batches(got, want)
+    assert loader.stats()[-1].kernel_samples == len(wrapper)   # the fused feature kernel ran
