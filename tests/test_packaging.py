@@ -87,8 +87,9 @@ def undeclared_imports(imports: dict[str, set[str]], declared: set[str],
     return problems
 
 
-# extras of features whose module imports them lazily (pycocotools for COCO masks)
-RUNTIME_EXTRAS = ("detection",)
+# extras of features whose module imports them lazily (pycocotools for COCO masks,
+# Hugging Face datasets for ArrowColumns)
+RUNTIME_EXTRAS = ("detection", "hf")
 
 
 def runtime_extras(pyproject: Path) -> set[str]:

@@ -7,9 +7,12 @@ a target instead of calling the dataset's `__getitem__`, whatever the task.
 `audio`: AudioFolder, class folders of WAV/FLAC clips (the Speech Commands layout).
 `coco`: COCO detection sets (pimloader's CocoDetection, torchvision's, v2-wrapped or not).
 `items`: any map-style dataset of (encoded bytes, target) items, under a Decode step.
+`arrow`: Hugging Face `datasets` tables (Arrow, Parquet): ArrowColumns, items (bytes, target)
+(it imports `datasets` only when one is made).
 `cache`: the encoded-sample cache, a source read through shared memory.
 Importing this package registers the adapters of all of them.
 """
+from .arrow import ArrowColumns, ArrowSource
 from .audio import AudioFolder, AudioSource
 from .coco import CocoDetection, CocoSource
 from .folders import FileSource, ImageFolder
@@ -17,6 +20,7 @@ from .index import PathIndex
 from .items import ItemsSource
 from .source import EncodedSample, Source, register_source, registered_sources, source_of
 
-__all__ = ["AudioFolder", "AudioSource", "CocoDetection", "CocoSource", "EncodedSample",
-           "FileSource", "ImageFolder", "ItemsSource", "PathIndex", "Source",
+__all__ = ["ArrowColumns", "ArrowSource", "AudioFolder", "AudioSource", "CocoDetection",
+           "CocoSource", "EncodedSample", "FileSource", "ImageFolder", "ItemsSource",
+           "PathIndex", "Source",
            "register_source", "registered_sources", "source_of"]
