@@ -124,6 +124,8 @@ def test_decode_errors():
         T.Decode()(b"\xff\xd8 not a jpeg at all")
     with pytest.raises(TypeError, match="encoded bytes"):
         T.Decode()(torch.zeros(3, 4, 4, dtype=torch.uint8))
+    with pytest.raises(TypeError, match="ArrowColumns"):    # a Hugging Face row
+        T.Decode()({"image": {"bytes": b"", "path": None}, "label": 0})
     with pytest.raises(ValueError, match="mode"):
         T.Decode(mode="CMYK")
     with pytest.raises(ValueError, match="sample_rate"):

@@ -135,6 +135,11 @@ def encoded_bytes(data) -> bytes:
         return data.tobytes()
     if isinstance(data, torch.Tensor) and data.dtype == torch.uint8 and data.ndim == 1:
         return data.contiguous().numpy().tobytes()
+    if isinstance(data, dict):
+        raise TypeError(f"Decode takes encoded bytes, got a dict with keys {sorted(data)[:6]}: "
+                        f"for a Hugging Face datasets.Dataset, hand the loader "
+                        f"pimloader.datasets.ArrowColumns(dataset, column=..., label=...), "
+                        f"whose items are (bytes, label)")
     raise TypeError(f"Decode takes encoded bytes (bytes, bytearray, memoryview, or a 1-D "
                     f"uint8 numpy array or tensor), got {_describe(data)}: a dataset that "
                     f"decodes its items itself needs no Decode step")
