@@ -7,7 +7,7 @@ from typing import TypeVar
 import torch
 from torch.utils.data import DataLoader
 
-from pimloader.options import NR_DPUS, NR_TASKLETS, PipelineOptions
+from pimloader.options import NR_DPUS, NR_TASKLETS, PipelineOptions, check_transform
 
 from . import _coordinated, _group
 from ._multi import MultiProcessIter
@@ -92,6 +92,7 @@ class PIMDataLoader(DataLoader[_T_co]):
         options = PipelineOptions(backend, on_error, reduced_dct, memory_format, nr_dpus,
                                   nr_tasklets, dpu_profile, cache_bytes, decode_on_dpu)
         _group.check_share_arguments(share_with, share_jobs)
+        check_transform(transform)
         self._on_error = on_error
         self._pipeline = pipeline_for(dataset, transform, options)
         self._share = None
