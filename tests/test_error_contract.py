@@ -8,6 +8,8 @@ without the bad sample), Pillow (the cause), torchvision's CocoDetection (when i
 missing image folder)."""
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 import soundfile
@@ -73,7 +75,8 @@ def transform_given(root, transform, where: str):
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 @pytest.mark.parametrize("where", ["loader", "dataset"])
-def test_python_path_names_a_truncated_jpeg_and_its_cause(one_truncated, where, num_workers):
+def test_python_path_names_a_truncated_jpeg_and_its_cause(one_truncated, where, num_workers,
+                                                          leak_check):
     root, victim = one_truncated
     dataset, transform = transform_given(root, PYTHON, where)
     loader = PIMDataLoader(dataset, batch_size=4, num_workers=num_workers, transform=transform)
@@ -85,6 +88,9 @@ def test_python_path_names_a_truncated_jpeg_and_its_cause(one_truncated, where, 
         list(loader)
     assert isinstance(raised.value, DecodeError)
     assert str(victim) in str(raised.value) and str(expected) in str(raised.value)
+    del raised, loader
+    gc.collect()
+    leak_check.assert_clean(what="a bad sample raised on the Python path")
 
 
 @pytest.mark.parametrize("path", ["native", "python"])
@@ -156,11 +162,35 @@ def test_in_memory_path_skips_and_counts_what_its_dataset_cannot_decode(tmp_path
         list(PIMDataLoader(Decoded(), batch_size=4, transform=NATIVE))
 
 
+def test_detection_python_path_names_skips_and_counts(tmp_path):
+    """A torchvision CocoDetection whose transforms keep PIL images (the loader runs them as
+    Python on whole samples): named by its source's path, dropped and counted."""
+    root, ann_file = make_coco(tmp_path / "coco", count=4, empty=0)
+    bad = sorted((tmp_path / "coco" / "images").iterdir())[1]
+    bad.write_bytes(b"junk" * 64)
+    flip = v2.Compose([v2.RandomHorizontalFlip(), v2.PILToTensor()])
+    expected = torch_error(torchvision_coco(root, ann_file, flip), batch_size=2,
+                           collate_fn=lambda batch: batch)
+    assert isinstance(expected, OSError)
+    dataset = torchvision_coco(root, ann_file)
+    loader = PIMDataLoader(dataset, batch_size=2, transform=flip,
+                           collate_fn=lambda batch: batch)
+    assert type(loader._pipeline).__name__ == "JointTransform"
+    with pytest.raises(OSError, match=str(bad)) as raised:
+        list(loader)
+    assert isinstance(raised.value, DecodeError) and str(expected) in str(raised.value)
+    skipping = PIMDataLoader(dataset, batch_size=2, transform=flip, on_error="skip",
+                             collate_fn=lambda batch: batch)
+    assert [len(batch) for batch in skipping] == [1, 2]
+    assert skipping.stats()[-1].skipped_samples == 1
+
+
 # -- a batch whose every sample is bad ------------------------------------------------------
 
 @pytest.mark.parametrize("num_workers", [0, 2])
 @pytest.mark.parametrize("path", ["native", "native collate_fn", "python"])
-def test_an_all_bad_batch_is_one_decode_error_on_every_path(tmp_path, path, num_workers):
+def test_an_all_bad_batch_is_one_decode_error_on_every_path(tmp_path, path, num_workers,
+                                                            leak_check):
     """Documented (README "Errors"): on_error="skip" drops bad samples, but a batch of bad
     samples only raises one DecodeError naming the batch and the last cause (before, the
     Python path and the native path with a collate_fn ended in default_collate's
@@ -180,6 +210,9 @@ def test_an_all_bad_batch_is_one_decode_error_on_every_path(tmp_path, path, num_
                          transform=PYTHON if path == "python" else NATIVE, **options)
     assert [len(labels) for _, labels in kept] == [1, 2]
     assert kept.stats()[-1].skipped_samples == 1
+    del raised, loader
+    gc.collect()
+    leak_check.assert_clean(what="an all-bad batch")
 
 
 def test_an_all_bad_batch_is_one_decode_error_for_detection(tmp_path):
