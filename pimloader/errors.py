@@ -4,11 +4,12 @@ Exceptions users catch (all exported from `pimloader`):
 - `WorkerDiedError`: a worker process ended while the loader still needed it;
 - `LoaderTimeoutError`: no batch within the loader's `timeout`;
 - `SharedPrepError`: a job sharing batches (`share_with=`) lost the job that prepares them;
-- `DecodeError` (a ValueError, from pimloader.decode): a sample that cannot be decoded,
-  naming it and the cause; its `DecompressionBombError` (also Pillow's): an image whose
-  header promises more than twice `pimloader.decode.MAX_IMAGE_PIXELS` pixels, refused before
-  decoding; its `AudioBombError`: an audio clip whose header promises more than twice
-  `pimloader.decode.MAX_AUDIO_SAMPLES` samples;
+- `DecodeError` (a ValueError and an OSError, from pimloader.decode): a sample that cannot
+  be decoded, naming it and the cause, on every path (loader/bad_samples.py); its
+  `DecompressionBombError` (also Pillow's): an image whose header promises more than twice
+  `pimloader.decode.MAX_IMAGE_PIXELS` pixels, refused before decoding; its `AudioBombError`:
+  an audio clip whose header promises more than twice `pimloader.decode.MAX_AUDIO_SAMPLES`
+  samples;
 - `DpuBackendError`, and its `DpuFaultError` (a DPU faulted) and `DpuKernelError` (the
   kernel refused its input): a DPU run failed, naming the libdpu call and the DPU.
 A sample's own exception raised in a worker comes back with its original type.

@@ -73,3 +73,30 @@ def check_decode_on_dpu(decode_on_dpu, backend: str) -> None:
     if decode_on_dpu is True and backend == "cpu":
         raise ValueError("decode_on_dpu=True needs a DPU backend (backend='emulator' or 'upmem'); "
                          "backend='cpu' decodes on the host")
+
+
+def check_transform(transform) -> None:
+    """Refuses, as the loader is made, a `transform=` that is not callable or holds a step
+    that is not (looked for in the `transforms` lists of Compose, RandomApply, RandomChoice,
+    RandomOrder): a TypeError naming it, where torch would raise at the first sample."""
+    if transform is None:
+        return
+    where = _first_uncallable(transform, "transform")
+    if where is not None:
+        path, step = where
+        raise TypeError(f"{path} must be callable (a torchvision transform, a Compose of "
+                        f"them, or a function of the image), got {step!r} "
+                        f"({type(step).__name__})")
+
+
+def _first_uncallable(step, path: str):
+    """(where, step) of the first step of `step` (itself included) that is not callable."""
+    if not callable(step):
+        return path, step
+    steps = getattr(step, "transforms", None)
+    if isinstance(steps, (list, tuple)):
+        for position, inner in enumerate(steps):
+            found = _first_uncallable(inner, f"{path}.transforms[{position}]")
+            if found is not None:
+                return found
+    return None

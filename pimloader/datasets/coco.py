@@ -22,6 +22,7 @@ contiguous buffers instead of an object graph. A sample unpickles only its own a
 from __future__ import annotations
 
 import copy
+import errno
 import json
 import os
 import pickle
@@ -232,6 +233,7 @@ class CocoSource(Source):
 
     def __init__(self, root, index: CocoIndex, target_keys: set | None = None,
                  transform: Any = None, *, pil: bool = False) -> None:
+        check_image_folder(root)
         self.root = root
         self.index = index
         self.target_keys = target_keys
@@ -323,6 +325,17 @@ def coco_source(dataset) -> CocoSource | None:
     keys = None if wrapped is None else parse_target_keys(dataset._target_keys)
     return CocoSource(coco.root, CocoIndex.from_coco(coco), keys, dataset.transforms,
                       pil=True)
+
+
+def check_image_folder(root) -> None:
+    """Refuses a COCO set whose image folder is not there, as its dataset (or the loader
+    that takes it over) is made: torchvision's CocoDetection finds it at the first sample."""
+    if not os.path.exists(root):
+        raise FileNotFoundError(errno.ENOENT, "the COCO set's image folder (root) is not "
+                                "there", os.fspath(root))
+    if not os.path.isdir(root):
+        raise NotADirectoryError(errno.ENOTDIR, "the COCO set's image folder (root) is not "
+                                 "a folder", os.fspath(root))
 
 
 def _unwrapped_coco(dataset):

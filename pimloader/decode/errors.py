@@ -10,8 +10,12 @@ from typing import Optional
 from PIL import Image as _PILImage
 
 
-class DecodeError(ValueError):
+class DecodeError(ValueError, OSError):
     """An image or audio file that cannot be decoded (corrupt, truncated, unsupported).
+
+    A ValueError (as it always was) and an OSError, as Pillow's errors for such files are
+    (`UnidentifiedImageError`, "image file is truncated"): code written for torchvision's
+    datasets catches `OSError`. Its `errno` and `filename` stay None (`name` names the file).
 
     `name` is the sample's name as given to the decoder (a path, "sample 17", or None) and
     `reason` the decoder's own message.  `DecodeError(message)` alone also works, so that

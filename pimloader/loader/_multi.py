@@ -78,6 +78,7 @@ class MultiProcessIter(_BaseDataLoaderIter):
                 drop_last=self._drop_last, base_seed=self._base_seed, init_fn=init_fn,
                 worker_id=worker_id, num_workers=self._num_workers,
                 shared_seed=self._shared_seed, pipeline=loader._pipeline,
+                on_error=loader._on_error,
                 resume=self._resume and self._resume.worker_snapshot(worker_id),
                 max_image_pixels=Image.MAX_IMAGE_PIXELS,
                 max_audio_samples=decode.MAX_AUDIO_SAMPLES)

@@ -28,7 +28,8 @@ class SingleProcessIter(_BaseDataLoaderIter):
         self._publish = state.publish
         self._producer = make_producer(ProducerContext(
             self._dataset, self._dataset_kind == _DatasetKind.Iterable, self._auto_collation,
-            self._collate_fn, self._drop_last, writer, state.resources), loader._pipeline)
+            self._collate_fn, self._drop_last, writer, state.resources, loader._on_error),
+            loader._pipeline)
         self._tracker.main = (self._dataset, self._producer)
         if resume is not None:
             resume.continue_producer(self, self._tracker)

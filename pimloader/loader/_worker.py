@@ -62,6 +62,7 @@ class WorkerConfig:
     num_workers: int
     shared_seed: int | None
     pipeline: object = None   # the loader's (tasks.pipeline_for; None: torch's path)
+    on_error: str = "raise"   # the loader's: "skip" drops bad samples (bad_samples.py)
     resume: object = None   # the worker's saved snapshot (_resume) when resuming mid-epoch
     # the decoders' pixel limit in the main process when the epoch started (a spawned
     # worker would otherwise start from Pillow's default); "inherit": leave it as it is
@@ -135,7 +136,7 @@ class _Worker:
         config = self.config
         self.producer = make_producer(ProducerContext(
             self.dataset, config.is_iterable, config.auto_collation, config.collate_fn,
-            config.drop_last, self.writer, self.resources), config.pipeline)
+            config.drop_last, self.writer, self.resources, config.on_error), config.pipeline)
 
     def resume(self, seed) -> None:
         self.iteration_end = False

@@ -7,7 +7,7 @@ from typing import TypeVar
 import torch
 from torch.utils.data import DataLoader
 
-from pimloader.options import NR_DPUS, NR_TASKLETS, PipelineOptions
+from pimloader.options import NR_DPUS, NR_TASKLETS, PipelineOptions, check_transform
 
 from . import _coordinated, _group
 from ._multi import MultiProcessIter
@@ -58,7 +58,8 @@ class PIMDataLoader(DataLoader[_T_co]):
         fallbacks by reason (docs/loader.md "JPEG decoding on DPUs").
     dpu_profile: the libdpu profile string of that allocation ("" by default: hardware for
         "upmem"; "backend=simulator" runs on UPMEM's functional simulator).
-    on_error: "raise" (default) or "skip": skip samples that fail to decode, and count them.
+    on_error: "raise" (default) or "skip": skip samples that fail to decode, and count them
+        (on every path; a batch whose every sample fails is one DecodeError: README "Errors").
     reduced_dct: decode JPEGs at a reduced DCT scale where the crop is at least twice the
         output size: "auto" (default: on for RandomResizedCrop pipelines, off otherwise),
         True or False. It saves decoding work and changes pixels slightly.
@@ -91,6 +92,8 @@ class PIMDataLoader(DataLoader[_T_co]):
         options = PipelineOptions(backend, on_error, reduced_dct, memory_format, nr_dpus,
                                   nr_tasklets, dpu_profile, cache_bytes, decode_on_dpu)
         _group.check_share_arguments(share_with, share_jobs)
+        check_transform(transform)
+        self._on_error = on_error
         self._pipeline = pipeline_for(dataset, transform, options)
         self._share = None
         if share_with is not None:

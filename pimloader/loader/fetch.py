@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .bad_samples import SampleNames, all_dropped, is_bad_sample, named
+
 
 def _as_is(sample):
     return sample
@@ -19,11 +21,21 @@ class Fetcher:
     (on_error="skip") and rendered with the fused kernel since they were last taken."""
 
     current = ""
+    last_dropped = None   # the error of the last sample `drop` counted
 
     def __init__(self, auto_collation: bool) -> None:
         self.auto_collation = auto_collation
         self.skipped = 0
         self.kernel_samples = 0
+
+    def drop(self, error: BaseException) -> None:
+        """Count a bad sample that on_error="skip" drops (bad_samples.py)."""
+        self.skipped += 1
+        self.last_dropped = error
+
+    def none_left(self, index) -> BaseException:
+        """The error of the batch at `index` when `drop` took its every sample."""
+        return all_dropped(index, self.last_dropped)
 
     def fetch(self, index, each=_as_is) -> Any:
         raise NotImplementedError
@@ -42,9 +54,15 @@ class Fetcher:
 
 
 class MapFetcher(Fetcher):
-    def __init__(self, dataset, auto_collation: bool) -> None:
+    """torch's `_MapDatasetFetcher`, keeping the loader's error contract (bad_samples.py):
+    a sample that cannot be decoded raises an error naming it, or with `skip` (on_error=
+    "skip") is dropped and counted; a batch of bad samples only is one error."""
+
+    def __init__(self, dataset, auto_collation: bool, skip: bool = False) -> None:
         super().__init__(auto_collation)
         self.dataset = dataset
+        self.skip = skip
+        self.names = SampleNames(dataset)
         self._described = ""
         self._sample_index = None  # the sample being fetched, described only on demand
 
@@ -62,25 +80,53 @@ class MapFetcher(Fetcher):
         """The samples at `index`, each passed through `each` as soon as it is fetched (so
         that a per-sample transform draws its random numbers between the dataset's calls,
         as a transform inside the dataset would)."""
-        if not self.auto_collation:
+        if not self.auto_collation:  # a batch of one sample: a bad one is raised
             self._sample_index = index
-            return each(self.dataset[index])
+            return self._one(index, each, skip=False)
         if getattr(self.dataset, "__getitems__", None):
             self.current = f"samples {list(index)!r} (through __getitems__)"
-            samples = self.dataset.__getitems__(index)
+            samples = self._through_getitems(index)
             return [each(sample) for sample in samples]
         samples = []
         sample_index = self._sample_index
         try:
-            if each is _as_is:
-                for sample_index in index:
-                    samples.append(self.dataset[sample_index])
-            else:
-                for sample_index in index:
-                    samples.append(each(self.dataset[sample_index]))
+            for sample_index in index:
+                sample = self._one(sample_index, each, self.skip)
+                if sample is not _DROPPED:
+                    samples.append(sample)
         finally:
             self._sample_index = sample_index  # the sample that failed, or the last one
+        if not samples and index:
+            self.current = f"samples {list(index)!r}"
+            raise self.none_left(index)
         return samples
+
+    def _one(self, sample_index, each, skip: bool):
+        """Sample `sample_index` through `each`; if it is bad, an error naming it, or with
+        `skip` `_DROPPED` (counted)."""
+        try:
+            return each(self.dataset[sample_index])
+        except Exception as error:
+            if not is_bad_sample(error):
+                raise
+            error_named = self.names.named(error, sample_index)
+            if not skip:
+                raise error_named
+            self.drop(error_named)
+        return _DROPPED
+
+    def _through_getitems(self, index) -> list:
+        """The batch from the dataset's `__getitems__`: one call, so that a bad sample in it
+        fails the whole batch (named by its indices), on_error="skip" or not."""
+        try:
+            return self.dataset.__getitems__(index)
+        except Exception as error:
+            if not is_bad_sample(error):
+                raise
+            raise named(error, f"one of samples {list(index)!r} (through __getitems__)")
+
+
+_DROPPED = object()   # what MapFetcher._one returns for a sample on_error="skip" dropped
 
 
 class IterableFetcher(Fetcher):
@@ -110,16 +156,25 @@ class IterableFetcher(Fetcher):
         return samples
 
     def _next(self):
+        """The iterator's next sample; a bad one is raised named (an iterator that raised
+        cannot in general go on, so on_error="skip" does not apply)."""
         self.current = f"sample {self.fetched} of this iterator (IterableDataset)"
-        sample = next(self.iterator)
+        try:
+            sample = next(self.iterator)
+        except Exception as error:
+            if not is_bad_sample(error):
+                raise
+            raise named(error, self.current)
         self.fetched += 1
         return sample
 
 
-def create_fetcher(is_iterable: bool, dataset, auto_collation: bool, drop_last: bool):
+def create_fetcher(is_iterable: bool, dataset, auto_collation: bool, drop_last: bool,
+                   skip: bool = False):
+    """torch's fetcher for the dataset; `skip`: on_error="skip" (map-style datasets)."""
     if is_iterable:
         return IterableFetcher(dataset, auto_collation, drop_last)
-    return MapFetcher(dataset, auto_collation)
+    return MapFetcher(dataset, auto_collation, skip)
 
 
 def image_of(sample):
@@ -164,6 +219,11 @@ class TransformingFetcher(Fetcher):
         self._stage = ""
         return self.fetcher.fetch(index, self._transformed)
 
+    def take_skipped(self) -> int:
+        """The samples dropped here and by the fetcher it wraps (whose dataset's samples
+        and their transform are guarded by one on_error)."""
+        return self.fetcher.take_skipped() + super().take_skipped()
+
     def _transformed(self, sample):
         return self._in_stage(
             lambda sample: with_image(sample, self.transform(image_of(sample))), sample)
@@ -171,6 +231,11 @@ class TransformingFetcher(Fetcher):
     def _in_stage(self, transform, sample):
         """`transform(sample)`, with `current` saying that the sample's transform runs."""
         self._stage = " (its transform)"
-        result = transform(sample)
+        try:
+            result = transform(sample)
+        except Exception as error:
+            if is_bad_sample(error):  # named by the fetcher, and perhaps dropped: go on
+                self._stage = ""
+            raise  # anything else: `current` still says that the transform raised it
         self._stage = ""
         return result

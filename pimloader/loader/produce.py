@@ -109,12 +109,14 @@ class ProducerContext:
     drop_last: bool
     writer: SlotWriter | None   # the process's slots (None: collate only)
     resources: ProcessResources  # what the process keeps open for its producers (backends)
+    on_error: str = "raise"     # the loader's: "skip" drops bad samples (bad_samples.py)
 
     def plain_fetcher(self):
-        """torch's fetch semantics over the dataset (uncollated samples)."""
+        """torch's fetch semantics over the dataset (uncollated samples), with the loader's
+        error contract for bad samples (bad_samples.py)."""
         from .fetch import create_fetcher
         return create_fetcher(self.is_iterable, self.dataset, self.auto_collation,
-                              self.drop_last)
+                              self.drop_last, self.on_error == "skip")
 
 
 def make_producer(context: ProducerContext, pipeline=None):

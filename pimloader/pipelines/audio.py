@@ -97,13 +97,12 @@ class AudioFetcher(Fetcher):
             self.current = f"sample {sample_index!r}"
             try:
                 samples.append(self.pipeline.prepared(sample_index))
-            except decode.DecodeError:
+            except decode.DecodeError as error:
                 if not self.pipeline.skip_errors:
                     raise
-                self.skipped += 1
+                self.drop(error)
         if not samples:
-            raise decode.DecodeError(
-                f"every sample of the batch {list(index)!r} failed to decode (on_error='skip')")
+            raise self.none_left(index)
         self.current = f"the feature kernel's run over samples {list(index)!r}"
         return self._finished(samples)
 

@@ -19,6 +19,7 @@ from pimloader import decode
 from pimloader.backends.select import Backends, native_available, resolve
 from pimloader.datasets.source import IMAGE_LABEL
 from pimloader.transforms.registry import op_of
+from pimloader.loader.bad_samples import all_dropped
 from pimloader.loader.fetch import Fetcher
 from pimloader.loader.layout import Layout, SlotField
 from pimloader.loader.produce import BatchProducer, Produced
@@ -82,10 +83,12 @@ class ImageFetcher(Fetcher):
             self.current = f"sample {sample_index!r}"
             try:
                 samples.append(self.pipeline.transformed(sample_index, self.router, self.decodes))
-            except decode.DecodeError:
+            except decode.DecodeError as error:
                 if not self.pipeline.skip_errors:
                     raise
-                self.skipped += 1
+                self.drop(error)
+        if not samples:
+            raise self.none_left(index)
         return samples
 
 
@@ -103,6 +106,7 @@ class DirectImageProducer:
         self.router = router
         self.current = ""
         self.skipped = 0
+        self.last_dropped = None
         self.layout: Layout | None = None  # sized by the first batch
         self.buffers = DecodeBuffers()
         self.decodes = DecodeCounts()
@@ -150,8 +154,7 @@ class DirectImageProducer:
                     raise
         runs.flush()
         if not skeletons:
-            raise decode.DecodeError(
-                f"every sample of the batch {index!r} failed to decode (on_error='skip')")
+            raise all_dropped(index, self.last_dropped)
         return skeletons
 
     def _render(self, sample, params, row: int, out, runs: RunBatcher, timing: dict) -> bool:
@@ -169,10 +172,10 @@ class DirectImageProducer:
                 timing["decode"] += self.pipeline.render(sample, params, out[row], self.router,
                                                          decodes=self.decodes)
                 return True
-        except decode.DecodeError:
+        except decode.DecodeError as error:
             if not self.pipeline.skip_errors:
                 raise
-            self.skipped += 1
+            self._drop(error)
             return False
         runs.add(out, row, source, box, geometry, self.pipeline.kernel_layout, self.pipeline.lut)
         return True
@@ -192,11 +195,15 @@ class DirectImageProducer:
             self.current = f"sample {sample_index!r}"
             try:
                 loaded.append((position, sample_index, *self.pipeline.load(sample_index)))
-            except decode.DecodeError:
+            except decode.DecodeError as error:
                 if not self.pipeline.skip_errors:
                     raise
-                self.skipped += 1
+                self._drop(error)
         return loaded
+
+    def _drop(self, error: decode.DecodeError) -> None:
+        self.skipped += 1
+        self.last_dropped = error
 
     def _replay_draws(self, rng_state: torch.Tensor, indices) -> None:
         """Leave torch's random state as loading only `indices` from `rng_state` leaves it."""

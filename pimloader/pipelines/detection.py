@@ -239,15 +239,17 @@ class DetectionFetcher(Fetcher):
             self.current = f"sample {sample_index!r}"
             try:
                 sample, waiting = self.pipeline.prepare(sample_index)
-            except decode.DecodeError:
+            except decode.DecodeError as error:
                 if not self.pipeline.skip_errors:
                     raise
-                self.skipped += 1
+                self.drop(error)
                 continue
             if waiting is not None:
                 pending.append(waiting)
                 places.append(len(samples))
             samples.append(sample)
+        if not samples:
+            raise self.none_left(indices)
         self.current = f"the fused kernel's run over samples {list(indices)!r}"
         padded = self._reserve(samples, pending, places)
         rendered = self.pipeline.render(pending, self.router, padded, places)

@@ -185,20 +185,22 @@ class _BatchOfSamples:
         return len(self.results)
 
     def add(self, sample):
+        """Takes `sample` into the batch, or nothing of it when this raises (a sample that
+        on_error="skip" then drops leaves no trace)."""
         position = len(self.results)
-        self.results.append(sample)
         images, image = self.images, image_of(sample)
         pipeline = images.pipeline_for(image)
         if pipeline is None:
-            self.results[position] = with_image(sample, images.transform(image))
+            self.results.append(with_image(sample, images.transform(image)))
             return sample
         params = images.plan.draw(image.shape[1], image.shape[2], image.shape[0])
         if images.plan.tail or params.geometry is None:
             # alone: the tail's own draws come before the next sample's
             output = images.one(image, pipeline, params, self.router)
-            self.results[position] = with_image(sample, output)
+            self.results.append(with_image(sample, output))
             self.kernel_samples += params.geometry is not None
             return sample
+        self.results.append(sample)
         self.pending.append(_KernelSample(position, image, pipeline, params.geometry))
         return sample
 
