@@ -179,6 +179,10 @@ class FaultServer(http.server.ThreadingHTTPServer):
         self.url = f"http://127.0.0.1:{self.server_address[1]}"
         self.thread = threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05})
 
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], ConnectionError):   # a client that hung up
+            super().handle_error(request, client_address)
+
     def plan(self, path, actions):
         with self.lock:
             self.plans[path] = list(actions)

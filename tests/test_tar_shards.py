@@ -177,3 +177,18 @@ def test_torch_dataloader_over_shards_equals_image_folder(wds_urls, folder, work
     assert len(got) == len(want) == 5
     for (images, labels), (want_images, want_labels) in zip(got, want):
         assert torch.equal(images, want_images) and torch.equal(labels, want_labels)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_pimdataloader_over_shards_equals_torch(wds_urls, workers):
+    """Until the Decode step reads them natively, PIMDataLoader gives TarShards' items as
+    torch's DataLoader does (bytes and labels, shuffled under the same seed)."""
+    from pimloader import PIMDataLoader
+    shards = TarShards(wds_urls)
+    batches = []
+    for cls in (DataLoader, PIMDataLoader):
+        loader = cls(shards, batch_size=5, shuffle=True, num_workers=workers,
+                     generator=torch.Generator().manual_seed(3))
+        batches.append(list(loader))
+    for (images, labels), (want_images, want_labels) in zip(*batches, strict=True):
+        assert images == want_images and torch.equal(labels, want_labels)
