@@ -22,21 +22,23 @@ class Folder:
 
 
 def make_folder(tmp, n=24, classes=3, seed=0, long_names=False) -> Folder:
-    """n small images (every third a PNG) in class folders, sizes varying."""
+    """n small images (every third a PNG) in class folders, sizes varying; long_names: paths
+    of about 200 characters (a ustar prefix, GNU 'L' entries, pax path records)."""
     rng = np.random.default_rng(seed)
     root = os.path.join(str(tmp), "folder")
     samples, keys = [], []
     for i in range(n):
         label = i % classes
-        stem = f"img{i:04d}" + ("_" + "x" * 120 if long_names else "")
+        stem = f"img{i:04d}" + ("_" + "x" * 80 if long_names else "")
+        directory = f"class{label}" + ("/" + "d" * 90 if long_names else "")
         extension = "png" if i % 3 == 2 else "jpg"
-        path = os.path.join(root, f"class{label}", f"{stem}.{extension}")
+        path = os.path.join(root, directory, f"{stem}.{extension}")
         os.makedirs(os.path.dirname(path), exist_ok=True)
         size = (24 + int(rng.integers(0, 24)), 32 + int(rng.integers(0, 24)))
         pixels = rng.integers(0, 256, (*size, 3), dtype=np.uint8)
         Image.fromarray(pixels).save(path, format="PNG" if extension == "png" else "JPEG")
         samples.append((path, label))
-        keys.append(f"class{label}/{stem}")
+        keys.append(f"{directory}/{stem}")
     return Folder(root, samples, keys)
 
 
@@ -58,9 +60,11 @@ def write_wds_shards(folder: Folder, out, per_shard=8) -> list:
 
 def write_plain_tar(folder: Folder, tar_path, tar_format) -> str:
     """The folder's samples as one tar written by GNU tar in `tar_format` (gnu, pax,
-    ustar), each image beside its .cls file, in the folder's order."""
+    ustar), each image beside its .cls file, in the folder's order, after the entries of
+    their directories (which a reader passes over)."""
     staging = str(tar_path) + ".d"
-    names = []
+    parts = [key.split("/")[:-1] for key in folder.keys]
+    names = sorted({"/".join(part[:end]) for part in parts for end in range(1, len(part) + 1)})
     for (path, label), key in zip(folder.samples, folder.keys):
         image = key + "." + path.rsplit(".", 1)[1]
         target = os.path.join(staging, image)
@@ -76,10 +80,6 @@ def write_plain_tar(folder: Folder, tar_path, tar_format) -> str:
     subprocess.run(["tar", "-cf", str(tar_path), f"--format={tar_format}", "-C", staging,
                     "--no-recursion", "-T", listing], check=True)
     return str(tar_path)
-
-
-def encoded(sample_bytes) -> bytes:
-    return bytes(sample_bytes)
 
 
 def image_bytes(path) -> bytes:

@@ -84,6 +84,11 @@ def test_reads_stream_and_member_lists_are_cached(served, tmp_path):
         assert [entry[0] for entry in server.log] == ["HEAD"] * len(names)
         assert again[3] == want[3]
         again.close()
+        os.utime(root / names[0], ns=(1, 1))   # a new ETag: that shard is scanned again
+        del server.log[:]
+        TarShards(urls, cache_dir=tmp_path / "cache", **FAST).close()
+        assert [entry[1] for entry in server.log if entry[0] == "GET"] == [
+            f"/{names[0]}.idx", f"/{names[0]}"]
 
 
 def test_sidecars_replace_the_scan(served, tmp_path):
