@@ -186,3 +186,15 @@ def test_truncated_tar_over_http(served, tmp_path, leak_check):
                                                        r"tar"):
                 dataset[last]
     leak_check.assert_clean(what="a truncated tar")
+
+
+def test_threads_read_over_their_own_connections(served):
+    from concurrent.futures import ThreadPoolExecutor
+    root, names, want = served
+    open_sockets = sockets()
+    with FaultServer(root) as server:
+        with TarShards(shard_urls(server.url, names), cache_dir=None, **FAST) as dataset:
+            with ThreadPoolExecutor(4) as pool:
+                got = list(pool.map(dataset.__getitem__, range(len(dataset))))
+            assert got == want
+    assert sockets() == open_sockets

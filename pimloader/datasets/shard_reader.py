@@ -1,6 +1,6 @@
 """Reading members' bytes out of shards, in the process that reads them.
 
-    reader = ShardReader(policy)            # made lazily in each process, never pickled
+    reader = ShardReader(policy)            # made lazily in each process and thread, never pickled
     reader.read(url, offset, size)          # the bytes; fewer only if the shard is cut short
     reader.close()
 
@@ -43,6 +43,12 @@ class ShardReader:
             stream.close()
         self.streams.clear()
         self.client.close()
+
+    def __del__(self):   # a dataset dropped without close(): its descriptors still go
+        try:
+            self.close()
+        except OSError:
+            pass
 
     def _fd(self, path: str) -> int:
         fd = self.files.pop(path, None)

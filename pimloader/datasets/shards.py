@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 
 from torch.utils.data import Dataset
 
@@ -99,8 +100,7 @@ class TarShards(Dataset):
         finally:
             client.close()
         self.index = ShardIndex.build(self.urls, lists, self.fields, missing)
-        self._reader = None
-        self._reader_pid = None
+        self._readers: dict = {}   # (process id, thread id) -> ShardReader
 
     def __len__(self) -> int:
         return len(self.index)
@@ -145,17 +145,22 @@ class TarShards(Dataset):
         return data
 
     def reader(self) -> ShardReader:
-        """This process's reader (a forked or spawned worker makes its own)."""
-        if self._reader is None or self._reader_pid != os.getpid():
-            self._reader = ShardReader(self.policy)   # an inherited one is left unused
-            self._reader_pid = os.getpid()
-        return self._reader
+        """This thread's reader (a forked or spawned worker, another thread, makes its own:
+        a reader's streams are read by one thread)."""
+        identity = (os.getpid(), threading.get_ident())
+        reader = self._readers.get(identity)
+        if reader is None:
+            if any(pid != identity[0] for pid, _ in self._readers):
+                self._readers = {}   # inherited over fork: the parent's, left to it
+            reader = self._readers[identity] = ShardReader(self.policy)
+        return reader
 
     def close(self) -> None:
         """Close this process's files and connections (reads reopen them)."""
-        if self._reader is not None and self._reader_pid == os.getpid():
-            self._reader.close()
-        self._reader = None
+        readers, self._readers = self._readers, {}
+        for (pid, _), reader in readers.items():
+            if pid == os.getpid():
+                reader.close()
 
     def __enter__(self) -> "TarShards":
         return self
@@ -165,7 +170,7 @@ class TarShards(Dataset):
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
-        state["_reader"] = state["_reader_pid"] = None
+        state["_readers"] = {}
         return state
 
     def __repr__(self) -> str:
