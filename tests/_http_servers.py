@@ -123,6 +123,7 @@ class _FaultHandler(http.server.BaseHTTPRequestHandler):
         server = self.server
         action = server.next_action(self.path)
         server.log.append((self.command, self.path, self.headers.get("Range"), action))
+        server.clients.add(self.client_address)
         if action.startswith("slow:"):
             server.stopping.wait(float(action[5:]))
             action = "ok"
@@ -173,7 +174,7 @@ class FaultServer(http.server.ThreadingHTTPServer):
     def __init__(self, root):
         super().__init__(("127.0.0.1", 0), _FaultHandler)
         self.root = str(root)
-        self.plans, self.log = {}, []
+        self.plans, self.log, self.clients = {}, [], set()   # clients: connections seen
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.url = f"http://127.0.0.1:{self.server_address[1]}"

@@ -74,6 +74,7 @@ def test_reads_stream_and_member_lists_are_cached(served, tmp_path):
         with TarShards(urls, cache_dir=tmp_path / "cache", **FAST) as dataset:
             scans = [entry for entry in server.log if entry[0] == "GET"]
             assert len(scans) == 2 * len(names)   # a sidecar looked for, one pass each
+            assert len(server.clients) == 1       # over one kept-alive connection
             del server.log[:]
             assert [dataset[i] for i in range(len(dataset))] == want
             gets = [entry for entry in server.log if entry[0] == "GET"]
@@ -198,3 +199,17 @@ def test_threads_read_over_their_own_connections(served):
                 got = list(pool.map(dataset.__getitem__, range(len(dataset))))
             assert got == want
     assert sockets() == open_sockets
+
+
+def test_forked_workers_leave_the_parents_streams_alone(served):
+    """A worker inherits the parent's open streams: it closes its copies, never reads them."""
+    root, names, want = served
+    with FaultServer(root) as server:
+        with TarShards(shard_urls(server.url, names), cache_dir=None, **FAST) as dataset:
+            assert [dataset[i] for i in range(4)] == want[:4]   # a stream open in shard 0
+            loader = DataLoader(dataset, batch_size=4, num_workers=2, collate_fn=collate,
+                                multiprocessing_context="fork")
+            assert [item for batch in loader for item in batch] == want
+            del server.log[:]
+            assert [dataset[i] for i in range(4, 7)] == want[4:7]
+            assert server.log == []   # read on from the parent's stream, nothing reopened

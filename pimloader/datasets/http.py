@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 CHUNK = 1 << 20
+DRAIN = 64 << 10   # a response with no more left than this is read out to keep its connection
 
 
 @dataclass(frozen=True)
@@ -120,15 +121,21 @@ class HttpClient:
             raise _Retryable(_cause(error, self.policy)) from None
         if 200 <= response.status < 300:
             return connection, response
-        connection.close()
+        self.release(url, connection, response, drain=True)
         status = f"HTTP {response.status} {response.reason}"
         if response.status >= 500:
             raise _Retryable(status, response.status)
         raise HttpShardError(f"{method} {url}: {status} (not retried)", url, response.status, 1)
 
-    def release(self, url: str, connection, response) -> None:
+    def release(self, url: str, connection, response, drain: bool = False) -> None:
         """Keep `connection` for the next request to its host when its response was read to
-        the end and the server keeps it open; close it otherwise."""
+        the end (or, with `drain`, has at most DRAIN bytes left, read and thrown away) and the
+        server keeps it open; close it otherwise."""
+        if drain and not response.isclosed() and (response.length or 0) <= DRAIN:
+            try:
+                response.read()
+            except (OSError, http.client.HTTPException):
+                pass
         netloc = urllib.parse.urlsplit(url).netloc
         if response.isclosed() and not response.will_close and netloc not in self.idle:
             self.idle[netloc] = connection
@@ -194,7 +201,7 @@ class HttpStream:
 
     def close(self) -> None:
         if self.response is not None:
-            self.client.release(self.url, self.connection, self.response)
+            self.client.release(self.url, self.connection, self.response, drain=True)
         self.connection = self.response = None
 
     def _next(self, size: int) -> bytes:
@@ -248,13 +255,16 @@ class HttpStream:
                 raise _Retryable(f"the body stopped {size} bytes before byte {self.position}")
             size -= len(chunk)
 
-    def _drop(self) -> None:
+    def abandon(self) -> None:
+        """Close the connection without reading what is left of the response."""
         if self.connection is not None:
             self.connection.close()
         self.connection = self.response = None
 
+    _drop = abandon
+
     def __del__(self):
-        self._drop()
+        self.abandon()
 
 
 class _Failures:

@@ -25,6 +25,7 @@ FORWARD_SKIP = 4 << 20   # a stream skips up to this many bytes rather than reop
 
 class ShardReader:
     def __init__(self, policy: RetryPolicy) -> None:
+        self.pid = os.getpid()
         self.client = HttpClient(policy)
         self.files: OrderedDict = OrderedDict()     # path -> fd
         self.streams: OrderedDict = OrderedDict()   # url -> HttpStream
@@ -36,11 +37,15 @@ class ShardReader:
         return os.pread(self._fd(local_path(url)), size, offset)
 
     def close(self) -> None:
+        """Close the files and connections. In a process that inherited the reader (fork),
+        only this process's copies of their descriptors: a stream's rest is the parent's
+        to read, never drained here."""
+        inherited = os.getpid() != self.pid
         for fd in self.files.values():
             os.close(fd)
         self.files.clear()
         for stream in self.streams.values():
-            stream.close()
+            stream.abandon() if inherited else stream.close()
         self.streams.clear()
         self.client.close()
 
