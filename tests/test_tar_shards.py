@@ -139,6 +139,28 @@ def test_sidecar_round_trip(wds_urls, tmp_path):
         os.path.getsize(wds_urls[1])
 
 
+def test_sidecar_command_writes_beside_each_shard(wds_urls, tmp_path, capsys):
+    from pimloader.datasets.shard_members import main
+    copies = []
+    for url in wds_urls[:2]:
+        copies.append(tmp_path / os.path.basename(url))
+        copies[-1].write_bytes(open(url, "rb").read())
+    assert main([str(copy) for copy in copies]) == 0
+    assert capsys.readouterr().out.split() == [f"{copy}.idx" for copy in copies]
+    assert all(os.path.getsize(f"{copy}.idx") > 0 for copy in copies)
+    assert main([]) == 2
+
+
+def test_pickles_without_its_readers(wds_urls):
+    import pickle
+    dataset = TarShards(wds_urls)
+    want = [dataset[i] for i in range(len(dataset))]   # files now open in this process
+    copy = pickle.loads(pickle.dumps(dataset))
+    assert copy._readers == {} and [copy[i] for i in range(len(copy))] == want
+    dataset.close()
+    copy.close()
+
+
 def test_shard_order_sampler_reads_forward(wds_urls):
     dataset = TarShards(wds_urls)
     sampler = ShardOrderSampler(dataset, window=2, seed=3)
