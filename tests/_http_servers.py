@@ -162,12 +162,15 @@ class _FaultHandler(http.server.BaseHTTPRequestHandler):
             self.close_connection = True
             return
         self.wfile.write(data[start:end])
+        if action == "close":   # close the connection after the answer, without saying so
+            self.close_connection = True
 
 
 class FaultServer(http.server.ThreadingHTTPServer):
     """Serves files of `root` (with Range), each request of a path answered by the next
     action planned for it: "ok", a status ("404", "500"), "slow:S" (answer after S
-    seconds), "reset:N" (N bytes of the body, then a connection reset)."""
+    seconds), "reset:N" (N bytes of the body, then a connection reset), "close" (the answer,
+    then the connection closed though its headers said it was kept)."""
 
     daemon_threads = True
 

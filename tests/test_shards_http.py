@@ -213,3 +213,17 @@ def test_forked_workers_leave_the_parents_streams_alone(served):
             del server.log[:]
             assert [dataset[i] for i in range(4, 7)] == want[4:7]
             assert server.log == []   # read on from the parent's stream, nothing reopened
+
+
+def test_head_refused_and_a_kept_connection_closed_by_the_server(served):
+    root, names, want = served
+    with FaultServer(root) as server:
+        url = f"{server.url}/{names[0]}"
+        server.plan(f"/{names[0]}", ["405"])    # a URL signed for GET only: byte 0 asked
+        with TarShards(url, cache_dir=None, attempts=1, **FAST) as dataset:
+            assert [entry[:3] for entry in server.log[:2]] == [
+                ("HEAD", f"/{names[0]}", None), ("GET", f"/{names[0]}", "bytes=0-0")]
+            server.plan(f"/{names[0]}", ["close"])
+            assert dataset[0] == want[0]
+            # the kept connection is closed: a new one, though one attempt is all it has
+            assert dataset[5] == want[5]

@@ -76,22 +76,34 @@ class HttpClient:
         self.idle: dict = {}
 
     def head(self, url: str) -> HeadInfo:
-        """The size, ETag and Last-Modified of `url` (retried as any request)."""
-        failures = _Failures(self.policy, "HEAD", url)
+        """The size, ETag and Last-Modified of `url` (retried as any request). A server that
+        refuses HEAD (405; 403 as a URL signed for GET only gets) is asked for byte 0."""
+        try:
+            response = self._headers("HEAD", url, {})
+        except HttpShardError as error:
+            if error.status not in (403, 405):
+                raise
+            response = self._headers("GET", url, {"Range": "bytes=0-0"})
+        size = response.getheader("Content-Length")
+        if response.status == 206:
+            size = (response.getheader("Content-Range") or "").rpartition("/")[2]
+        if not (size or "").isdigit():
+            raise HttpShardError(f"HEAD {url}: the server did not give the size", url,
+                                 response.status, 1)
+        return HeadInfo(int(size), response.getheader("ETag") or "",
+                        response.getheader("Last-Modified") or "")
+
+    def _headers(self, method: str, url: str, headers: dict):
+        """The response of a request whose body is empty or small (read out)."""
+        failures = _Failures(self.policy, method, url)
         while True:
             try:
-                connection, response = self.request("HEAD", url, {})
-                response.read()
-                self.release(url, connection, response)
-                break
+                connection, response = self.request(method, url, headers)
             except _Retryable as error:
                 failures.add(error)
-        length = response.getheader("Content-Length")
-        if length is None:
-            raise HttpShardError(f"HEAD {url}: the server gave no Content-Length", url,
-                                 response.status, failures.count + 1)
-        return HeadInfo(int(length), response.getheader("ETag") or "",
-                        response.getheader("Last-Modified") or "")
+                continue
+            self.release(url, connection, response, drain=True)
+            return response
 
     def get(self, url: str) -> Optional[bytes]:
         """The whole body of a small resource (a sidecar index); None on a 404."""
@@ -109,16 +121,25 @@ class HttpClient:
         """(connection, response) of one request with a 2xx answer; _Retryable on a reset,
         a timeout or a 5xx; HttpShardError on a 4xx."""
         parts = urllib.parse.urlsplit(url)
-        connection = self.idle.pop(parts.netloc, None) or self._connect(parts)
         target = parts.path or "/"
         if parts.query:
             target += "?" + parts.query
-        try:
-            connection.request(method, target, headers=headers)
-            response = connection.getresponse()
-        except (OSError, http.client.HTTPException) as error:
-            connection.close()
-            raise _Retryable(_cause(error, self.policy)) from None
+        connection = self.idle.pop(parts.netloc, None)
+        response = None
+        if connection is not None:
+            try:
+                response = self._send(connection, method, target, headers)
+            except (ConnectionError, http.client.BadStatusLine):
+                # a kept connection that the server has closed since: one more try on a new
+                # connection, not counted as an attempt
+                connection.close()
+        if response is None:
+            connection = self._connect(parts)
+            try:
+                response = self._send(connection, method, target, headers)
+            except (OSError, http.client.HTTPException) as error:
+                connection.close()
+                raise _Retryable(_cause(error, self.policy)) from None
         if 200 <= response.status < 300:
             return connection, response
         self.release(url, connection, response, drain=True)
@@ -126,6 +147,11 @@ class HttpClient:
         if response.status >= 500:
             raise _Retryable(status, response.status)
         raise HttpShardError(f"{method} {url}: {status} (not retried)", url, response.status, 1)
+
+    @staticmethod
+    def _send(connection, method: str, target: str, headers: dict):
+        connection.request(method, target, headers=headers)
+        return connection.getresponse()
 
     def release(self, url: str, connection, response, drain: bool = False) -> None:
         """Keep `connection` for the next request to its host when its response was read to
