@@ -7,12 +7,13 @@ from .errors import (DpuBackendError, DpuFaultError, DpuKernelError, LoaderTimeo
                      SharedPrepError, WorkerDiedError)
 from .loader import EpochStats, PIMDataLoader, Task, register_task, unregister_task
 from .backends import RunKind, register_kernel, register_kind
-from .datasets import register_source
+from .datasets import ShardOrderSampler, TarShards, register_source
 from .options import PipelineOptions
 from .transforms import register_op
 from .pipelines.padded import PaddedBatch, PaddedImages
 
 __all__ = ["PIMDataLoader", "EpochStats", "get_worker_info", "datasets", "transforms",
+           "TarShards", "ShardOrderSampler",
            "PaddedBatch", "PaddedImages", "Task", "register_task", "unregister_task",
            "PipelineOptions",
            # the registries: an op, a source, a task, a kind of kernel work, from outside

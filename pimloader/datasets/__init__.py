@@ -9,6 +9,9 @@ a target instead of calling the dataset's `__getitem__`, whatever the task.
 `items`: any map-style dataset of (encoded bytes, target) items, under a Decode step.
 `arrow`: Hugging Face `datasets` tables (Arrow, Parquet): ArrowColumns, items (bytes, target)
 (it imports `datasets` only when one is made).
+`shards`: tar shards (webdataset's format), local or over HTTP (`TarShards`, its source;
+`tar_scan`, `shard_members`, `shard_index`, `shard_reader`, `http` under it), and
+`shard_sampler`'s ShardOrderSampler, which keeps the reads of a shuffled epoch forward.
 `cache`: the encoded-sample cache, a source read through shared memory.
 Importing this package registers the adapters of all of them.
 """
@@ -16,11 +19,16 @@ from .arrow import ArrowColumns, ArrowSource
 from .audio import AudioFolder, AudioSource
 from .coco import CocoDetection, CocoSource
 from .folders import FileSource, ImageFolder
+from .http import HttpShardError, RetryPolicy
 from .index import PathIndex
 from .items import ItemsSource
+from .shard_members import write_sidecar
+from .shard_sampler import ShardOrderSampler
+from .shards import ShardMemberError, TarShards, TarShardSource
 from .source import EncodedSample, Source, register_source, registered_sources, source_of
 
 __all__ = ["ArrowColumns", "ArrowSource", "AudioFolder", "AudioSource", "CocoDetection",
-           "CocoSource", "EncodedSample", "FileSource", "ImageFolder", "ItemsSource",
-           "PathIndex", "Source",
-           "register_source", "registered_sources", "source_of"]
+           "CocoSource", "EncodedSample", "FileSource", "HttpShardError", "ImageFolder",
+           "ItemsSource", "PathIndex", "RetryPolicy", "ShardMemberError", "ShardOrderSampler",
+           "Source", "TarShardSource", "TarShards", "register_source", "registered_sources",
+           "source_of", "write_sidecar"]

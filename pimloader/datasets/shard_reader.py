@@ -1,0 +1,89 @@
+"""Reading members' bytes out of shards, in the process that reads them.
+
+    reader = ShardReader(policy)            # made lazily in each process and thread, never pickled
+    reader.read(url, offset, size)          # the bytes; fewer only if the shard is cut short
+    reader.close()
+
+Local shards: `os.pread` on a file descriptor kept open per shard (a few at a time).
+HTTP shards: the reader keeps a few streaming GETs open, one per shard; a read at or a little
+after where a shard's stream stands continues it (consecutive samples of a shard cost no new
+request), a read elsewhere in a shard that was just read forward opens a new stream from
+there, and a lone read is one bounded Range request over a kept-alive connection.
+"""
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+
+from .http import HttpClient, HttpStream, RetryPolicy
+from .shard_members import is_http, local_path
+
+OPEN_FILES = 8
+OPEN_STREAMS = 4
+FORWARD_SKIP = 4 << 20   # a stream skips up to this many bytes rather than reopen
+
+
+class ShardReader:
+    def __init__(self, policy: RetryPolicy) -> None:
+        self.pid = os.getpid()
+        self.client = HttpClient(policy)
+        self.files: OrderedDict = OrderedDict()     # path -> fd
+        self.streams: OrderedDict = OrderedDict()   # url -> HttpStream
+        self.last_end: dict = {}                    # url -> where the last read ended
+
+    def read(self, url: str, offset: int, size: int) -> bytes:
+        if is_http(url):
+            return self._read_http(url, offset, size)
+        return os.pread(self._fd(local_path(url)), size, offset)
+
+    def close(self) -> None:
+        """Close the files and connections. In a process that inherited the reader (fork),
+        only this process's copies of their descriptors: a stream's rest is the parent's
+        to read, never drained here."""
+        inherited = os.getpid() != self.pid
+        for fd in self.files.values():
+            os.close(fd)
+        self.files.clear()
+        for stream in self.streams.values():
+            stream.abandon() if inherited else stream.close()
+        self.streams.clear()
+        self.client.close()
+
+    def __del__(self):   # a dataset dropped without close(): its descriptors still go
+        try:
+            self.close()
+        except OSError:
+            pass
+
+    def _fd(self, path: str) -> int:
+        fd = self.files.pop(path, None)
+        if fd is None:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            if len(self.files) >= OPEN_FILES:
+                os.close(self.files.popitem(last=False)[1])
+        self.files[path] = fd   # the most recently used last
+        return fd
+
+    def _read_http(self, url: str, offset: int, size: int) -> bytes:
+        stream = self.streams.pop(url, None)
+        if stream is not None and not stream.position <= offset <= stream.position + FORWARD_SKIP:
+            stream.close()
+            stream = None
+        forward = self.last_end.get(url, offset + 1) <= offset
+        if stream is None and not forward:   # a lone read: one bounded request
+            bounded = HttpStream(self.client, url, offset, offset + size)
+            try:
+                return self._note(url, offset, bounded.read(size))
+            finally:
+                bounded.close()
+        if stream is None:
+            stream = HttpStream(self.client, url, offset)
+        if len(self.streams) >= OPEN_STREAMS:
+            self.streams.popitem(last=False)[1].close()
+        self.streams[url] = stream
+        stream.skip(offset - stream.position)
+        return self._note(url, offset, stream.read(size))
+
+    def _note(self, url: str, offset: int, data: bytes) -> bytes:
+        self.last_end[url] = offset + len(data)
+        return data
