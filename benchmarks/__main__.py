@@ -15,7 +15,9 @@
                                     # detection_projection: PROJECTED;
                                     # + about a minute for coordinated_prep; + about 15 s for
                                     # dpu_decode_chain: the whole loader with decode_on_dpu
-                                    # on the emulator, equal to the CPU's, and its bytes)
+                                    # on the emulator, equal to the CPU's, and its bytes;
+                                    # + 2-3 minutes for shards: tar shards local and over
+                                    # nginx, an Arrow table, against their own loaders)
     python -m benchmarks --quick    # smoke run, about 2 minutes (measured at load 4-5; the
                                     # quick coordinated_prep adds about 20 s)
 """
@@ -28,7 +30,7 @@ from benchmarks import (audio, audio_dpu_projection, audio_fixed_point, audio_in
                         dpu_decode_chain,
                         dpu_projection, imagenet_pipeline,
                         instruction_counts, kernel_speed, loader_overhead, naive_sweep, op_costs,
-                        peers, plot, sample_cache, stall, viability)
+                        peers, plot, sample_cache, shards, stall, viability)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -49,7 +51,7 @@ def main(argv: list[str] | None = None) -> None:
                       dpu_projection, decode_projection, dpu_decode_chain, detection_projection,
                       sample_cache,
                       coordinated_prep,
-                      naive_sweep, stall, op_costs, peers, detection, audio,
+                      naive_sweep, stall, op_costs, peers, shards, detection, audio,
                       audio_fixed_point, audio_instruction_counts, audio_dpu_projection,
                       viability):
         print(f"\n== {benchmark.__name__} ==", flush=True)

@@ -154,3 +154,20 @@ def test_audio_quick(tmp_path):
     saved = json.loads(out.read_text())
     assert saved["rows"] and saved["ms_per_clip_by_stage"]
     assert_png_if_plotted(tmp_path)
+
+
+def test_shards_quick(tmp_path):
+    """Every contender over shards (local, nginx or http.server) and the Arrow table reads
+    the whole set each epoch."""
+    pytest.importorskip("webdataset")
+    pytest.importorskip("datasets")
+    from benchmarks import shards
+    out = tmp_path / "shards.json"
+    shards.main(["--quick", "--out", str(out), "--data", str(tmp_path / "data")])
+    results = json.loads(out.read_text())
+    runs = results["runs"]
+    assert set(runs) == {"local", "http", "arrow"}
+    for run in runs.values():
+        names = {row["contender"] for row in run["rows"]}
+        assert any(name.startswith("pimloader") for name in names)
+        assert all(row["samples"] == results["count"] for row in run["rows"])

@@ -1,0 +1,304 @@
+"""Shards and tables: images/s of the training pipeline over the same photos stored as
+webdataset tar shards (local disk, and over HTTP from nginx at a rate limit) and as a
+Hugging Face Arrow dataset, PIMDataLoader against each format's own loader.
+
+The photos are the ImageNet-like set of make_dataset.py, written here as shards with
+`webdataset.ShardWriter` (`--shard-size` samples each) and as a `datasets` Arrow dataset
+(`Image(decode=False)`, `save_to_disk`). Every contender runs the training pipeline
+(RandomResizedCrop(224), RandomHorizontalFlip(), ToDtype(float32, scale=True), Normalize),
+shuffled, `--workers` workers, the same batch size:
+
+- "webdataset + torchvision": torch's DataLoader over `wds.WebDataset(urls,
+  shardshuffle=...).shuffle(500).to_tuple("jpg;png", "cls")`, each sample decoded by
+  torchvision's `decode_image` and transformed by the v2 pipeline (`.map_tuple`);
+- "pimloader (webdataset pipeline)": PIMDataLoader over that same webdataset pipeline
+  without the map, `transform=T.Compose([T.Decode(), <the v2 steps>])`;
+- "pimloader TarShards": PIMDataLoader over `pimloader.TarShards(urls)` with a
+  `ShardOrderSampler` (shards shuffled, each read forward), the same transform;
+- "DALI webdataset" (local only; where nvidia-dali is installed): `fn.readers.webdataset`
+  (random shuffle) then DALI's training steps of peer_dali.py, on the CPU;
+- "datasets + torchvision": torch's DataLoader over the Arrow dataset `with_transform`
+  decoding each row's bytes with `decode_image` and running the v2 pipeline;
+- "pimloader ArrowColumns": PIMDataLoader over `ArrowColumns(dataset, "image", "label")`,
+  shuffled, with `T.Decode()` first.
+
+Over HTTP the shards are served by nginx (Debian's package; `python -m http.server` where it
+is absent) on a loopback port with `limit_rate` per connection (`--rate`, nginx's only
+bandwidth limit: each worker's stream is limited, not their sum).
+
+Contenders of one storage run in one process, one epoch each in rotating order, after
+`--warmup` epochs; figures are medians over `--epochs` epochs, with the load average.
+
+    python -m benchmarks.shards [--count 600] [--epochs 3] [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+import warnings
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader
+
+from benchmarks.harness import (RunWindow, close_loader, interleaved, local_date, machine,
+                                run_benchmark, settle, warnings_once)
+from benchmarks.make_dataset import make_imagenet_like
+from benchmarks.pipelines import decode_rgb, make_transform
+
+warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities",
+                        category=DeprecationWarning)
+
+QUICK = {"count": 48, "classes": 4, "shard_size": 12, "epochs": 2, "warmup": 1,
+         "batch_size": 16}
+WDS_TORCHVISION = "webdataset + torchvision"
+PIM_WDS = "pimloader (webdataset pipeline)"
+PIM_SHARDS = "pimloader TarShards"
+DALI_WDS = "DALI webdataset"
+HF_TORCHVISION = "datasets + torchvision"
+PIM_ARROW = "pimloader ArrowColumns"
+BASELINES = {"local": WDS_TORCHVISION, "http": WDS_TORCHVISION, "arrow": HF_TORCHVISION}
+
+
+# -- the data -----------------------------------------------------------------------------
+
+def write_shards(photos: Path, out: Path, shard_size: int) -> list[str]:
+    """The photos as webdataset shards (jpg or png + cls), written once."""
+    import webdataset as wds
+    from pimloader.datasets import ImageFolder
+    done = out / "done"
+    if not done.exists():
+        out.mkdir(parents=True, exist_ok=True)
+        with wds.ShardWriter(str(out / "shard-%04d.tar"), maxcount=shard_size,
+                             verbose=0) as writer:
+            for number, (path, label) in enumerate(ImageFolder(photos).samples):
+                suffix = "png" if path.lower().endswith(".png") else "jpg"
+                with open(path, "rb") as file:
+                    writer.write({"__key__": f"{number:07d}", suffix: file.read(),
+                                  "cls": str(label).encode()})
+        done.touch()
+    return sorted(str(path) for path in out.glob("shard-*.tar"))
+
+
+def write_arrow(photos: Path, out: Path) -> Path:
+    """The photos as a Hugging Face Arrow dataset with their bytes embedded, written once."""
+    import datasets
+    from pimloader.datasets import ImageFolder
+    if not (out / "dataset_info.json").exists():
+        samples = ImageFolder(photos).samples
+        table = datasets.Dataset.from_dict({"image": [path for path, _ in samples],
+                                            "label": [label for _, label in samples]})
+        table.cast_column("image", datasets.Image(decode=False)).save_to_disk(str(out))
+    return out
+
+
+# -- the contenders -----------------------------------------------------------------------
+
+def torchvision_sample(pipeline):
+    def transformed(data):
+        return pipeline(decode_rgb(bytearray(data)))
+    return transformed
+
+
+def wds_pipeline(urls: list[str], seed: int):
+    import webdataset as wds
+    return wds.WebDataset(urls, shardshuffle=len(urls), seed=seed,
+                          empty_check=False).shuffle(500).to_tuple("jpg;png", "cls")
+
+
+def pim_transform():
+    from pimloader import transforms as T
+    return T.Compose([T.Decode(), *make_transform("train", "float32").transforms])
+
+
+def make_loader(name: str, store: dict, args) -> object:
+    """The loader of contender `name` over the store's shards or table."""
+    from pimloader import PIMDataLoader
+    common = dict(batch_size=args.batch_size, num_workers=args.workers,
+                  persistent_workers=args.workers > 0)
+    if name == WDS_TORCHVISION:
+        steps = wds_pipeline(store["urls"], 0).map_tuple(
+            torchvision_sample(make_transform("train", "float32")), int)
+        return DataLoader(steps, **common)
+    if name == PIM_WDS:
+        return PIMDataLoader(wds_pipeline(store["urls"], 0), transform=pim_transform(),
+                             **common)
+    if name == PIM_SHARDS:
+        from pimloader import ShardOrderSampler, TarShards
+        shards = TarShards(store["urls"], keys=("jpg;png", "cls"))
+        return PIMDataLoader(shards, sampler=ShardOrderSampler(shards, window=4, seed=0),
+                             transform=pim_transform(), **common)
+    if name == DALI_WDS:
+        from benchmarks.peer_dali_shards import DaliShardLoader
+        return DaliShardLoader(store["urls"], args.batch_size, max(1, args.workers), seed=0)
+    if name == HF_TORCHVISION:
+        return DataLoader(hf_table(store["arrow"]), shuffle=True, **common)
+    if name == PIM_ARROW:
+        from pimloader.datasets import ArrowColumns
+        return PIMDataLoader(ArrowColumns(hf_table(store["arrow"], raw=True), "image", "label"),
+                             shuffle=True, transform=pim_transform(), **common)
+    raise ValueError(f"unknown contender {name!r}")
+
+
+def hf_table(path: Path, raw: bool = False):
+    """The Arrow dataset; unless `raw`, with datasets' with_transform decoding and
+    transforming each row as torchvision does (the map-style peer)."""
+    import datasets
+    table = datasets.load_from_disk(str(path))
+    if raw:
+        return table
+    sample = torchvision_sample(make_transform("train", "float32"))
+
+    def rows(batch):
+        return {"image": [sample(cell["bytes"]) for cell in batch["image"]],
+                "label": batch["label"]}
+    return _Rows(table.with_transform(rows))
+
+
+class _Rows(torch.utils.data.Dataset):
+    """A `datasets` table's rows as (image, label) pairs, as a training loop takes them."""
+
+    def __init__(self, table):
+        self.table = table
+
+    def __len__(self):
+        return len(self.table)
+
+    def __getitem__(self, index):
+        row = self.table[index]
+        return row["image"], row["label"]
+
+
+def missing(name: str) -> str | None:
+    """Why contender `name` cannot run here (None: it can)."""
+    needs = {DALI_WDS: "nvidia.dali", HF_TORCHVISION: "datasets", PIM_ARROW: "datasets"}
+    module = needs.get(name, "webdataset")
+    try:
+        __import__(module)
+    except ImportError as error:
+        return f"{module} not installed ({error})"
+    return None
+
+
+# -- measuring ----------------------------------------------------------------------------
+
+def run_epoch(loader) -> tuple[float, int]:
+    """(seconds, samples) of one epoch, every batch touched as a training step would."""
+    start, samples = time.perf_counter(), 0
+    for images, labels in loader:
+        samples += len(labels)
+        images.sum().item()
+    return time.perf_counter() - start, samples
+
+
+def measure(names: list[str], store: dict, args) -> list[dict]:
+    """Images/s of each contender, epochs interleaved, medians after the warm-up."""
+    loaders = {name: make_loader(name, store, args) for name in names}
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    counts: dict[str, int] = {}
+    try:
+        for round_index in range(args.warmup + args.epochs):
+            for name in interleaved(names, round_index):
+                elapsed, counts[name] = run_epoch(loaders[name])
+                if round_index >= args.warmup:
+                    seconds[name].append(elapsed)
+    finally:
+        for loader in loaders.values():
+            close_loader(loader)
+    return [{"contender": name, "samples": counts[name], "epoch_s": seconds[name],
+             "images_per_s": counts[name] / statistics.median(seconds[name])}
+            for name in names]
+
+
+def with_ratios(rows: list[dict], baseline: str) -> list[dict]:
+    base = next((row["images_per_s"] for row in rows if row["contender"] == baseline), None)
+    for row in rows:
+        row["vs_baseline"] = None if base is None else row["images_per_s"] / base
+    return rows
+
+
+def storage_runs(args, photos: Path) -> dict:
+    """{storage: its contenders' rows (or why a contender is missing)}."""
+    from benchmarks.http_store import static_server
+    urls = write_shards(photos, args.data / "shards", args.shard_size)
+    runs = {}
+    plans = {"local": [WDS_TORCHVISION, PIM_WDS, PIM_SHARDS, DALI_WDS],
+             "arrow": [HF_TORCHVISION, PIM_ARROW]}
+    for storage, names in plans.items():
+        runs[storage] = run_storage(storage, names, _store(storage, urls, args, photos), args)
+    shard_root = Path(urls[0]).parent
+    with static_server(shard_root, args.data / "nginx", limit_rate=args.rate) as server:
+        http_urls = [f"{server.url}/{Path(url).name}" for url in urls]
+        runs["http"] = run_storage("http", [WDS_TORCHVISION, PIM_WDS, PIM_SHARDS],
+                                   {"urls": http_urls,
+                                    "server": server.kind + (f" limit_rate {args.rate}" if
+                                                             server.kind == "nginx" else
+                                                             " (no rate limit)")}, args)
+    return runs
+
+
+def _store(storage: str, urls: list[str], args, photos: Path) -> dict:
+    if storage == "arrow":
+        return {"arrow": write_arrow(photos, args.data / "arrow")} \
+            if missing(HF_TORCHVISION) is None else {}
+    return {"urls": urls}
+
+
+def run_storage(storage: str, names: list[str], store: dict, args) -> dict:
+    absent = {name: why for name in names if (why := missing(name)) is not None}
+    present = [name for name in names if name not in absent]
+    window = RunWindow()
+    print(f"-- {storage}: {', '.join(present)}", flush=True)
+    rows = with_ratios(measure(present, store, args), BASELINES[storage]) if present else []
+    return {"rows": rows, "missing": absent, "server": store.get("server"),
+            **window.load_and_wall()}
+
+
+def run(args: argparse.Namespace) -> dict:
+    torch.set_num_threads(1)
+    photos = make_imagenet_like(args.data / "photos", count=args.count, classes=args.classes)
+    with warnings_once():
+        runs = storage_runs(args, photos)
+    return {"date": local_date(), "machine": machine(), "count": args.count,
+            "shard_size": args.shard_size, "workers": args.workers,
+            "batch_size": args.batch_size, "epochs": args.epochs, "warmup": args.warmup,
+            "rate_per_connection": args.rate, "runs": runs}
+
+
+def report(results: dict) -> None:
+    for storage, run_ in results["runs"].items():
+        load = run_["loadavg_before"][0], run_["loadavg_after"][0]
+        print(f"\n{storage} (load {load[0]:.1f} -> {load[1]:.1f}"
+              f"{', ' + run_['server'] if run_.get('server') else ''})")
+        for row in run_["rows"]:
+            ratio = "" if row["vs_baseline"] is None else f"  {row['vs_baseline']:.2f}x"
+            print(f"  {row['contender']:34s} {row['images_per_s']:8.1f} img/s{ratio}")
+        for name, why in run_["missing"].items():
+            print(f"  {name:34s} not run: {why}")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.shards",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=600, help="photos in the set")
+    parser.add_argument("--classes", type=int, default=10)
+    parser.add_argument("--shard-size", type=int, default=100, help="samples per shard")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--epochs", type=int, default=3, help="timed epochs per contender")
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--rate", default="100m",
+                        help="nginx limit_rate per connection over HTTP (default 100m: 100 MB/s)")
+    parser.add_argument("--data", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--quick", action="store_true")
+    return settle(parser.parse_args(argv), "shards", QUICK, data="shards")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    return run_benchmark(parse_args(argv), run, report)
+
+
+if __name__ == "__main__":
+    main()
