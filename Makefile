@@ -1,10 +1,13 @@
 # Two commands do all set-up on a fresh machine:
-#   make bench   builds everything and runs the benchmark comparison (makes its own data)
+#   make bench   builds everything and runs the benchmark comparison (makes its own data);
+#                results go to benchmarks/results/latest/ (git ignores it); REFRESH=1 writes
+#                them over the committed benchmarks/results/*.json and docs/ plots instead
 #   make test    builds everything and runs the test suite (what .ci/run calls)
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
+REFRESH ?=
 
 .PHONY: test bench install clean
 
@@ -35,7 +38,7 @@ test: $(VENV)/.base
 	$(PY) -m pytest -q tests
 
 bench: $(VENV)/.bench
-	$(PY) -m benchmarks
+	$(PY) -m benchmarks $(if $(filter-out 0,$(REFRESH)),--refresh)
 
 clean:
 	rm -rf $(VENV) build *.egg-info pimloader/*.so

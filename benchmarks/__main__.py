@@ -1,34 +1,27 @@
 """The benchmark job run by `make bench`: every benchmark with its default settings.
 
-    python -m benchmarks            # full run, about 10 minutes on two cores (+ under a minute
-                                    # for dpu_projection: PROJECTED DPU figures, no hardware;
-                                    # + about a minute for instruction_counts, where
-                                    # riscv64-unknown-elf-gcc is installed; + about 40 s for
-                                    # naive_sweep, stall, op_costs and viability, 4 minutes
-                                    # at load 8-14; + about 90 s for decode_projection:
-                                    # PROJECTED decode on DPUs, with its instruction count;
-                                    # + 1-1.5 minutes for peers, 6 at load 14; + 1-5 minutes
-                                    # for audio_fixed_point, the DPU log-mel kernel's dB
-                                    # errors, about 20 s for audio_instruction_counts (with
-                                    # riscv64-unknown-elf-gcc) and 20 s for
-                                    # audio_dpu_projection: PROJECTED; + 15-45 s for
-                                    # detection_projection: PROJECTED;
-                                    # + about a minute for coordinated_prep; + about 15 s for
-                                    # dpu_decode_chain: the whole loader with decode_on_dpu
-                                    # on the emulator, equal to the CPU's, and its bytes;
-                                    # + 2-3 minutes for shards: tar shards local and over
-                                    # nginx, an Arrow table, against their own loaders)
+    python -m benchmarks            # full run, about 20 minutes on two cores (19 min 24 s
+                                    # measured from a fresh clone, 2026-12-01; the DPU
+                                    # figures are PROJECTED, no hardware needed), before
+                                    # shards joined it: 2-3 minutes more)
     python -m benchmarks --quick    # smoke run, about 2 minutes (measured at load 4-5; the
                                     # quick coordinated_prep adds about 20 s)
+    python -m benchmarks --refresh  # the full run, written over the committed results
+
+Results, plots and docs/viability.md's page go to benchmarks/results/latest/ (git ignores
+it); with --refresh (or PIMLOADER_BENCH_REFRESH=1, which a benchmark run alone honours too)
+to the committed benchmarks/results/*.json and docs/. A benchmark that reads another's JSON
+reads this run's, or the committed one where this run has none.
 """
 from __future__ import annotations
 
 import argparse
+import os
 
 from benchmarks import (audio, audio_dpu_projection, audio_fixed_point, audio_instruction_counts,
                         coordinated_prep, decode_projection, detection, detection_projection,
                         dpu_decode_chain,
-                        dpu_projection, imagenet_pipeline,
+                        dpu_projection, harness, imagenet_pipeline,
                         instruction_counts, kernel_speed, loader_overhead, naive_sweep, op_costs,
                         peers, plot, sample_cache, shards, stall, viability)
 
@@ -38,11 +31,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="tiny settings for a smoke run; results go to *.quick.json")
+    parser.add_argument("--refresh", action="store_true",
+                        help="write over the committed results (benchmarks/results/*.json, "
+                             f"docs/): sets {harness.REFRESH_ENV}=1; by default they go to "
+                             "benchmarks/results/latest/")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
+    if args.refresh:
+        os.environ[harness.REFRESH_ENV] = "1"
+    print(f"results go to {harness.run_dir()}, plots to {harness.plots_dir()}", flush=True)
     flags = ["--quick"] if args.quick else []
     # naive_sweep reads dpu_projection's JSON, viability that of imagenet_pipeline,
     # kernel_speed, dpu_projection, op_costs, decode_projection, detection_projection, audio

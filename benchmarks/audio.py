@@ -28,7 +28,7 @@ with torch.set_num_threads(1), as DataLoader workers do; with workers,
 persistent_workers=True. Then ms per clip by stage, one thread, in this process.
 
 `python -m benchmarks` runs it with its defaults (400 clips, 5 epochs, 0 and 2 workers).
-Writes results/audio.json and, but for --quick, the plot docs/audio.png
+Writes results/latest/audio.json and, but for --quick, the plot results/latest/audio.png
 (benchmarks/plot_tasks.py).
 
     python -m benchmarks.audio --per-word 40 --epochs 3 [--quick] [--plot FILE.png]
@@ -286,9 +286,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         help="DPUs of the emulator contender (0: leave it out)")
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=None,
-                        help="JSON results (default: benchmarks/results/audio[.quick].json)")
+                        help="JSON results (default: results/latest/audio[.quick].json)")
     parser.add_argument("--plot", type=Path, default=None,
-                        help="PNG to draw (default: docs/audio.png; none with --quick)")
+                        help="PNG to draw (default: results/latest/audio.png; none with --quick)")
     args = settle(parser.parse_args(argv), "audio", QUICK, plot="audio.png")
     if args.root is None:
         args.root = DATA_DIR / ("speech_commands_like_quick" if args.quick else "speech_commands_like")

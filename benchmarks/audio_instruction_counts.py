@@ -8,7 +8,7 @@ by the kernel built for RV32IM and RV32EM (pimloader.costmodel.proxy: MRAM must 
 emulator's), its instructions attributed by source function and fitted per part to the
 kernel's work (pimloader.costmodel.audio_counted). Prints the counted units, the per-frame
 FFT, per-mel and per-log figures, the kernel's static size, and writes
-benchmarks/results/audio_instruction_counts.json. Needs riscv64-unknown-elf-gcc; without it,
+results/latest/audio_instruction_counts.json. Needs riscv64-unknown-elf-gcc; without it,
 says so. About a minute here.
 
     python -m benchmarks.audio_instruction_counts [--quick]

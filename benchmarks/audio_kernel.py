@@ -38,6 +38,7 @@ import wave
 import numpy as np
 import torch
 
+from benchmarks.harness import results_path
 from pimloader.backends.audio_features import FeatureSpec, cpu_features, simd_level
 
 try:
@@ -48,7 +49,6 @@ except Exception:  # not installed, or not importable beside this torch
     REFERENCE = "pimloader.transforms (pure torch; torchaudio unavailable)"
 
 SR = 16000
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
 
 def speech(length: int, word: str = "seven") -> np.ndarray:
@@ -177,7 +177,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--simd", type=int, default=-1, choices=[-1, 0, 1],
                         help="kernel loops: -1 best, 0 portable, 1 AVX2 + FMA")
     parser.add_argument("--accuracy", action="store_true", help="the error sweep instead")
-    parser.add_argument("--out", help="JSON file (default: results/audio_kernel[.accuracy].json)")
+    parser.add_argument("--out", help="JSON file (default: "
+                        "results/latest/audio_kernel[.accuracy].json)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     if args.accuracy:
@@ -200,7 +201,7 @@ def main(argv: list[str] | None = None) -> dict:
                   f"{r['pimloader']['cpu_ms']:8.2f} {r['cpu_ratio']:5.2f}x "
                   f"{r['max_db_error']:10.2g}")
     stem = "audio_kernel" + (".accuracy" if args.accuracy else "")
-    path = args.out or os.path.join(RESULTS, stem + ".json")
+    path = args.out or results_path(stem, quick=False)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         json.dump(report, f, indent=2)

@@ -4,7 +4,8 @@ each preparing its own batches vs sharing one stream prepared once.
     python -m benchmarks.coordinated_prep            # 400 photos, 2 and 4 jobs (about a minute)
     python -m benchmarks.coordinated_prep --quick    # 48 photos, 2 jobs (smoke run)
 
-Writes results/coordinated_prep.json and, but for --quick, the plot docs/coordinated_prep.png.
+Writes results/latest/coordinated_prep.json and, but for --quick, the plot
+results/latest/coordinated_prep.png (results/ and docs/ when refreshing, harness.py).
 
 Each job is a process (spawned) that iterates one epoch of the ImageNet-like training
 pipeline (RandomResizedCrop(224), RandomHorizontalFlip, ToDtype(float32), Normalize) over
@@ -101,9 +102,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workers", type=int, default=2, help="per loader")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--out", type=Path, help="JSON file for the results (default: "
-                        "results/coordinated_prep.json, or coordinated_prep.quick.json)")
-    parser.add_argument("--plot", type=Path, help="PNG (default: docs/coordinated_prep.png; "
-                        "none with --quick)")
+                        "results/latest/coordinated_prep.json, or coordinated_prep.quick.json)")
+    parser.add_argument("--plot", type=Path, help="PNG (default: "
+                        "results/latest/coordinated_prep.png; none with --quick)")
     return settle(parser.parse_args(argv), "coordinated_prep", QUICK, plot="coordinated_prep.png")
 
 

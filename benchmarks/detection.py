@@ -16,8 +16,9 @@ over pimloader.datasets.CocoDetection, cpu backend), and with 0 workers "pim emu
 (the DPU kernel on pimloader's libdpu emulator: a correctness test bed, its speed is not
 DPU speed). Each group runs its contenders one epoch each in rotating order, medians over
 the timed epochs; with workers, persistent_workers=True. Then ms per image by stage, in
-this process with one thread. Writes results/detection.json and, but for --quick, the plot
-docs/detection.png (benchmarks/plot_tasks.py).
+this process with one thread. Writes results/latest/detection.json and, but for --quick, the
+plot results/latest/detection.png (benchmarks/plot_tasks.py; results/ and docs/ when
+refreshing, harness.py).
 
     python -m benchmarks.detection --count 200 --epochs 3 [--quick] [--plot FILE.png]
 """
@@ -35,10 +36,10 @@ from torchvision import tv_tensors
 from torchvision.transforms import v2
 
 from benchmarks import peer_dali_detection as dali_detection
-from benchmarks.harness import (RunWindow, interleaved, machine, results_path, run_benchmark,
-                                silenced, utc_date, warnings_once)
+from benchmarks.harness import (RunWindow, interleaved, machine, plots_dir, results_path,
+                                run_benchmark, silenced, utc_date, warnings_once)
 from benchmarks.make_detection_dataset import DEFAULT_ROOT, make_detection_dataset
-from benchmarks.plot_tasks import DOCS, draw_detection
+from benchmarks.plot_tasks import draw_detection
 from benchmarks.progress import bar
 from pimloader import PIMDataLoader, decode
 from pimloader.datasets import CocoDetection
@@ -178,14 +179,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--root", default=str(DEFAULT_ROOT))
     parser.add_argument("--quick", action="store_true", help="tiny settings (a smoke run)")
     parser.add_argument("--out", type=Path, default=None,
-                        help="JSON results (default: benchmarks/results/detection[.quick].json)")
+                        help="JSON results (default: results/latest/detection[.quick].json)")
     parser.add_argument("--plot", type=Path, default=None,
-                        help="PNG to draw (default: docs/detection.png; none with --quick)")
+                        help="PNG to draw (default: results/latest/detection.png; none with "
+                             "--quick)")
     args = parser.parse_args(argv)
     if args.quick:
         args.count, args.epochs, args.warmup, args.workers = 16, 1, 0, [0]
     elif args.plot is None:
-        args.plot = DOCS / "detection.png"
+        args.plot = plots_dir() / "detection.png"
     return args
 
 

@@ -14,7 +14,7 @@ On the benchmark dataset's seekable copy (benchmarks/make_dataset.py, made seeka
 Counts and equality, not time: the emulator's speed is not DPU speed (docs/dpu.md). Part of
 `python -m benchmarks` (about 15 s), after decode_projection.
 
-    python -m benchmarks.dpu_decode_chain [--quick] [--data DIR] [--out benchmarks/results/dpu_decode_chain.json]
+    python -m benchmarks.dpu_decode_chain [--quick] [--data DIR] [--out FILE.json]
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ import torch
 import torchvision.transforms.v2 as v2
 from PIL import Image
 
+from benchmarks.harness import results_path
 from benchmarks.imagenet_pipeline import seekable_copy
 from benchmarks.make_dataset import DATA_DIR, QUICK, make_imagenet_like
 from pimloader import PIMDataLoader
@@ -131,10 +132,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--quick", action="store_true", help=f"a folder of {QUICK['count']} files, one run of 16")
     parser.add_argument("--data", type=Path, help="dataset folder (default: results/data/imagenet_like[_quick])")
     parser.add_argument("--out", type=Path, help="JSON results (default: "
-                        "benchmarks/results/dpu_decode_chain[.quick].json)")
+                        "results/latest/dpu_decode_chain[.quick].json)")
     args = parser.parse_args(argv)
-    args.out = args.out or (Path(__file__).parent / "results"
-                            / f"dpu_decode_chain{'.quick' if args.quick else ''}.json")
+    args.out = args.out or results_path("dpu_decode_chain", args.quick)
     sizes = QUICK if args.quick else {"count": 500, "classes": 10}
     data = args.data or DATA_DIR / ("imagenet_like_quick" if args.quick else "imagenet_like")
     seekable = seekable_copy(make_imagenet_like(data, **sizes))

@@ -12,7 +12,7 @@ and width on one DPU with 16 tasklets (`pimloader.backends.dpu.jpeg.DpuJpegDecod
 These are counts, not time: the emulator's speed is not DPU speed (docs/dpu.md, "JPEG decode
 on DPUs"). Not part of `python -m benchmarks`.
 
-    python -m benchmarks.dpu_jpeg [--out benchmarks/results/dpu_jpeg.json]
+    python -m benchmarks.dpu_jpeg [--out results/latest/dpu_jpeg.json]
 """
 from __future__ import annotations
 

@@ -265,8 +265,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="host cores decoding, for the end-to-end figure; scaled linearly "
                              "from the one-core measurement (default: this machine's, %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the dataset and the draws")
-    parser.add_argument("--out", type=Path, help="JSON file (default: results/dpu_projection.json, "
-                        "or dpu_projection.quick.json with --quick)")
+    parser.add_argument("--out", type=Path, help="JSON file (default: results/latest/"
+                        "dpu_projection.json, or dpu_projection.quick.json with --quick)")
     parser.add_argument("--quick", action="store_true", help=f"smoke-test settings: {QUICK}")
     args = settle(parser.parse_args(argv), "dpu_projection", QUICK, data="imagenet_like")
     if min(args.dpus, args.images_per_dpu, args.decode_repeats, args.host_cores) < 1:

@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 BENCHMARKS = Path(__file__).resolve().parent
-RESULTS_DIR = BENCHMARKS / "results"      # results/<name>.json, <name>.quick.json for --quick
+RESULTS_DIR = BENCHMARKS / "results"      # the committed results/<name>.json
+LATEST_DIR = RESULTS_DIR / "latest"       # a run's JSON, plots and pages (git ignores it)
 DATA_DIR = RESULTS_DIR / "data"           # generated datasets (git ignores them)
-DOCS = BENCHMARKS.parent / "docs"         # the plots the docs show
+DOCS = BENCHMARKS.parent / "docs"         # the committed plots and pages the docs show
+REFRESH_ENV = "PIMLOADER_BENCH_REFRESH"   # set to 1: write over the committed ones
 
 
 def interleaved(names: Sequence[str], round_index: int) -> list[str]:
@@ -85,10 +87,37 @@ def write_results(results: dict, path: Path, default: Callable | None = None) ->
     print(f"results written to {path}")
 
 
+def refreshing() -> bool:
+    """Whether this run refreshes the committed results ($PIMLOADER_BENCH_REFRESH set, not 0)."""
+    return os.environ.get(REFRESH_ENV, "0") not in ("", "0")
+
+
+def run_dir() -> Path:
+    """Where this run writes its JSON: results/ when refreshing, else results/latest/."""
+    return RESULTS_DIR if refreshing() else LATEST_DIR
+
+
+def plots_dir() -> Path:
+    """Where this run draws its plots and writes its pages: docs/ when refreshing, else
+    results/latest/, beside its JSON."""
+    return DOCS if refreshing() else LATEST_DIR
+
+
 def results_path(name: str, quick: bool) -> Path:
-    """Where benchmark `name` writes its JSON by default: results/<name>.json, or
+    """Where benchmark `name` writes its JSON by default: <name>.json in run_dir(), or
     <name>.quick.json for a --quick run (never over the committed results)."""
-    return RESULTS_DIR / f"{name}{'.quick' if quick else ''}.json"
+    return run_dir() / f"{name}{'.quick' if quick else ''}.json"
+
+
+def input_path(name: str, quick: bool = False) -> Path:
+    """The JSON of benchmark `name` for another to read: this run's (results_path), or where
+    this run has none, the committed one, with a line saying so."""
+    path = results_path(name, quick)
+    committed = RESULTS_DIR / path.name
+    if path.exists() or not committed.exists():
+        return path
+    print(f"note: no {path} from this run: reading the committed {committed}")
+    return committed
 
 
 def settle(args: argparse.Namespace, name: str, quick: dict | None = None,
@@ -96,7 +125,8 @@ def settle(args: argparse.Namespace, name: str, quick: dict | None = None,
     """Fill in what a benchmark's flags leave open, as every benchmark does: with --quick
     the `quick` settings replace the parsed ones; then an unset --data is
     results/data/<data> (<data>_quick with --quick), an unset --out results_path(name), and
-    an unset --plot docs/<plot> unless --quick (a smoke run draws nothing by default)."""
+    an unset --plot <plot> in plots_dir() unless --quick (a smoke run draws nothing by
+    default)."""
     if args.quick and quick:
         vars(args).update(quick)
     if data is not None and args.data is None:
@@ -104,7 +134,7 @@ def settle(args: argparse.Namespace, name: str, quick: dict | None = None,
     if args.out is None:
         args.out = results_path(name, args.quick)
     if plot is not None and args.plot is None and not args.quick:
-        args.plot = DOCS / plot
+        args.plot = plots_dir() / plot
     return args
 
 

@@ -436,7 +436,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the dataset and of torch's RNG (default: %(default)s)")
     parser.add_argument("--out", type=Path,
-                        help="JSON file for the results (default: results/imagenet_pipeline"
+                        help="JSON file for the results (default: results/latest/imagenet_pipeline"
                              ".json, or imagenet_pipeline.quick.json with --quick)")
     parser.add_argument("--quick", action="store_true",
                         help=f"tiny smoke-test settings: {QUICK}")

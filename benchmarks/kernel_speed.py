@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> dict:
                         help="row loops: -1 best available, 0 portable C only (the code the "
                              "DPU kernels share), 1 SSSE3, 2 AVX2")
     parser.add_argument("--quick", action="store_true", help="a smoke run")
-    parser.add_argument("--out", help="JSON file for the results (default: results/"
+    parser.add_argument("--out", help="JSON file for the results (default: results/latest/"
                                       "kernel_speed[.simdN][.quick].json)")
     args = parser.parse_args(argv)
     if args.quick:

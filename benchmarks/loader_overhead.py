@@ -369,8 +369,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--transform-samples", type=int, default=512,
                         help="images of the transform measurement (default: %(default)s)")
     parser.add_argument("--out", type=Path,
-                        help="JSON file for the results (default: results/loader_overhead.json, "
-                             "or loader_overhead.quick.json with --quick)")
+                        help="JSON file for the results (default: results/latest/"
+                             "loader_overhead.json, or loader_overhead.quick.json with --quick)")
     parser.add_argument("--quick", action="store_true",
                         help=f"tiny smoke-test settings: {QUICK}")
     args = settle(parser.parse_args(argv), "loader_overhead", QUICK)

@@ -14,9 +14,10 @@ Per epoch: wall time and CPU time of this process and its workers (benchmarks.cp
 getrusage of self and reaped children + /proc of live ones). Figures: median img/s, img/s
 per worker, CPU ms per image (the steadier figure on a loaded machine) and the cores that
 CPU time keeps busy. benchmarks.cost_table turns them, with the cost model's PROJECTED DPU
-rates (results/dpu_projection.json) and published prices, into the host cores, DIMMs and
-$/hour each loader needs to feed a GPU; results go to results/naive_sweep.json and the
-plot to docs/naive_sweep.png.
+rates (dpu_projection.json: the run's, else the committed one) and published prices, into
+the host cores, DIMMs and $/hour each loader needs to feed a GPU; results go to
+results/latest/naive_sweep.json and the plot to results/latest/naive_sweep.png (results/ and
+docs/ when refreshing, harness.py).
 
     python -m benchmarks.naive_sweep [--workers 1 2] [--epochs 3] [--quick]
 """
@@ -33,7 +34,7 @@ import torch
 
 from benchmarks import cost_table
 from benchmarks.cpu_time import CpuClock
-from benchmarks.harness import (RunWindow, close_loader, interleaved, local_date, results_path,
+from benchmarks.harness import (RunWindow, close_loader, input_path, interleaved, local_date,
                                 run_benchmark, settle)
 from benchmarks.imagenet_pipeline import (SEEKABLE, Group, dataset_summary, environment,
                                           make_loader, median_epoch, run_epoch)
@@ -156,11 +157,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
     parser.add_argument("--projection", type=Path,
                         help="dpu_projection JSON for the DPU rows of the cost table (default: "
-                             "results/dpu_projection.json, .quick.json with --quick)")
-    parser.add_argument("--out", type=Path, help="JSON file (default: results/naive_sweep"
+                             "the run's dpu_projection[.quick].json, else the committed one)")
+    parser.add_argument("--out", type=Path, help="JSON file (default: results/latest/naive_sweep"
                         ".json, or naive_sweep.quick.json with --quick)")
     parser.add_argument("--plot", type=Path, help="PNG of the sweep and the cost table "
-                        "(default: docs/naive_sweep.png; none with --quick)")
+                        "(default: results/latest/naive_sweep.png; none with --quick)")
     parser.add_argument("--quick", action="store_true",
                         help=f"smoke-test settings: {QUICK}, workers 1 unless --workers")
     args = parser.parse_args(argv)
@@ -169,7 +170,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.workers = [1] if args.quick else default_workers(machine_cpus())
     if min(args.workers) < 1 or args.epochs < 1:
         parser.error("--workers and --epochs must be at least 1")
-    args.projection = args.projection or results_path("dpu_projection", args.quick)
+    args.projection = args.projection or input_path("dpu_projection", args.quick)
     return args
 
 

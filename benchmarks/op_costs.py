@@ -13,7 +13,7 @@ one thread, this thread's CPU time, median over --repeats, interleaved:
   element, so normalising adds only what the table's values change; under load an increment
   can come out slightly negative: it is then within the noise of zero).
 
-Results go to results/op_costs.json, which benchmarks.viability reads.
+Results go to results/latest/op_costs.json, which benchmarks.viability reads.
 
     python -m benchmarks.op_costs [--batch 64] [--repeats 9] [--quick]
 """
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--batch", type=int, default=64, help="images per call")
     parser.add_argument("--repeats", type=int, default=9, help="timed repeats (median)")
     parser.add_argument("--quick", action="store_true", help="a smoke run: batch 8, 3 repeats")
-    parser.add_argument("--out", type=Path, help="JSON (default: results/op_costs.json, or "
+    parser.add_argument("--out", type=Path, help="JSON (default: results/latest/op_costs.json, or "
                         "op_costs.quick.json with --quick)")
     args = parser.parse_args(argv)
     if args.quick:

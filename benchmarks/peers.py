@@ -16,7 +16,8 @@ and the run goes on without it. Each contender's exact pipeline is printed. Per 
 the contenders run in this process one epoch each in rotating order (warm-up epochs first,
 untimed: FFCV compiles its pipeline with numba there), and every epoch must deliver each
 image's label once; figures are medians over the timed epochs, ratios against torchvision
-in the same run. Results go to results/peers.json and the plot to docs/peers.png.
+in the same run. Results go to results/latest/peers.json and the plot to
+results/latest/peers.png (results/ and docs/ when refreshing, harness.py).
 
     python -m benchmarks.peers [--epochs 7] [--contenders torchvision DALI] [--quick]
 """
@@ -36,13 +37,13 @@ import torchvision
 from torchvision.datasets import ImageFolder
 
 from benchmarks import imagenet_pipeline, peer_dali, peer_ffcv
-from benchmarks.harness import DOCS, close_loader, interleaved, run_benchmark, settle
+from benchmarks.harness import close_loader, interleaved, run_benchmark, settle
 from benchmarks.imagenet_pipeline import SEEKABLE, Group, seekable_copy
 from benchmarks.make_dataset import make_imagenet_like
 from benchmarks.pipelines import make_transform
 from benchmarks.progress import bar
 
-PLOT = DOCS / "peers.png"
+PLOT = "peers.png"
 BASELINE = "torchvision"
 CONTENDERS = (BASELINE, "pimloader", SEEKABLE, "DALI", "FFCV")
 PEERS = {"DALI": peer_dali, "FFCV": peer_ffcv}
@@ -275,14 +276,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=1,
                         help="untimed epochs before them (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
-    parser.add_argument("--out", type=Path, help="JSON file (default: results/peers.json, or "
-                                                 "peers.quick.json with --quick)")
+    parser.add_argument("--out", type=Path, help="JSON file (default: results/latest/peers.json, "
+                                                 "or peers.quick.json with --quick)")
     parser.add_argument("--plot", type=Path,
-                        help=f"PNG to draw (default: {PLOT.relative_to(PLOT.parent.parent)}; "
+                        help=f"PNG to draw (default: results/latest/{PLOT}; "
                              "none with --quick)")
     parser.add_argument("--quick", action="store_true", help=f"smoke-run settings: {QUICK}")
     args = parser.parse_args(argv)
-    settle(args, "peers", QUICK, data="imagenet_like", plot=PLOT.name)
+    settle(args, "peers", QUICK, data="imagenet_like", plot=PLOT)
     if args.epochs < 1 or args.warmup < 0 or args.workers < 1 or args.batch_size < 1:
         parser.error("--epochs, --workers and --batch-size must be at least 1, --warmup 0")
     args.contenders = [BASELINE] + [name for name in dict.fromkeys(args.contenders)

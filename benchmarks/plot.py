@@ -1,11 +1,12 @@
 """Plots of the benchmark results for docs/: images/s per contender, time per image by stage,
 and the loader's own overhead.
 
-Reads benchmarks/results/imagenet_pipeline.json and loader_overhead.json (written by
-`python -m benchmarks.imagenet_pipeline` and `python -m benchmarks.loader_overhead`) and
-writes three PNGs; needs matplotlib (requirements-bench.txt).
+Reads imagenet_pipeline.json and loader_overhead.json (written by
+`python -m benchmarks.imagenet_pipeline` and `python -m benchmarks.loader_overhead`: the
+run's, in results/latest/, else the committed ones) and writes three PNGs, to results/latest/
+(to docs/ when refreshing, harness.py); needs matplotlib (requirements-bench.txt).
 
-    python -m benchmarks.plot [--results FILE] [--loader-results FILE] [--out-dir docs]
+    python -m benchmarks.plot [--results FILE] [--loader-results FILE] [--out-dir DIR]
 """
 from __future__ import annotations
 
@@ -13,11 +14,8 @@ import argparse
 import json
 from pathlib import Path
 
-from benchmarks.harness import pyplot, save_figure
+from benchmarks.harness import input_path, plots_dir, pyplot, save_figure
 
-REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "benchmarks" / "results" / "imagenet_pipeline.json"
-LOADER_RESULTS = REPO / "benchmarks" / "results" / "loader_overhead.json"
 EMULATOR = "pim DPU-emulator*"
 COLOURS = {"torchvision": "#4c72b0", "torchvision PIL": "#8fa9d6",
            "pimloader": "#dd8452", "pimloader exact": "#c44e52",
@@ -148,13 +146,16 @@ def _loader_workers(row: dict) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.plot",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--results", type=Path, default=RESULTS,
-                        help="imagenet_pipeline JSON (default: %(default)s)")
-    parser.add_argument("--loader-results", type=Path, default=LOADER_RESULTS,
-                        help="loader_overhead JSON (default: %(default)s)")
-    parser.add_argument("--out-dir", type=Path, default=REPO / "docs",
-                        help="folder for the PNGs (default: %(default)s)")
+    parser.add_argument("--results", type=Path,
+                        help="imagenet_pipeline JSON (default: the run's, else the committed)")
+    parser.add_argument("--loader-results", type=Path,
+                        help="loader_overhead JSON (default: the run's, else the committed)")
+    parser.add_argument("--out-dir", type=Path,
+                        help="folder for the PNGs (default: results/latest, docs when refreshing)")
     args = parser.parse_args(argv)
+    args.results = args.results or input_path("imagenet_pipeline")
+    args.loader_results = args.loader_results or input_path("loader_overhead")
+    args.out_dir = args.out_dir or plots_dir()
     results = json.loads(args.results.read_text())
     args.out_dir.mkdir(parents=True, exist_ok=True)
     for name, plot in (("imagenet_pipeline.png", plot_throughput),

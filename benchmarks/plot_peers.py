@@ -2,7 +2,10 @@
 torchvision from the same run above each bar. `python -m benchmarks.peers` draws it after
 its run; this redraws it from the JSON (needs matplotlib, requirements-bench.txt).
 
-    python -m benchmarks.plot_peers [--results benchmarks/results/peers.json] [--out docs/peers.png]
+    python -m benchmarks.plot_peers [--results FILE.json] [--out FILE.png]
+
+By default it reads the run's peers.json (results/latest/, else the committed one) and draws
+results/latest/peers.png (docs/peers.png when refreshing, harness.py).
 """
 from __future__ import annotations
 
@@ -10,11 +13,8 @@ import argparse
 import json
 from pathlib import Path
 
-from benchmarks.harness import pyplot, save_figure
+from benchmarks.harness import input_path, plots_dir, pyplot, save_figure
 
-REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "benchmarks" / "results" / "peers.json"
-OUT = REPO / "docs" / "peers.png"
 COLOURS = {"torchvision": "#4c72b0", "DALI": "#76b900", "FFCV": "#8172b3",
            "pimloader": "#dd8452", "pimloader seekable": "#8c613c"}
 
@@ -62,10 +62,12 @@ def title(results: dict) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.plot_peers",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--results", type=Path, default=RESULTS, help="(default: %(default)s)")
-    parser.add_argument("--out", type=Path, default=OUT, help="(default: %(default)s)")
+    parser.add_argument("--results", type=Path, help="(default: the run's, else the committed)")
+    parser.add_argument("--out", type=Path,
+                        help="(default: results/latest/peers.png, docs/ when refreshing)")
     args = parser.parse_args(argv)
-    draw(json.loads(args.results.read_text()), args.out)
+    draw(json.loads((args.results or input_path("peers")).read_text()),
+         args.out or plots_dir() / "peers.png")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,10 @@ torch baseline of the same group above its bar. Each benchmark draws its own aft
 this redraws them from the JSON (needs matplotlib, requirements-bench.txt: without it, a
 line says so and nothing is drawn).
 
-    python -m benchmarks.plot_tasks [--detection benchmarks/results/detection.json]
-        [--audio benchmarks/results/audio.json] [--out-dir docs]
+    python -m benchmarks.plot_tasks [--detection FILE.json] [--audio FILE.json] [--out-dir DIR]
+
+By default it reads the run's JSON (results/latest/, else the committed ones) and draws into
+results/latest/ (docs/ when refreshing, harness.py).
 """
 from __future__ import annotations
 
@@ -13,11 +15,8 @@ import argparse
 import json
 from pathlib import Path
 
-from benchmarks.harness import pyplot, save_figure
+from benchmarks.harness import input_path, plots_dir, pyplot, save_figure
 
-REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "benchmarks" / "results"
-DOCS = REPO / "docs"
 DETECTION_COLOURS = {"torchvision": "#4c72b0", "pimloader": "#dd8452", "DALI": "#76b900",
                      "pim emulator*": "#999999"}
 AUDIO_COLOURS = {"torch + torchaudio": "#4c72b0", "pimloader": "#dd8452", "DALI": "#76b900",
@@ -106,12 +105,14 @@ def draw_audio(results: dict, path: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.plot_tasks",
                                      description=__doc__.split("\n\n")[0])
-    parser.add_argument("--detection", type=Path, default=RESULTS / "detection.json",
-                        help="(default: %(default)s)")
-    parser.add_argument("--audio", type=Path, default=RESULTS / "audio.json",
-                        help="(default: %(default)s)")
-    parser.add_argument("--out-dir", type=Path, default=DOCS, help="(default: %(default)s)")
+    parser.add_argument("--detection", type=Path, help="(default: the run's, else the committed)")
+    parser.add_argument("--audio", type=Path, help="(default: the run's, else the committed)")
+    parser.add_argument("--out-dir", type=Path,
+                        help="(default: results/latest, docs when refreshing)")
     args = parser.parse_args(argv)
+    args.detection = args.detection or input_path("detection")
+    args.audio = args.audio or input_path("audio")
+    args.out_dir = args.out_dir or plots_dir()
     for source, draw, name in ((args.detection, draw_detection, "detection.png"),
                                (args.audio, draw_audio, "audio.png")):
         if source.is_file():

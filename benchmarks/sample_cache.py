@@ -17,7 +17,8 @@ DONTNEED only helps where the files sit on a block device; on a tmpfs or an over
 one it may do nothing. The benchmark measures that first (a file of --probe-mib read cold
 after DONTNEED, then warm) and labels the "cold" figures accordingly. Epoch 0 of each
 contender is a warm-up (and fills the MinIO cache); figures are medians over the others.
-Writes results/sample_cache.json and, but for --quick, the plot docs/sample_cache.png.
+Writes results/latest/sample_cache.json and, but for --quick, the plot
+results/latest/sample_cache.png (results/ and docs/ when refreshing, harness.py).
 """
 from __future__ import annotations
 
@@ -138,9 +139,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--probe-mib", type=int, default=64)
     parser.add_argument("--out", type=Path, help="JSON file for the results (default: "
-                        "results/sample_cache.json, or sample_cache.quick.json)")
-    parser.add_argument("--plot", type=Path, help="PNG (default: docs/sample_cache.png; none "
-                        "with --quick)")
+                        "results/latest/sample_cache.json, or sample_cache.quick.json)")
+    parser.add_argument("--plot", type=Path, help="PNG (default: "
+                        "results/latest/sample_cache.png; none with --quick)")
     return settle(parser.parse_args(argv), "sample_cache", QUICK, plot="sample_cache.png")
 
 

@@ -19,7 +19,8 @@ construction to its first batch, and the PSS of all its processes (main + worker
 first batch and after `--samples` samples. A dataset index held in per-sample Python objects
 grows in every forked worker as it is read (the objects' reference counts are written, so
 their pages are copied: pytorch issue 13246); one held in numpy arrays stays shared.
-Writes results/scale.json (results/scale.quick.json with --quick). Not in `python -m
+Writes results/latest/scale.json (scale.quick.json with --quick; results/ when refreshing,
+harness.py). Not in `python -m
 benchmarks`: the default run makes 1.28M links and reads 50,000 samples per run.
 """
 from __future__ import annotations
@@ -34,10 +35,10 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.harness import RunWindow, interleaved, machine, utc_date, write_results
+from benchmarks.harness import (RunWindow, interleaved, machine, results_path, utc_date,
+                                write_results)
 from benchmarks.make_dataset import DATA_DIR, make_imagenet_like
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
 CONTENDERS = ("torch DataLoader", "PIMDataLoader")
 PER_CLASS = 1000   # files per class folder, as in ImageNet's training set
 LINKS_PER_FILE = 50_000  # under ext4's 65,000 links to one inode
@@ -191,7 +192,7 @@ def main(argv: list[str] | None = None) -> dict | None:
                         "worker count, interleaved")
     parser.add_argument("--data", type=Path, default=DATA_DIR,
                         help="where the folder is made (as scale_<files>)")
-    parser.add_argument("--out", type=Path, help="JSON file (default: results/scale.json, "
+    parser.add_argument("--out", type=Path, help="JSON file (default: results/latest/scale.json, "
                         "or scale.quick.json)")
     parser.add_argument("--gc-freeze", action="store_true", help="both loaders with a "
                         "worker_init_fn that calls gc.freeze() (what the workers' own garbage "
@@ -215,7 +216,7 @@ def main(argv: list[str] | None = None) -> dict | None:
                "folder": {"root": str(root), "files": args.files, "per_class": PER_CLASS},
                "samples": args.samples, "batch_size": args.batch_size,
                "gc_freeze_in_workers": args.gc_freeze, "runs": runs}
-    out = args.out or RESULTS_DIR / ("scale.quick.json" if args.quick else "scale.json")
+    out = args.out or results_path("scale", args.quick)
     write_results(results, out)
     return results
 

@@ -244,10 +244,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=3, help="timed epochs (default: %(default)s)")
     parser.add_argument("--warmup", type=int, default=1, help="(default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="(default: %(default)s)")
-    parser.add_argument("--out", type=Path, help="JSON file (default: results/stall.json, or "
-                        "stall.quick.json with --quick)")
-    parser.add_argument("--plot", type=Path, help="PNG (default: docs/stall.png; none with "
-                        "--quick)")
+    parser.add_argument("--out", type=Path, help="JSON file (default: results/latest/stall.json, "
+                        "or stall.quick.json with --quick)")
+    parser.add_argument("--plot", type=Path, help="PNG (default: results/latest/stall.png; none "
+                        "with --quick)")
     parser.add_argument("--quick", action="store_true", help=f"smoke-test settings: {QUICK}")
     args = settle(parser.parse_args(argv), "stall", QUICK, data="imagenet_like", plot="stall.png")
     if args.epochs < 1 or args.workers < 0:

@@ -20,8 +20,9 @@ nominal / worst), host transfer ms and a verdict:
                   and the DIMM price below which those DPUs cost less than the cores they
                   free (provisioning.Prices: vCPU price, 3 years of use)
 
-    python -m benchmarks.viability        # writes docs/viability.md, its plot
-                                          # docs/viability.png and results/viability.json
+    python -m benchmarks.viability        # writes viability.md, its plot viability.png
+                                          # and viability.json to results/latest/ (docs/
+                                          # and results/ when refreshing, harness.py)
 """
 from __future__ import annotations
 
@@ -33,10 +34,9 @@ import textwrap
 from pathlib import Path
 
 from pimloader.costmodel.provisioning import DPUS_PER_DIMM, Prices, break_even_dimm_price
-from benchmarks.harness import pyplot, save_figure
+from benchmarks.harness import (input_path, plots_dir, pyplot, results_path, run_dir,
+                                save_figure)
 
-RESULTS_DIR = Path(__file__).resolve().parent / "results"
-DOCS = Path(__file__).resolve().parent.parent / "docs"
 CLOCK_HZ = 350e6
 OUT_PIXELS = 224 * 224 * 3
 RESIZE_UNITS = ("h_mac", "h_out", "v_mac", "v_init", "v_finish", "row", "column", "sample_load")
@@ -443,32 +443,37 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.viability",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
-                        help="read the *.quick.json results; write results/viability.quick.md")
-    parser.add_argument("--results", type=Path, default=RESULTS_DIR,
-                        help="folder of the benchmarks' JSON (default: %(default)s)")
-    parser.add_argument("--doc", type=Path, help="markdown to write (default: docs/viability.md,"
-                        " or results/viability.quick.md with --quick)")
-    parser.add_argument("--out", type=Path, help="JSON of the table (default: "
-                        "results/viability.json, or viability.quick.json with --quick)")
+                        help="read the *.quick.json results; write viability.quick.md")
+    parser.add_argument("--results", type=Path,
+                        help="folder of the benchmarks' JSON (default: the run's, "
+                             "results/latest/, and the committed results/ for what it lacks)")
+    parser.add_argument("--doc", type=Path, help="markdown to write (default: "
+                        "results/latest/viability.md, docs/ when refreshing; "
+                        "viability.quick.md beside the JSON with --quick)")
+    parser.add_argument("--out", type=Path, help="JSON of the table (default: results/latest/"
+                        "viability.json, or viability.quick.json with --quick)")
     parser.add_argument("--plot", type=Path, help="PNG, shown by the page when next to it "
-                        "(default: docs/viability.png with the default --doc; else none)")
+                        "(default: viability.png beside the default --doc; else none)")
     args = parser.parse_args(argv)
     suffix = ".quick.json" if args.quick else ".json"
-    inputs = [json.loads((args.results / f"{name}{suffix}").read_text())
+
+    def source(name: str) -> Path:
+        return args.results / f"{name}{suffix}" if args.results else input_path(name, args.quick)
+    inputs = [json.loads(source(name).read_text())
               for name in ("imagenet_pipeline", "kernel_speed", "dpu_projection")]
-    optional = [args.results / f"{name}{suffix}" for name in (
+    optional = [source(name) for name in (
         "op_costs", "decode_projection", "detection_projection", "audio", "audio_dpu_projection")]
     table = build(*inputs, *(json.loads(path.read_text()) if path.exists() else None
                              for path in optional))
     if args.plot is None and args.doc is None and not args.quick:
-        args.plot = DOCS / "viability.png"
-    doc = args.doc or (RESULTS_DIR / "viability.quick.md" if args.quick
-                       else DOCS / "viability.md")
+        args.plot = plots_dir() / "viability.png"
+    doc = args.doc or (run_dir() / "viability.quick.md" if args.quick
+                       else plots_dir() / "viability.md")
     if args.plot is not None:
         plot(table, args.plot)
     shown = args.plot.name if args.plot is not None and args.plot.parent == doc.parent else None
     write_doc(table, doc, shown)
-    out = args.out or RESULTS_DIR / f"viability{suffix}"
+    out = args.out or results_path("viability", args.quick)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(table, indent=1) + "\n")
     print(format_markdown(table))

@@ -54,15 +54,17 @@ def test_filters_set_before_still_apply():
     assert caught == []
 
 
-def test_settle_fills_what_the_flags_leave_to_quick():
+def test_settle_fills_what_the_flags_leave_to_quick(monkeypatch):
+    monkeypatch.delenv(harness.REFRESH_ENV, raising=False)   # results/latest/: not refreshing
     plain = harness.settle(argparse.Namespace(quick=False, count=500, data=None, out=None, plot=None),
                            "bench", {"count": 40}, data="imagenet_like", plot="bench.png")
     assert plain.count == 500 and plain.data == harness.DATA_DIR / "imagenet_like"
-    assert plain.out == harness.RESULTS_DIR / "bench.json" and plain.plot == harness.DOCS / "bench.png"
+    assert plain.out == harness.LATEST_DIR / "bench.json"
+    assert plain.plot == harness.LATEST_DIR / "bench.png"
     quick = harness.settle(argparse.Namespace(quick=True, count=500, data=None, out=None, plot=None),
                            "bench", {"count": 40}, data="imagenet_like", plot="bench.png")
     assert quick.count == 40 and quick.data == harness.DATA_DIR / "imagenet_like_quick"
-    assert quick.out == harness.RESULTS_DIR / "bench.quick.json" and quick.plot is None
+    assert quick.out == harness.LATEST_DIR / "bench.quick.json" and quick.plot is None
     given = harness.settle(argparse.Namespace(quick=True, data="d", out="o.json", plot="p.png"),
                            "bench", data="imagenet_like", plot="bench.png")
     assert (given.data, given.out, given.plot) == ("d", "o.json", "p.png")
