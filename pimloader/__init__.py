@@ -4,7 +4,7 @@ from torch.utils.data import get_worker_info
 from . import datasets, pipelines, transforms  # pipelines registers the built-in tasks
 from .decode import AudioBombError, DecodeError, DecompressionBombError
 from .errors import (DpuBackendError, DpuFaultError, DpuKernelError, LoaderTimeoutError,
-                     SharedPrepError, WorkerDiedError)
+                     PathNotice, SharedPrepError, WorkerDiedError)
 from .loader import EpochStats, PIMDataLoader, Task, register_task, unregister_task
 from .backends import RunKind, register_kernel, register_kind
 from .datasets import ShardOrderSampler, TarShards, register_source
@@ -18,6 +18,7 @@ __all__ = ["PIMDataLoader", "EpochStats", "get_worker_info", "datasets", "transf
            "PipelineOptions",
            # the registries: an op, a source, a task, a kind of kernel work, from outside
            "register_op", "register_source", "RunKind", "register_kind", "register_kernel",
-           "DecodeError", "DecompressionBombError", "AudioBombError", "WorkerDiedError", "LoaderTimeoutError", "SharedPrepError",
-           "DpuBackendError", "DpuFaultError", "DpuKernelError"]
+           "DecodeError", "DecompressionBombError", "AudioBombError", "WorkerDiedError",
+           "LoaderTimeoutError", "SharedPrepError", "DpuBackendError", "DpuFaultError",
+           "DpuKernelError", "PathNotice"]
 __version__ = "0.1.0"

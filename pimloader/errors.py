@@ -110,3 +110,10 @@ def close_all(resources) -> None:
             errors.append(error)
     if errors:
         raise errors[0]
+
+
+class PathNotice(UserWarning):
+    """Said once per process and dataset type: a loader runs its dataset as Python (torch's
+    own path, or the transform per sample), with why and what would move it to the native
+    path. `warnings.filterwarnings("ignore", category=pimloader.PathNotice)` silences it;
+    `loader.stats()[-1].task` and `.path` say the same."""

@@ -279,3 +279,42 @@ def test_a_bad_item_in_a_stream_is_named_by_its_place(pairs):
     loader = PIMDataLoader(Stream(items), transform=transform, batch_size=3, on_error="skip")
     assert sum(len(labels) for _, labels in loader) == len(items) - 1
     assert loader.stats()[-1].skipped_samples == 1
+
+
+class DecodesItself(torch.utils.data.Dataset):
+    """The usual custom Dataset: decodes and transforms inside __getitem__."""
+
+    def __init__(self, pairs):
+        self.pairs = pairs
+
+    def __len__(self):
+        return len(self.pairs)
+
+    def __getitem__(self, index):
+        data, label = self.pairs[index]
+        return v2.CenterCrop(32)(T.Decode()(data)), label
+
+
+def test_stats_and_a_notice_say_which_path_and_why(pairs):
+    import warnings
+    from pimloader import PathNotice
+    from pimloader.loader import tasks
+    tasks._NOTICED.clear()
+    native = PIMDataLoader(pairs, transform=T.Compose([T.Decode(), v2.CenterCrop(32)]),
+                           batch_size=4)
+    list(native)
+    assert native.stats()[-1].task == "classification"
+    assert native.stats()[-1].path.startswith("native")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loader = PIMDataLoader(DecodesItself(pairs), batch_size=4)
+        PIMDataLoader(DecodesItself(pairs), batch_size=4)          # said once, not twice
+    notices = [w for w in caught if issubclass(w.category, PathNotice)]
+    assert len(notices) == 1 and "DecodesItself" in str(notices[0].message)
+    assert "T.Decode()" in str(notices[0].message)
+    list(loader)
+    assert loader.stats()[-1].task == "" and "T.Decode()" in loader.stats()[-1].path
+    python = PIMDataLoader(pairs, transform=T.Compose([T.Decode(mode="GRAY"),
+                                                      v2.CenterCrop(32)]), batch_size=4)
+    list(python)
+    assert python.stats()[-1].task == "python_transform"

@@ -19,8 +19,9 @@ from .slots import SlotPool, SlotWriter
 
 
 class LoaderState:
-    def __init__(self, kernel_backend: tuple[str, bool] = ("", False)) -> None:
+    def __init__(self, kernel_backend: tuple[str, bool] = ("", False), path=None) -> None:
         self.kernel_backend = kernel_backend  # the pipeline's, as each EpochStats says it
+        self.path = path                      # tasks.LoaderPath: which path, and why
         self.history: list[EpochStats] = []
         self._shared_pool: SlotPool | None = None
         self._local: tuple[bool, SlotPool, SlotWriter] | None = None
@@ -32,8 +33,9 @@ class LoaderState:
 
     def begin_epoch(self) -> EpochStats:
         backend, dpu_decode = self.kernel_backend
+        task, why = (self.path.task, self.path.why) if self.path is not None else ("", "")
         self.history.append(EpochStats(epoch=len(self.history), backend=backend,
-                                       dpu_decode=dpu_decode))
+                                       dpu_decode=dpu_decode, task=task, path=why))
         return self.history[-1]
 
     def take_shared_pool(self, num_workers: int, pinned: bool) -> SlotPool:

@@ -28,6 +28,11 @@ class EpochStats:
     cache_hits, cache_misses: samples read from the encoded-sample cache, and from their
                       files (cache_bytes > 0; docs/loader.md "Encoded-sample cache").
     cache_hit_bytes, cache_miss_bytes: the encoded bytes of those.
+    task:             the registered task whose pipeline made the batches ("classification",
+                      "detection", "audio", "in_memory", "python_transform", a user's;
+                      "" for torch's own path: the dataset's __getitem__ as under torch).
+    path:             why, in words: what the task takes, or why the dataset runs as Python
+                      and what would move it to the native path (PathNotice says it once).
     backend:          the backend the loader's kernels run on, as `backend=` resolved
                       ("auto": "upmem" where the SDK build is present, else "cpu"):
                       "cpu", "emulator" or "upmem"; "" when no kernel runs (torch's own
@@ -41,6 +46,8 @@ class EpochStats:
     """
 
     epoch: int
+    task: str = ""
+    path: str = ""
     backend: str = ""
     dpu_decode: bool = False
     batches: int = 0

@@ -94,7 +94,7 @@ class PIMDataLoader(DataLoader[_T_co]):
         _group.check_share_arguments(share_with, share_jobs)
         check_transform(transform)
         self._on_error = on_error
-        self._pipeline = pipeline_for(dataset, transform, options)
+        self._pipeline, self._path = pipeline_for(dataset, transform, options)
         self._share = None
         if share_with is not None:
             self._share = (share_with, share_jobs,
@@ -147,7 +147,8 @@ class PIMDataLoader(DataLoader[_T_co]):
         if state is None:
             pipeline = self.__dict__.get("_pipeline")
             state = self.__dict__["_pimloader_state"] = LoaderState(
-                pipeline.kernel_backend() if pipeline is not None else ("", False))
+                pipeline.kernel_backend() if pipeline is not None else ("", False),
+                self.__dict__.get("_path"))
         return state
 
     def stats(self) -> list[EpochStats]:

@@ -48,6 +48,7 @@ class Task:
     specificity: int = 0
     reads_encoded_files: bool = False
     describes: str = ""                        # what it takes, in words (for messages)
+    native: bool = True                        # its batches come from native kernels
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -137,10 +138,25 @@ def _first_task(dataset, transform, options) -> tuple[Task | None, Any]:
     return None, None
 
 
+@dataclass(frozen=True)
+class LoaderPath:
+    """Which path a loader took and why, as `EpochStats.task` / `.path` say it."""
+
+    task: str      # the task's name; "" for torch's own path
+    native: bool   # whether its batches come from native kernels
+    why: str
+
+
+HINT = ("README, 'Which path your dataset takes': a dataset whose items are encoded bytes, "
+        "with T.Decode() first in the loader's transform, takes the native path")
+_NOTICED: set = set()
+
+
 def pipeline_for(dataset, transform, options):
-    """The loader's pipeline for its dataset and `transform` (None: torch's own path).
-    Says when `cache_bytes` does not apply, and refuses `decode_on_dpu=True` when no task
-    runs the dataset natively."""
+    """(the loader's pipeline for its dataset and `transform` (None: torch's own path),
+    the LoaderPath). Says when `cache_bytes` does not apply, refuses `decode_on_dpu=True`
+    when no task runs the dataset natively, and notices once per process and dataset type
+    that a loader runs its dataset as Python (PathNotice)."""
     task, pipeline = task_for(dataset, transform, options)
     if options.cache_bytes and (task is None or not task.reads_encoded_files):
         readers = [task.describes or task.name for task in registered_tasks()
@@ -151,4 +167,27 @@ def pipeline_for(dataset, transform, options):
     if pipeline is None:
         options.dpu_decode("no task of pimloader runs this dataset and transform natively "
                            "(they take torch's own path)")
-    return pipeline
+    path = path_of(task, pipeline, dataset, transform)
+    if not path.native:
+        _notice_once(path, dataset)
+    return pipeline, path
+
+
+def path_of(task, pipeline, dataset, transform) -> LoaderPath:
+    kind = type(dataset).__name__
+    if pipeline is None:
+        return LoaderPath("", False, f"no native task takes a {kind}"
+                          f"{' with this transform' if transform is not None else ''}: its "
+                          f"__getitem__ runs as under torch, batched into shared slots ({HINT})")
+    if not task.native:
+        return LoaderPath(task.name, False, f"no native task takes a {kind} with this "
+                          f"transform: it runs as Python on each sample ({HINT})")
+    return LoaderPath(task.name, True, f"native: {task.describes or task.name}")
+
+
+def _notice_once(path: LoaderPath, dataset) -> None:
+    from pimloader.errors import PathNotice
+    key = (type(dataset), path.task)
+    if key not in _NOTICED:
+        _NOTICED.add(key)
+        warnings.warn(PathNotice(f"pimloader: {path.why}"), stacklevel=4)

@@ -25,4 +25,5 @@ register_task(Task("audio", audio.takes, audio.build, specificity=20, reads_enco
 register_task(Task("in_memory", in_memory.takes, in_memory.build, specificity=10,
                    describes="in-memory uint8 images with a transform the fused kernel runs"))
 register_task(Task("python_transform", python_transform.takes, python_transform.build,
-                   specificity=0, describes="any dataset with a transform, run as Python"))
+                   specificity=0, describes="any dataset with a transform, run as Python",
+                   native=False))
