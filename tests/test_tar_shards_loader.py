@@ -104,3 +104,54 @@ def test_bad_members_follow_on_error(photos, tmp_path, workers):
     with pytest.raises((DecodeError, ShardMemberError), match=rf"{urls[0]}#s0003"):
         list(PIMDataLoader(shards, transform=transform, batch_size=4, num_workers=workers))
     shards.close()
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resume_mid_epoch_over_shards_is_bit_identical(shard_urls, workers):
+    """A shard sampler's epoch cut after two batches and resumed in a new loader (other
+    seeds) gives the uninterrupted run's remaining batches, random crops included."""
+    from pimloader import ShardOrderSampler
+
+    def make(seed):
+        torch.manual_seed(seed)
+        shards = TarShards(shard_urls)
+        return PIMDataLoader(shards, sampler=ShardOrderSampler(shards, window=2, seed=seed),
+                             transform=T.Compose([T.Decode(), *train_steps()]), batch_size=3,
+                             num_workers=workers, generator=torch.Generator().manual_seed(seed))
+    loader = make(7)
+    iterator = iter(loader)
+    for _ in range(2):
+        next(iterator)
+    state = loader.state_dict()
+    rest = [[images.clone(), labels.clone()] for images, labels in iterator]
+    resumed = make(99)
+    resumed.load_state_dict(state)
+    assert_same_batches(rest, list(resumed))
+
+
+def test_the_sample_cache_keys_shard_members(shard_urls):
+    """cache_bytes over shards: the second epoch reads every member from the cache, with
+    the first epoch's batches."""
+    shards = TarShards(shard_urls)
+    transform = T.Compose([T.Decode(), v2.Resize(40), v2.CenterCrop(32)])
+    loader = PIMDataLoader(shards, transform=transform, batch_size=4, cache_bytes=1 << 24)
+    first, second = list(loader), list(loader)
+    assert_same_batches(first, second)
+    assert loader.stats()[-1].cache_hits == len(shards) and loader.stats()[-1].cache_misses == 0
+    loader.close()
+
+
+def test_decode_on_dpus_over_shards_equals_the_cpu(photos, tmp_path):
+    """decode_on_dpu=True over shard members: the emulated DPUs decode the seekable JPEGs
+    (those with restart markers: make_seekable's copies) with the CPU backend's pixels."""
+    from pimloader.decode import make_seekable
+    make_seekable(photos, tmp_path / "seekable")
+    shards = TarShards(write_shards(ImageFolder(tmp_path / "seekable").samples,
+                                    tmp_path / "shards"))
+    transform = T.Compose([T.Decode(), v2.Resize(40), v2.CenterCrop(32)])
+    cpu = list(PIMDataLoader(shards, transform=transform, batch_size=4, backend="cpu"))
+    loader = PIMDataLoader(shards, transform=transform, batch_size=4, backend="emulator",
+                           nr_dpus=4, decode_on_dpu=True)
+    assert_same_batches(cpu, list(loader))
+    stats = loader.stats()[-1]
+    assert stats.dpu_decode and stats.dpu_decoded_samples > 0

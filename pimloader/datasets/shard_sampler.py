@@ -11,6 +11,10 @@ batch mixes `window` shards. With shuffle=False the order is the index order.
 `num_replicas` / `rank` give each rank every num_replicas-th window of shards (the ranks'
 sample counts then differ with the shards'); DistributedSampler also works on shard
 datasets, at the cost of random reads.
+
+It is stateful, as torchdata's samplers: `state_dict()` holds the seed, the epoch and how
+many indices this epoch's iterator has given; after `load_state_dict()` the next iterator
+continues from there (PIMDataLoader's mid-epoch resume restores it rather than replaying).
 """
 from __future__ import annotations
 
@@ -29,12 +33,26 @@ class ShardOrderSampler(Sampler):
         self.window, self.shuffle, self.seed = window, shuffle, seed
         self.num_replicas, self.rank = num_replicas, rank
         self.epoch = 0
+        self.given = 0          # indices the current epoch's iterator has given
+        self._start = 0         # where the next iterator starts (load_state_dict)
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
 
     def __iter__(self):
-        return iter(self.order().tolist())
+        order = self.order().tolist()
+        start, self._start = self._start, 0
+        self.given = start
+        for index in order[start:]:
+            self.given += 1
+            yield index
+
+    def state_dict(self) -> dict:
+        return {"seed": self.seed, "epoch": self.epoch, "given": self.given}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.seed, self.epoch = state["seed"], state["epoch"]
+        self._start = self.given = state["given"]
 
     def __len__(self) -> int:
         return len(self.order())

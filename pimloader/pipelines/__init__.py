@@ -1,9 +1,10 @@
 """Per task, what runs for one batch: read and draw each sample, decode, and hand runs of
 samples to a backend's fused kernel, writing into the batch slot.
 
-`classification`: image folders (encoded JPEGs) -> fixed-size image batches.
+`classification`: encoded images with labels (folders, lists of paths, tar shards, Arrow
+columns, bytes under T.Decode) -> fixed-size image batches.
 `detection`: COCO sets -> (image, target) samples, images from the fused kernel.
-`audio`: AudioFolders -> batches of features.
+`audio`: encoded clips with labels (AudioFolders, bytes under T.Decode) -> features.
 `in_memory`: images a dataset returns as uint8 tensors, through the same kernel.
 `python_transform`: the loader's transform as Python (the fallback).
 
@@ -18,10 +19,13 @@ register_task(Task("detection", detection.takes, detection.build, specificity=30
                    reads_encoded_files=True, describes="a COCO detection set"))
 register_task(Task("classification", classification.takes, classification.build,
                    specificity=20, reads_encoded_files=True,
-                   describes="an ImageFolder / DatasetFolder or a list of (path, target) "
-                             "pairs, with a transform pimloader lowers"))
+                   describes="encoded images with labels (an ImageFolder / DatasetFolder, a "
+                             "list of (path, target) pairs, tar shards, Arrow columns, any "
+                             "dataset of (bytes, label) under T.Decode()), with a transform "
+                             "pimloader lowers"))
 register_task(Task("audio", audio.takes, audio.build, specificity=20, reads_encoded_files=True,
-                   describes="an AudioFolder with a transform"))
+                   describes="encoded clips with labels (an AudioFolder, or clips as bytes "
+                             "under T.Decode(sample_rate=...)) with a transform"))
 register_task(Task("in_memory", in_memory.takes, in_memory.build, specificity=10,
                    describes="in-memory uint8 images with a transform the fused kernel runs"))
 register_task(Task("python_transform", python_transform.takes, python_transform.build,
