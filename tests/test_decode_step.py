@@ -318,3 +318,85 @@ def test_stats_and_a_notice_say_which_path_and_why(pairs):
                                                       v2.CenterCrop(32)]), batch_size=4)
     list(python)
     assert python.stats()[-1].task == "python_transform"
+
+
+# -- detection: (bytes, torchvision target) items under T.Decode() ----------------------------
+
+def boxed_items(pairs):
+    """(bytes, target) items with boxes that a detection pipeline moves, built from the
+    photos' sizes (read from their headers by Pillow, an independent oracle)."""
+    import io
+    from PIL import Image
+    from torchvision import tv_tensors
+    items = []
+    for number, (data, label) in enumerate(pairs):
+        width, height = Image.open(io.BytesIO(data)).size
+        boxes = tv_tensors.BoundingBoxes(
+            [[width * 0.1, height * 0.2, width * 0.6, height * 0.7],
+             [width * 0.5, height * 0.1, width * 0.9, height * 0.4]],
+            format="XYXY", canvas_size=(height, width))
+        items.append((data, {"boxes": boxes, "labels": torch.tensor([label, number % 3]),
+                             "image_id": number}))
+    return items
+
+
+def detection_steps():
+    return [v2.RandomPhotometricDistort(p=1), v2.RandomZoomOut(fill=114, p=0.5),
+            v2.RandomIoUCrop(), v2.RandomHorizontalFlip(), v2.Resize((64, 64)),
+            v2.SanitizeBoundingBoxes(), v2.ToDtype(torch.float32, scale=True)]
+
+
+class DecodedBoxes(torch.utils.data.Dataset):
+    """The oracle: torchvision's decode_image, then the v2 joint transforms."""
+
+    def __init__(self, items):
+        self.items, self.transforms = items, v2.Compose(detection_steps())
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, index):
+        from torchvision import tv_tensors
+        data, target = self.items[index]
+        image = tv_tensors.Image(decode_image(torch.frombuffer(bytearray(data),
+                                                               dtype=torch.uint8),
+                                              mode=ImageReadMode.RGB))
+        return self.transforms(image, {key: value.clone() if torch.is_tensor(value) else value
+                                       for key, value in target.items()})
+
+
+def as_lists(batch):
+    return tuple(zip(*batch))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_detection_items_under_decode_equal_torchvision(pairs, workers):
+    items = boxed_items(pairs)
+    common = dict(batch_size=4, shuffle=True, num_workers=workers, collate_fn=as_lists)
+    want, _ = batches(lambda g: torch.utils.data.DataLoader(DecodedBoxes(items), generator=g,
+                                                            **common))
+    got, loader = batches(lambda g: PIMDataLoader(
+        items, transform=T.Compose([T.Decode(), *detection_steps()]), generator=g, **common))
+    assert_same_batches(want, got)
+    stats = loader.stats()[-1]
+    assert stats.task == "detection" and stats.kernel_samples == len(items)   # fused kernel
+    assert torch.equal(items[0][1]["boxes"], boxed_items(pairs)[0][1]["boxes"])  # untouched
+
+
+def test_detection_decode_as_python_on_whole_samples(pairs):
+    data, target = boxed_items(pairs)[0]
+    image, same = T.Decode()(data, target)
+    assert same is target and torch.equal(image, T.Decode()(data))
+    assert T.Decode()((data, target))[1] is target
+
+
+def test_boxes_on_another_canvas_are_named(pairs):
+    from torchvision import tv_tensors
+    items = boxed_items(pairs)
+    data, target = items[2]
+    target["boxes"] = tv_tensors.BoundingBoxes(target["boxes"], format="XYXY",
+                                               canvas_size=(7, 9))
+    loader = PIMDataLoader(items, transform=T.Compose([T.Decode(), *detection_steps()]),
+                           batch_size=4, collate_fn=as_lists)
+    with pytest.raises(ValueError, match=r"item 2 of list: its boxes' canvas_size \(7, 9\)"):
+        list(loader)

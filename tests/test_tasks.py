@@ -268,8 +268,7 @@ def test_decode_on_dpu_true_is_refused_where_nothing_is_decoded_on_dpus(tmp_path
     coco = CocoDetection(images, annotations,
                          transforms=v2.Compose([v2.ToImage(), v2.Resize((16, 16))]))
     with pytest.raises(ValueError, match="decode_on_dpu=True does not apply to this loader: "
-                                         "COCO detection sets have their images decoded on "
-                                         "the host"):
+                                         "detection images are decoded on the host"):
         PIMDataLoader(coco, decode_on_dpu=True, **EMULATOR)
     tensors = torch.utils.data.TensorDataset(torch.zeros(2, 3, 20, 20, dtype=torch.uint8))
     with pytest.raises(ValueError, match="the dataset returns its images decoded"):

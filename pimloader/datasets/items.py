@@ -8,9 +8,9 @@ item to say what the items carry (`fields`):
 
     data    bytes, bytearray, memoryview, 1-D uint8 numpy array or tensor
             -> "audio" where it starts as a WAV or FLAC file does, else "image"
-    target  -> "label", kept as the dataset gives it (detection over bytes, with boxes
-            that follow the geometry, is not read natively yet: such items take the
-            transform as Python)
+    target  a dict holding a tv_tensors.BoundingBoxes (torchvision's detection target)
+            -> "boxes": the detection task's, whose joint transforms move the boxes with
+            the image (`BoxedItems`); anything else -> "label", kept as given
 
 Reading sample i is `dataset[i]`, in the process that decodes it, so a target costs a whole
 item: a dataset that can give targets and stable keys without reading the bytes (TarShards,
@@ -19,11 +19,13 @@ across runs here, so a sample is named "item 17 of <type>" in errors and `key` i
 """
 from __future__ import annotations
 
+import copy
 import random
 from typing import Any
 
 import numpy as np
 import torch
+from torchvision import tv_tensors
 
 from pimloader.transforms.decode import encoded_bytes, is_audio
 
@@ -52,7 +54,7 @@ class ItemsSource(Source):
         first = _first_item(dataset)
         if not _is_pair(first) or not is_encoded(first[0]):
             return None
-        return cls(dataset, {_medium(first[0]), "label"})
+        return cls(dataset, {_medium(first[0]), _target_field(first[1])})
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -102,6 +104,61 @@ def is_encoded(data: Any) -> bool:
 
 def _medium(data) -> str:
     return "audio" if is_audio(encoded_bytes(data)[:4]) else "image"
+
+
+def _target_field(target) -> str:
+    if isinstance(target, dict) and any(isinstance(value, tv_tensors.BoundingBoxes)
+                                        for value in target.values()):
+        return "boxes"
+    return "label"
+
+
+class BoxedItems(Source):
+    """Items (encoded bytes, torchvision detection target) as the detection task reads a
+    COCO set: its (image, target) transforms, the decoded image entering them as a
+    tv_tensors.Image (what Decode makes), each target as the item gives it (a copy: the
+    transforms may change it), its boxes' canvas checked against the decoded image."""
+
+    encoded_items = True
+    enters_as = "image"
+
+    def __init__(self, items: Source, transform=None) -> None:
+        self.items = items
+        self.fields = items.fields
+        self.transform = transform
+
+    @property
+    def transforms(self):
+        return self.transform
+
+    @property
+    def reader(self) -> Source:
+        return self.items
+
+    def with_transforms(self, transforms) -> "BoxedItems":
+        return BoxedItems(self.items, transforms)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def metadata(self, index: int) -> tuple:
+        return self.items.metadata(index)
+
+    def read(self, index: int) -> EncodedSample:
+        return self.items.read(index)
+
+    def key(self, index: int) -> bytes:
+        return self.items.key(index)
+
+    def target(self, index: int, target: dict, canvas_size) -> dict:
+        for value in target.values():
+            if isinstance(value, tv_tensors.BoundingBoxes) and \
+                    tuple(value.canvas_size) != tuple(canvas_size):
+                raise ValueError(f"{self.items.metadata(index)[1]}: its boxes' canvas_size "
+                                 f"{tuple(value.canvas_size)} is not the decoded image's "
+                                 f"size {tuple(canvas_size)}")
+        return {key: value.clone() if isinstance(value, torch.Tensor) else copy.deepcopy(value)
+                for key, value in target.items()}
 
 
 def _is_pair(item) -> bool:

@@ -28,7 +28,8 @@ from typing import Any, Callable, Optional
 
 IMAGE_LABEL = frozenset({"image", "label"})
 AUDIO_LABEL = frozenset({"audio", "label"})
-IMAGE_COCO = frozenset({"image", "coco"})
+IMAGE_COCO = frozenset({"image", "coco"})      # a COCO set's annotations (CocoSource)
+IMAGE_BOXES = frozenset({"image", "boxes"})    # torchvision detection targets, as given
 
 
 @dataclass

@@ -36,7 +36,8 @@ from pimloader import decode
 from pimloader.backends.base import IMAGES
 from pimloader.backends.select import BackendSpec, Backends, native_available, resolve
 from pimloader.datasets.coco import CocoSource
-from pimloader.datasets.source import IMAGE_COCO
+from pimloader.datasets.items import BoxedItems
+from pimloader.datasets.source import IMAGE_BOXES, IMAGE_COCO
 from pimloader.loader.arena import output_tensors
 from pimloader.loader.fetch import Fetcher, TransformingFetcher
 from pimloader.loader.produce import BatchProducer, Pipeline
@@ -279,38 +280,47 @@ class DetectionFetcher(Fetcher):
         return self.padding.reserve([shape[:3] for shape in shapes], shapes[0][3])
 
 
-DPU_DECODE_REFUSAL = ("COCO detection sets have their images decoded on the host (decoding "
-                      "on DPUs serves the classification pipeline only: image folders and "
-                      "lists of (path, target) pairs)")
+DPU_DECODE_REFUSAL = ("detection images are decoded on the host (decoding on DPUs "
+                      "serves the classification pipeline only)")
 
 
 def takes(dataset, transform) -> bool:
-    """Datasets whose samples are encoded images with COCO annotations: pimloader's
-    CocoDetection, torchvision's (v2-wrapped or not), a user's source of {image, coco}."""
+    """Datasets whose samples are encoded images with detection targets: COCO sets
+    (pimloader's CocoDetection, torchvision's, v2-wrapped or not, a user's source of
+    {image, coco}), and datasets of (bytes, torchvision target) under T.Decode()."""
     view = sourced(dataset, transform)
-    return view is not None and IMAGE_COCO <= view.source.fields
+    return view is not None and _detection_fields(view.source.fields)
 
 
 def build(dataset, transform, options) -> Pipeline | None:
-    """The detection pipeline for a COCO source the loader reads natively; where the image
+    """The detection pipeline for a source the loader reads natively; where the image
     would enter the loader's `transform` as PIL, that transform as Python on whole samples;
     else None. The loader's `transform` stands for the dataset's (image, target)
     transforms."""
     view = sourced(dataset, transform)
-    if view is None or not IMAGE_COCO <= view.source.fields:
+    if view is None or not _detection_fields(view.source.fields):
         return None
-    source = view.source.with_transforms(view.transform)
+    source = _detection_source(view.source).with_transforms(view.transform)
     if source is None or not native_available(options.backend):
         if view.own_transform:
             return None  # the dataset runs its own transforms in __getitem__
         options.dpu_decode(DPU_DECODE_REFUSAL)
-        return JointTransform(view.transform)
+        return JointTransform(view.given)
     _warn_unused(options)
     transforms = source.transforms
     lowered = source.enters_as == "image" and transforms is not None
     read = reader_for(source.reader, options)
     return Detection(source, transforms, for_probe(transforms) if lowered else None,
                      resolve(options, DPU_DECODE_REFUSAL), options.on_error == "skip", read)
+
+
+def _detection_fields(fields) -> bool:
+    return IMAGE_COCO <= fields or IMAGE_BOXES <= fields
+
+
+def _detection_source(source):
+    """A COCO source as it is; items with torchvision targets through BoxedItems."""
+    return source if IMAGE_COCO <= source.fields else BoxedItems(source)
 
 
 def _warn_unused(options) -> None:

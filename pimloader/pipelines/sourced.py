@@ -42,6 +42,7 @@ class SourceView:
     transform: Any        # the dataset's or the loader's transform, its Decode step taken off
     decode: Any = None    # that Decode step (None: the dataset decodes its items itself)
     own_transform: bool = False  # the transform is the dataset's own (the loader gave none)
+    given: Any = None     # the transform as given, Decode included (what runs as Python)
 
 
 @once_per_lookup
@@ -54,14 +55,15 @@ def sourced(dataset, transform) -> SourceView | None:
         medium = _medium_of(steps[1:])
         if medium is None:
             return None
-        return SourceView(IteratedItems({medium, "label"}), _composed(steps[1:]), steps[0])
+        return SourceView(IteratedItems({medium, "label"}), _composed(steps[1:]), steps[0],
+                          given=transform)
     if steps and _is_decode(steps[0]):
         source = source_of(dataset)
         if source is None or not source.encoded_items:
             source = ItemsSource.of(dataset)
         if source is None:
             return None
-        return SourceView(source, _composed(steps[1:]), steps[0])
+        return SourceView(source, _composed(steps[1:]), steps[0], given=transform)
     source = source_of(dataset)
     if source is None and isinstance(dataset, (list, tuple)):
         source = ItemsSource.of(dataset)   # a list of (bytes, target) pairs
@@ -71,7 +73,8 @@ def sourced(dataset, transform) -> SourceView | None:
         _refuse_undecoded(source, steps)
         return None
     own = transform is None
-    return SourceView(source, given_once(source.transform, transform), own_transform=own)
+    transform = given_once(source.transform, transform)
+    return SourceView(source, transform, own_transform=own, given=transform)
 
 
 def _medium_of(steps: list) -> str | None:

@@ -65,7 +65,17 @@ class Decode(torch.nn.Module):
         self.sample_rate = sample_rate
         self.downmix = bool(downmix)
 
-    def forward(self, data):
+    def forward(self, *inputs):
+        """Bytes -> image or waveform; given a whole sample ((bytes, target), as v2's
+        joint transforms are called), the sample with its first element decoded."""
+        if len(inputs) > 1:
+            return (self.decoded(inputs[0]), *inputs[1:])
+        data = inputs[0]
+        if isinstance(data, tuple) and data:
+            return (self.decoded(data[0]), *data[1:])
+        return self.decoded(data)
+
+    def decoded(self, data):
         encoded = encoded_bytes(data)
         if is_audio(encoded):
             return self.decode_audio(encoded)
