@@ -23,6 +23,46 @@ class Seen(Dataset):
                 worker.id if worker else -1]
 
 
+class Decoded(Dataset):
+    """The oracle of PIMDataLoader's native path: torchvision's decode_image + v2."""
+
+    def __init__(self, shards, transform):
+        self.shards, self.transform = shards, transform
+
+    def __len__(self):
+        return len(self.shards)
+
+    def __getitem__(self, index):
+        import torch
+        from torchvision.io import ImageReadMode, decode_image
+        data, label = self.shards[index]
+        image = decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8),
+                             mode=ImageReadMode.RGB)
+        return self.transform(image), label
+
+
+def pimloader_equals_torch(shards, sampler, epochs):
+    """Whether PIMDataLoader (T.Decode() first, 2 workers) gives this rank torch's
+    batches over the same sampler, every epoch."""
+    import torch
+    import torchvision.transforms.v2 as v2
+
+    from pimloader import PIMDataLoader
+    from pimloader import transforms as T
+    steps = [v2.Resize((12, 12)), v2.RandomHorizontalFlip()]
+    common = dict(batch_size=3, sampler=sampler, num_workers=2, multiprocessing_context="fork")
+    for epoch in range(epochs):
+        sampler.set_epoch(epoch)
+        torch.manual_seed(epoch)
+        want = list(DataLoader(Decoded(shards, v2.Compose(steps)), **common))
+        torch.manual_seed(epoch)
+        got = list(PIMDataLoader(shards, transform=T.Compose([T.Decode(), *steps]), **common))
+        if len(want) != len(got) or not all(
+                torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(want, got)):
+            return False
+    return True
+
+
 def rank_main(rank, world_size, port, urls, out_dir, epochs):
     import torch.distributed as dist
     from torch.utils.data.distributed import DistributedSampler
@@ -46,6 +86,7 @@ def rank_main(rank, world_size, port, urls, out_dir, epochs):
             for epoch in range(epochs):
                 sampler.set_epoch(epoch)
                 result[name].append([item for batch in loader for item in batch])
+            result[f"pimloader_{name}"] = pimloader_equals_torch(dataset.shards, sampler, epochs)
         with open(os.path.join(out_dir, f"rank{rank}.json"), "w") as file:
             json.dump(result, file)
         dist.barrier()

@@ -1,6 +1,7 @@
 """Tar shards split over 2 gloo ranks x 2 DataLoader workers (torch.multiprocessing.spawn):
 with DistributedSampler and with ShardOrderSampler's rank split, every sample is read
-exactly once per epoch, with the bytes and label of the local shards."""
+exactly once per epoch, with the bytes and label of the local shards; and on each rank
+PIMDataLoader (T.Decode() first) gives torch's batches over the same sampler."""
 import hashlib
 import json
 
@@ -33,6 +34,8 @@ def test_two_ranks_two_workers_see_every_sample_once(tmp_path, leak_check):
             assert sorted(item[:3] for items in seen for item in items) == want, sampler
             for items in seen:
                 assert {item[3] for item in items} == {0, 1}   # both workers read
+        assert all(ranks[r][f"pimloader_{sampler}"] for r in range(2)), \
+            f"{sampler}: PIMDataLoader's batches differ from torch's on a rank"
         orders = [[item[0] for item in ranks[0][sampler][epoch]] for epoch in range(EPOCHS)]
         assert orders[0] != orders[1], f"{sampler}: set_epoch did not reshuffle"
     leak_check.assert_clean(what="the distributed run", procs_only=True)
