@@ -65,32 +65,15 @@ BASELINES = {"local": WDS_TORCHVISION, "http": WDS_TORCHVISION, "arrow": HF_TORC
 
 def write_shards(photos: Path, out: Path, shard_size: int) -> list[str]:
     """The photos as webdataset shards (jpg or png + cls), written once."""
-    import webdataset as wds
-    from pimloader.datasets import ImageFolder
-    done = out / "done"
-    if not done.exists():
-        out.mkdir(parents=True, exist_ok=True)
-        with wds.ShardWriter(str(out / "shard-%04d.tar"), maxcount=shard_size,
-                             verbose=0) as writer:
-            for number, (path, label) in enumerate(ImageFolder(photos).samples):
-                suffix = "png" if path.lower().endswith(".png") else "jpg"
-                with open(path, "rb") as file:
-                    writer.write({"__key__": f"{number:07d}", suffix: file.read(),
-                                  "cls": str(label).encode()})
-        done.touch()
-    return sorted(str(path) for path in out.glob("shard-*.tar"))
+    from benchmarks import make_shards
+    return make_shards.write_shards("images", make_shards.samples_of("images", photos), out,
+                                    shard_size)
 
 
 def write_arrow(photos: Path, out: Path) -> Path:
     """The photos as a Hugging Face Arrow dataset with their bytes embedded, written once."""
-    import datasets
-    from pimloader.datasets import ImageFolder
-    if not (out / "dataset_info.json").exists():
-        samples = ImageFolder(photos).samples
-        table = datasets.Dataset.from_dict({"image": [path for path, _ in samples],
-                                            "label": [label for _, label in samples]})
-        table.cast_column("image", datasets.Image(decode=False)).save_to_disk(str(out))
-    return out
+    from benchmarks import make_shards
+    return make_shards.write_arrow("images", make_shards.samples_of("images", photos), out)
 
 
 # -- the contenders -----------------------------------------------------------------------

@@ -1,0 +1,55 @@
+"""benchmarks/make_shards.py: the benchmark's sets as shards and Arrow tables read back
+equal to their files (TarShards, ArrowColumns; the files' bytes and the targets as the
+folder datasets and pycocotools give them)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from _coco import make_coco
+from benchmarks import make_shards
+from benchmarks.make_dataset import make_imagenet_like
+from pimloader import TarShards
+from pimloader.datasets import AudioFolder, ImageFolder
+
+pytest.importorskip("webdataset")
+datasets = pytest.importorskip("datasets")
+
+
+def file_bytes(path):
+    with open(path, "rb") as file:
+        return file.read()
+
+
+def test_images_and_speech(tmp_path):
+    import soundfile
+    from pimloader.datasets import ArrowColumns
+    photos = make_imagenet_like(tmp_path / "photos", count=8, classes=2)
+    speech = tmp_path / "speech"
+    for label in ("no", "yes"):
+        (speech / label).mkdir(parents=True)
+        for number in range(3):
+            soundfile.write(speech / label / f"{number}.wav",
+                            np.zeros(800 + number, dtype=np.float32), 16000)
+    for kind, root, dataset, keys in (("images", photos, ImageFolder(photos), "jpg;png"),
+                                      ("speech", speech, AudioFolder(speech), "wav;flac")):
+        made = make_shards.make_shards(kind, root, tmp_path / kind, shard_size=3)
+        want = [(file_bytes(path), label) for path, label in dataset.samples]
+        assert [tuple(item) for item in TarShards(made["shards"], keys=(keys, "cls"))] == want
+        table = ArrowColumns(datasets.load_from_disk(str(made["arrow"])))
+        assert [table[i] for i in range(len(table))] == want
+
+
+def test_coco(tmp_path):
+    from pycocotools.coco import COCO
+    images, annotations = make_coco(tmp_path / "coco", count=4)
+    made = make_shards.make_shards("coco", images, tmp_path / "out", annotations,
+                                   shard_size=3)
+    api = COCO(annotations)
+    want = [api.loadAnns(api.getAnnIds(imgIds=image)) for image in sorted(api.imgs)]
+    shards = TarShards(made["shards"], keys=("jpg;png", "json"))
+    assert [shards[i][1] for i in range(len(shards))] == want
+    table = datasets.load_from_disk(str(made["arrow"]))
+    assert [json.loads(row) for row in table["objects"]] == want
