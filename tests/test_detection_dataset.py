@@ -2,6 +2,7 @@
 v2-wrapped one, the takeover of torchvision's datasets, and errors that name the file."""
 from __future__ import annotations
 
+import json
 import pickle
 from pathlib import Path
 
@@ -77,6 +78,31 @@ def test_samples_are_torchvisions_wrapped_ones(coco, target_keys):
     for index in range(len(ours)):
         assert_same_samples(ours[index], theirs[index], f"sample {index}")
     assert ours[len(ours) - 1][1] == {"image_id": ours.ids[-1]}   # no annotations
+
+
+@pytest.mark.parametrize("target_keys", [None, "all"])
+def test_a_key_no_annotation_of_an_image_has_is_a_key_error_as_in_torchvision(coco, tmp_path,
+                                                                             target_keys):
+    """Found by fuzz/targets/coco.py: an image whose only annotation lacks "bbox" got a
+    target with an empty "boxes" (and, with "all", a "bbox" key that its annotations do not
+    have) where torchvision's wrapper raises KeyError('bbox')."""
+    root, ann_file = coco
+
+    def drop_bbox(document):
+        first = document["annotations"][0]["image_id"]
+        for annotation in document["annotations"]:
+            if annotation["image_id"] == first:
+                annotation["bobx"] = annotation.pop("bbox")
+
+    edited = edit_annotations(ann_file, tmp_path / "no_bbox.json", drop_bbox)
+    ours = CocoDetection(root, edited, target_keys=target_keys)
+    theirs = torchvision_coco(root, edited, v2.ToImage(), target_keys)
+    first = json.loads(Path(edited).read_text())["annotations"][0]["image_id"]
+    index = ours.ids.index(first)
+    with pytest.raises(KeyError, match="bbox"):
+        theirs[index]
+    with pytest.raises(KeyError, match="bbox"):
+        ours[index]
 
 
 def test_unknown_target_keys_are_refused_as_torchvision_does(coco):

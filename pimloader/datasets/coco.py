@@ -136,6 +136,7 @@ def wrap_target(image_id: int, annotations: list[dict], canvas_size: tuple[int, 
     for annotation in annotations:
         for key, value in annotation.items():
             batched[key].append(value)
+    batched = dict(batched)  # a key that no annotation has is a KeyError, as in torchvision's
     target: dict[str, Any] = {}
     if "image_id" in target_keys:
         target["image_id"] = image_id
