@@ -2,6 +2,7 @@
 v2-wrapped one, the takeover of torchvision's datasets, and errors that name the file."""
 from __future__ import annotations
 
+import json
 import pickle
 from pathlib import Path
 
@@ -77,6 +78,92 @@ def test_samples_are_torchvisions_wrapped_ones(coco, target_keys):
     for index in range(len(ours)):
         assert_same_samples(ours[index], theirs[index], f"sample {index}")
     assert ours[len(ours) - 1][1] == {"image_id": ours.ids[-1]}   # no annotations
+
+
+@pytest.mark.parametrize("target_keys", [None, "all"])
+def test_a_key_no_annotation_of_an_image_has_is_a_key_error_as_in_torchvision(coco, tmp_path,
+                                                                             target_keys):
+    """Found by fuzz/targets/coco.py: an image whose only annotation lacks "bbox" got a
+    target with an empty "boxes" (and, with "all", a "bbox" key that its annotations do not
+    have) where torchvision's wrapper raises KeyError('bbox')."""
+    root, ann_file = coco
+
+    def drop_bbox(document):
+        first = document["annotations"][0]["image_id"]
+        for annotation in document["annotations"]:
+            if annotation["image_id"] == first:
+                annotation["bobx"] = annotation.pop("bbox")
+
+    edited = edit_annotations(ann_file, tmp_path / "no_bbox.json", drop_bbox)
+    ours = CocoDetection(root, edited, target_keys=target_keys)
+    theirs = torchvision_coco(root, edited, v2.ToImage(), target_keys)
+    first = json.loads(Path(edited).read_text())["annotations"][0]["image_id"]
+    index = ours.ids.index(first)
+    with pytest.raises(KeyError, match="bbox"):
+        theirs[index]
+    with pytest.raises(KeyError, match="bbox"):
+        ours[index]
+
+
+def test_a_polygon_far_outside_its_image_is_refused_before_pycocotools_rasterises_it(coco, tmp_path):
+    """Found by fuzz/targets/coco.py: a polygon point at y = 6.7e15 made pycocotools allocate
+    16 GB (it walks every edge in fifth-pixel steps before clipping to the canvas; past the
+    int range its arithmetic is undefined). A point at 1e6 costs it 40 MB here, and is
+    refused now as every point outside the image widened by its size on each side is."""
+    root, ann_file = coco
+    first = json.loads(Path(ann_file).read_text())["annotations"][0]["image_id"]
+
+    def move_a_point(far):
+        def edit(document):
+            for annotation in document["annotations"]:
+                if annotation["image_id"] == first and isinstance(annotation["segmentation"], list):
+                    annotation["segmentation"][0][1] = far
+                    return
+            raise AssertionError("the set's first image has no polygon")
+        return edit
+
+    for far in (1e6, float("nan")):
+        edited = edit_annotations(ann_file, tmp_path / "far.json", move_a_point(far))
+        ours = CocoDetection(root, edited, target_keys=["masks"])
+        with pytest.raises(ValueError, match="COCO polygon .* has points outside its"):
+            ours[ours.ids.index(first)]
+    inside = edit_annotations(ann_file, tmp_path / "inside.json", move_a_point(-3.5))   # just outside: clipped
+    ours, theirs = (CocoDetection(root, inside, target_keys=["masks"]),
+                    torchvision_coco(root, inside, v2.ToImage(), ["masks"]))
+    index = ours.ids.index(first)
+    assert_same_samples(ours[index], theirs[index])
+
+
+def test_a_compressed_rle_of_another_size_than_its_image_is_refused(coco, tmp_path):
+    """pycocotools decodes a compressed RLE at the size it states, unchecked: 100000 x 100000
+    takes 10 GB, or crashes it where that allocation fails (seen: a segmentation fault under
+    a 3 GB address-space limit). A size that is not the image's is refused first; one that is
+    decodes as torchvision's does."""
+    root, ann_file = coco
+    document = json.loads(Path(ann_file).read_text())
+    image = document["images"][0]
+    height, width = image["height"], image["width"]
+
+    def rle_on_first_image(size):
+        def edit(document):
+            for annotation in document["annotations"]:
+                if annotation["image_id"] == image["id"]:
+                    pixels = np.zeros(size, np.uint8, order="F")
+                    pixels[1:3, 2:5] = 1
+                    encoded = coco_mask.encode(pixels)
+                    annotation["segmentation"] = {"counts": encoded["counts"].decode(), "size": list(size)}
+                    annotation["iscrowd"] = 1
+        return edit
+
+    wrong = edit_annotations(ann_file, tmp_path / "wrong.json", rle_on_first_image((height, width + 1)))
+    ours = CocoDetection(root, wrong, target_keys=["masks"])
+    with pytest.raises(ValueError, match=r"COCO RLE of size .* image: an RLE mask must have its image's"):
+        ours[ours.ids.index(image["id"])]
+    right = edit_annotations(ann_file, tmp_path / "right.json", rle_on_first_image((height, width)))
+    ours, theirs = (CocoDetection(root, right, target_keys=["masks"]),
+                    torchvision_coco(root, right, v2.ToImage(), ["masks"]))
+    index = ours.ids.index(image["id"])
+    assert_same_samples(ours[index], theirs[index])
 
 
 def test_unknown_target_keys_are_refused_as_torchvision_does(coco):

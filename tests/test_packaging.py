@@ -219,9 +219,9 @@ def run(cmd, **kwargs) -> subprocess.CompletedProcess:
 
 # What a clone has that building and running the package does not read: an sdist leaves these
 # out; it must carry everything else (a new folder of sources is thus required by default).
-NOT_IN_SDIST = ("tests/", "docs/", "benchmarks/", "scripts/", ".ci/", ".gitignore", "Makefile",
+NOT_IN_SDIST = ("tests/", "docs/", "benchmarks/", "scripts/", "fuzz/", ".ci/", ".gitignore", "Makefile",
                 "pytest.ini", "requirements.txt", "requirements-dev.txt", "requirements-dev-nodeps.txt",
-                "requirements-bench.txt")
+                "requirements-bench.txt", "requirements-fuzz.txt")
 
 
 def build_sdist(clone: Path, dest: Path) -> Path:

@@ -140,6 +140,7 @@ def wrap_target(image_id: int, annotations: list[dict], canvas_size: tuple[int, 
     for annotation in annotations:
         for key, value in annotation.items():
             batched[key].append(value)
+    batched = dict(batched)  # a key that no annotation has is a KeyError, as in torchvision's
     target: dict[str, Any] = {}
     if "image_id" in target_keys:
         target["image_id"] = image_id
@@ -169,12 +170,46 @@ def segmentation_to_mask(segmentation, canvas_size: tuple[int, int]) -> torch.Te
     if isinstance(segmentation, dict):
         if not isinstance(segmentation["counts"], str):  # uncompressed RLE
             segmentation = mask.frPyObjects(segmentation, *canvas_size)
+        else:
+            _check_rle_size(segmentation, canvas_size)
     elif isinstance(segmentation, list):
+        _check_polygons(segmentation, canvas_size)
         segmentation = mask.merge(mask.frPyObjects(segmentation, *canvas_size))
     else:
         raise ValueError(f"COCO segmentation expected to be a dict or a list, "
                          f"got {type(segmentation)}")
     return torch.from_numpy(mask.decode(segmentation))
+
+
+def _check_polygons(polygons: list, canvas_size: tuple[int, int]) -> None:
+    """Refuse polygon points that are not finite or lie outside the canvas widened by its own
+    size on each side. pycocotools walks every edge in fifth-pixel steps before it clips to
+    the canvas, so one far point makes it allocate for the whole way (a 100-byte annotation
+    asked for 16 GB when fuzzed; past the int range its arithmetic is undefined). Points that
+    are not numbers are left to pycocotools' own errors."""
+    height, width = canvas_size
+    for polygon in polygons:
+        try:
+            points = np.asarray(polygon, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError):
+            continue
+        x, y = points[0::2], points[1::2]
+        inside = (np.isfinite(points).all() and (np.abs(x - width / 2) <= 1.5 * width).all()
+                  and (np.abs(y - height / 2) <= 1.5 * height).all())
+        if not inside:
+            shown = points[:8].tolist() + (["..."] if len(points) > 8 else [])
+            raise ValueError(f"COCO polygon {shown} has points outside its {height}x{width} image widened by its "
+                             f"size on each side (x in [-{width}, {2 * width}], y in [-{height}, {2 * height}])")
+
+
+def _check_rle_size(rle: dict, canvas_size: tuple[int, int]) -> None:
+    """Refuse a compressed RLE whose size is not its image's: pycocotools allocates the mask
+    at the size the RLE states, unchecked (a size of 100000 x 100000 takes 10 GB, or crashes
+    it where the allocation fails)."""
+    size = rle.get("size")
+    if not isinstance(size, (list, tuple)) or [*size] != [*canvas_size]:
+        raise ValueError(f"COCO RLE of size {size!r} on a {canvas_size[0]}x{canvas_size[1]} image: an RLE mask "
+                         "must have its image's [height, width]")
 
 
 class CocoDetection(torch.utils.data.Dataset):
