@@ -20,6 +20,16 @@ FUZZ = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 TARGETS = ("jpeg", "seekable", "wav", "sample_cache", "coco")
 
 
+@pytest.fixture(autouse=True)
+def pixel_limit_kept():
+    """The targets lower Pillow's MAX_IMAGE_PIXELS for the fuzz process; the suite's other
+    tests must find it as it was."""
+    from PIL import Image
+    saved = Image.MAX_IMAGE_PIXELS
+    yield
+    Image.MAX_IMAGE_PIXELS = saved
+
+
 def target(name: str):
     return importlib.import_module(f"fuzz.targets.{name}")
 
