@@ -33,9 +33,11 @@ def _join(rank: int, port: int) -> ClusterScope:
                         local_ranks=LOCAL, staging_bytes=1 << 20, timeout_s=TIMEOUT_S)
 
 
-def _loader(root, sampler, batch_size=3, **kw):
-    return PIMDataLoader(ImageFolder(root), batch_size=batch_size, sampler=sampler, num_workers=2,
-                         multiprocessing_context="fork", transform=TRANSFORM, **kw)
+def _loader(root, sampler, batch_size=3, num_workers=2, **kw):
+    if num_workers:
+        kw["multiprocessing_context"] = "fork"
+    return PIMDataLoader(ImageFolder(root), batch_size=batch_size, sampler=sampler,
+                         num_workers=num_workers, transform=TRANSFORM, **kw)
 
 
 def _epochs(loader, sampler, first, count, seed=5):
@@ -52,12 +54,13 @@ def _counts(stats):
                  received=s.cluster_received, served=s.cluster_served) for s in stats]
 
 
-def equal_batches_main(rank, port, out_dir, root, budgets, epochs):
-    """For each budget: the cluster cache's epochs (their counts, what each node's cache
-    holds), then the same loader without a cache; then a resume mid-epoch."""
+def equal_batches_main(rank, port, out_dir, root, variants, epochs):
+    """For each variant (name: (budget, loader arguments)): the cluster cache's epochs
+    (their counts, what each node's cache holds), then the same loader without a cache;
+    then a resume mid-epoch."""
     scope = _join(rank, port)
     try:
-        _equal_batches(rank, out_dir, root, budgets, epochs, scope)
+        _equal_batches(rank, out_dir, root, variants, epochs, scope)
     except BaseException:
         traceback.print_exc()  # start_processes(join=False) keeps a rank's error to itself
         raise
@@ -65,20 +68,20 @@ def equal_batches_main(rank, port, out_dir, root, budgets, epochs):
         dist.destroy_process_group()
 
 
-def _equal_batches(rank, out_dir, root, budgets, epochs, scope):
+def _equal_batches(rank, out_dir, root, variants, epochs, scope):
     result = {}
-    for budget in budgets:
+    for name, (budget, kw) in variants.items():
         sampler = DistributedSampler(ImageFolder(root), shuffle=True, seed=11)
-        loader = _loader(root, sampler, cache_bytes=budget, cache_scope=scope)
+        loader = _loader(root, sampler, cache_bytes=budget, cache_scope=scope, **kw)
         got = _epochs(loader, sampler, 0, epochs)
         cache = loader._pipeline.source_reader().cache
         held = sorted(cache.cached())
         owners = cache.owners.tolist()
         loader.close()  # finishes the last epoch's exchange: its counts are final
-        plain = _loader(root, sampler)
-        result[budget] = dict(got=got, want=_epochs(plain, sampler, 0, epochs),
+        plain = _loader(root, sampler, **kw)
+        result[name] = dict(got=got, want=_epochs(plain, sampler, 0, epochs),
                               counts=_counts(loader.stats()), held=held, owners=owners)
-    result["resume"] = _resume(root, scope, budgets[0])
+    result["resume"] = _resume(root, scope, variants["whole"][0])
     torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
     dist.barrier()  # rank 0 hosts the store: it leaves last
 

@@ -73,8 +73,9 @@ def _assert_same(got, want, what):
 
 @pytest.fixture(scope="module")
 def cluster_run(photos, tmp_path_factory):
-    """One job: 3 epochs at two budgets (each node's part fits; about half of it), each
-    followed by the same loader without a cache; then a resume. Per rank, its results."""
+    """One job: 3 epochs at two budgets (each node's part fits; about half of it), with 2
+    workers, with none and with persistent workers, each followed by the same loader
+    without a cache; then a resume. Per rank, its results."""
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("no gloo")
     out = tmp_path_factory.mktemp("ranks")
@@ -82,45 +83,48 @@ def cluster_run(photos, tmp_path_factory):
     keys = [os.fsencode(path) for path, _ in ImageFolder(photos).samples]
     part = [sum(s for s, k in zip(sizes, keys) if owner_of(k, ranks.NODES) == node)
             for node in range(ranks.NODES)]
-    budgets = [max(part) + 64, min(part) // 2]
+    whole, small = max(part) + 64, min(part) // 2
+    variants = {"whole": (whole, {}), "small": (small, {}),
+                "whole, main process": (whole, dict(num_workers=0)),
+                "small, persistent": (small, dict(persistent_workers=True))}
     before = _segments()
-    codes = _run(ranks.equal_batches_main, _free_port(), str(out), str(photos), budgets,
+    codes = _run(ranks.equal_batches_main, _free_port(), str(out), str(photos), variants,
                  EPOCHS)
     assert codes == [0] * WORLD
     assert _segments() == before   # nothing left in /dev/shm
     results = [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(WORLD)]
-    return budgets, sizes, keys, results
+    return variants, sizes, keys, results
 
 
 @pytest.mark.timeout(300)
 def test_partitioned_cache_reads_storage_once_and_keeps_batches(cluster_run):
-    (whole, small), sizes, keys, results = cluster_run
-    for budget in (whole, small):
+    variants, sizes, keys, results = cluster_run
+    for name in variants:
         for rank, result in enumerate(results):
             for epoch in range(EPOCHS):
-                _assert_same(result[budget]["got"][epoch], result[budget]["want"][epoch],
-                             f"budget {budget}, rank {rank}, epoch {epoch}")
+                _assert_same(result[name]["got"][epoch], result[name]["want"][epoch],
+                             f"{name}, rank {rank}, epoch {epoch}")
         # one cache per node: its local ranks see the same samples, all of its own part
         held = {}
         for rank, result in enumerate(results):
             node = rank // ranks.LOCAL
-            held.setdefault(node, result[budget]["held"])
-            assert result[budget]["held"] == held[node]
-            owners = result[budget]["owners"]
+            held.setdefault(node, result[name]["held"])
+            assert result[name]["held"] == held[node]
+            owners = result[name]["owners"]
             assert all(owners[i] == node for i in held[node])
             assert owners == [owner_of(k, ranks.NODES) for k in keys]
         uncached = len(sizes) - sum(len(h) for h in held.values())
-        storage = [sum(r[budget]["counts"][e]["storage"] for r in results)
+        storage = [sum(r[name]["counts"][e]["storage"] for r in results)
                    for e in range(EPOCHS)]
         assert storage[0] == len(sizes), storage       # each sample read once
         assert storage[1:] == [uncached] * (EPOCHS - 1), (storage, uncached)
-        if budget == whole:
+        if name.startswith("whole"):
             assert uncached == 0
         else:
             assert 0 < uncached < len(sizes)
-        received = [sum(r[budget]["counts"][e]["received"] for r in results)
+        received = [sum(r[name]["counts"][e]["received"] for r in results)
                     for e in range(EPOCHS)]
-        served = [sum(r[budget]["counts"][e]["served"] for r in results) for e in range(EPOCHS)]
+        served = [sum(r[name]["counts"][e]["served"] for r in results) for e in range(EPOCHS)]
         assert received == served and all(0 < n < len(sizes) for n in received)
 
 
