@@ -128,6 +128,13 @@ def test_partitioned_cache_reads_storage_once_and_keeps_batches(cluster_run):
         assert received == served and all(0 < n < len(sizes) for n in received)
 
 
+def test_closed_loaders_leave_no_sockets(cluster_run):
+    _, _, _, results = cluster_run
+    for rank, result in enumerate(results):
+        counts = result["sockets"]
+        assert counts == [counts[0]] * len(counts), f"rank {rank}: sockets {counts}"
+
+
 @pytest.mark.timeout(300)
 def test_resume_keeps_the_partition_and_the_batches(cluster_run):
     _, _, _, results = cluster_run
@@ -152,7 +159,7 @@ def test_a_killed_rank_is_named_by_every_other_rank(photos, tmp_path):
         outcome = torch.load(tmp_path / f"rank{rank}.pt", weights_only=False)
         assert outcome["error"] is not None, f"rank {rank} saw no error"
         assert f"rank {victim} (node 1)" in outcome["error"], outcome["error"]
-        assert outcome["after_s"] < ranks.TIMEOUT_S + 1.0, outcome   # 1 s: a loaded machine
+        assert outcome["after_s"] < ranks.TIMEOUT_S, outcome
     time.sleep(2.0)  # the victim's workers notice their parent's death
     for rank in range(WORLD):
         for pid in open(tmp_path / f"workers{rank}").read().split():

@@ -12,7 +12,8 @@ a peer does not join in time raises instead of hanging. Its operations:
 
 A failed collective becomes a ClusterCacheError that names the ranks that are gone, found
 by a roll call through the default group's store (torchrun's agent, or the rank that hosts
-a tcp:// store): each survivor signs in, and whoever has not within the grace is named.
+a tcp:// store): each survivor signs in, and whoever has not within the grace (counted from
+the first survivor's signing in) is named.
 The scope's timeout is split: COLLECTIVE_SHARE of it for a collective (gloo's timeout; a
 peer that died mid-transfer is noticed at once, by its closed connection), the rest for
 the roll call, which outlasts the collective timeout of the ranks that notice last; so
@@ -107,7 +108,7 @@ class ClusterLink:
         """The error that says which ranks stopped answering (a roll call, see above)."""
         self.failures += 1
         gone = self._roll_call(f"pimloader-cluster/{self.token}/failure{self.failures}",
-                               (1 - COLLECTIVE_SHARE) * self.timeout_s)
+                               (1 - COLLECTIVE_SHARE) * self.timeout_s, from_first=True)
         if gone is None:
             who = ("a peer (the default group's store is unreachable too: the rank or "
                    "agent that hosts it is gone)")
@@ -135,12 +136,19 @@ class ClusterLink:
             raise ClusterCacheError(f"the cluster cache's exchange on rank {self.rank}: the "
                                     f"default group's store is unreachable at {name}")
 
-    def _roll_call(self, prefix: str, grace_s: float, waiting=None) -> list[int] | None:
-        """The ranks that do not sign in at `prefix` within `grace_s`; None: no store."""
+    def _roll_call(self, prefix: str, grace_s: float, waiting=None,
+                   from_first: bool = False) -> list[int] | None:
+        """The ranks that do not sign in at `prefix` within `grace_s` (of this rank's
+        signing in; `from_first`: of the first rank's, so that every survivor of a failure
+        ends its roll call together, the collective timeout of the last to notice after
+        the first noticed); None: no store."""
         try:
             store = dist.distributed_c10d._get_default_store()
             store.set(f"{prefix}/{self.rank}", "here")
             deadline = time.monotonic() + grace_s
+            if from_first:
+                first = float(store.compare_set(f"{prefix}/first", "", repr(time.time())))
+                deadline -= max(0.0, time.time() - first)
             while True:
                 present = [rank for rank in range(self.world)
                            if store.check([f"{prefix}/{rank}"])]
