@@ -166,8 +166,9 @@ class EpochTracker:
 
     def attach(self, iterator) -> None:
         """Follow an iterator whose `_reset` has made its sampler iterator."""
-        if self.pipeline is not None:
-            self.observer = self.pipeline.epoch_observer(lambda: self.stats_of(-1))
+        observer_of = getattr(self.pipeline, "epoch_observer", None)  # a Pipeline's, if any
+        if observer_of is not None:
+            self.observer = observer_of(lambda: self.stats_of(-1))
         self.base_seed = iterator._base_seed
         self.shared_seed = iterator._shared_seed
         iterator._sampler_iter = _CountingSamplerIter(iterator._sampler_iter, self)
