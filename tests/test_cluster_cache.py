@@ -20,9 +20,11 @@ import torch.multiprocessing as tmp
 
 import _cluster_ranks as ranks
 from benchmarks.make_dataset import make_imagenet_like
-from pimloader import ClusterScope, PIMDataLoader
+from pimloader import ClusterCacheError, ClusterScope, PIMDataLoader
 from pimloader.datasets import ImageFolder
 from pimloader.datasets.cluster_cache import owner_of
+from pimloader.datasets.cluster_exchange import EpochExchange
+from pimloader.datasets.cluster_staging import Staging
 
 WORLD = ranks.NODES * ranks.LOCAL
 EPOCHS = 3
@@ -189,3 +191,55 @@ def test_cluster_scope_needs_a_budget_and_in_order(photos):
                       num_workers=1, in_order=False)
     with pytest.raises(ValueError, match="cache_scope"):
         PIMDataLoader(ImageFolder(photos), cache_bytes=1 << 20, cache_scope="node")
+
+
+# -- the staging ring, in one process ------------------------------------------------------
+
+class _Link:
+    timeout_s = 0.2
+
+
+class _Cache:
+    def __init__(self, capacity):
+        self.staging = Staging(8, capacity)
+        self.staging.open()
+        self.scope = ClusterScope(nodes=2, node=0, local_rank=0, local_ranks=1)
+
+
+def test_staging_hands_over_bytes_and_failures():
+    staging = _Cache(64).staging
+    staging.beat()
+    staging.place(3, 10, b"abcdef")
+    assert staging.take(3, "sample 3", 1.0) == b"abcdef"
+    staging.unserved(4)
+    assert staging.take(4, "sample 4", 1.0) is None       # the reader reads it itself
+    with pytest.raises(ClusterCacheError, match="silent"):  # no heartbeat: no endless wait
+        staging.take(5, "sample 5", 0.05)
+    staging.beat()
+    staging.fail("rank 3 (node 1) gone")
+    with pytest.raises(ClusterCacheError, match=r"sample 5: rank 3 \(node 1\) gone"):
+        staging.take(5, "sample 5", 1.0)
+    staging.forget(3)
+    with pytest.raises(ClusterCacheError):
+        staging.take(3, "sample 3", 1.0)                 # forgotten: not there any more
+
+
+def test_staging_region_is_reused_only_after_its_batches_are_delivered():
+    cache = _Cache(100)
+    exchange = EpochExchange(cache, _Link(), lambda: None, 1)
+    exchange.last_use = {1: 0, 2: 1}        # staged for batches 0 and 1
+    first = exchange._region(60)
+    first.indices += [1, 2]
+    for index in (1, 2):
+        cache.staging.place(index, first.start, b"x")
+    with pytest.raises(ClusterCacheError, match="stayed full"):
+        exchange._region(60)                # batch 1 still reads the first region
+    exchange.delivered()
+    with pytest.raises(ClusterCacheError, match="stayed full"):
+        exchange._region(60)
+    exchange.delivered()                    # batches 0 and 1 delivered: reused
+    assert exchange._region(60).start == 0
+    assert exchange.last_use == {}
+    cache.staging.beat()
+    with pytest.raises(ClusterCacheError, match="silent"):
+        cache.staging.take(1, "sample 1", 0.05)         # its entry was freed with it
