@@ -4,6 +4,8 @@ Exceptions users catch (all exported from `pimloader`):
 - `WorkerDiedError`: a worker process ended while the loader still needed it;
 - `LoaderTimeoutError`: no batch within the loader's `timeout`;
 - `SharedPrepError`: a job sharing batches (`share_with=`) lost the job that prepares them;
+- `ClusterCacheError`: a partitioned cluster cache (`cache_scope="cluster"`) lost a rank,
+  named in the message, or could not fetch a sample another node holds;
 - `DecodeError` (a ValueError and an OSError, from pimloader.decode): a sample that cannot
   be decoded, naming it and the cause, on every path (loader/bad_samples.py); its
   `DecompressionBombError` (also Pillow's): an image whose header promises more than twice
@@ -29,6 +31,10 @@ class _KeyErrorMessage(str):
 
     def __repr__(self) -> str:
         return self
+
+
+class ClusterCacheError(RuntimeError):
+    """A cluster cache's exchange failed: a rank (named) is gone or stopped answering."""
 
 
 class WorkerError:

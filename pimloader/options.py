@@ -7,6 +7,8 @@ pipeline runs on is `pimloader.backends.select.resolve`, in one place.
 """
 from __future__ import annotations
 
+import dataclasses
+import os
 from dataclasses import dataclass
 
 import torch
@@ -15,6 +17,83 @@ NR_DPUS = 64        # the DPU set a process allocates (a rank's 64 DPUs)
 NR_TASKLETS = 16    # tasklets per DPU (the hardware runs up to 24)
 
 BACKENDS = ("auto", "cpu", "emulator", "upmem")
+CACHE_SCOPES = ("loader", "cluster")
+DEFAULT_CLUSTER_TIMEOUT_S = 300.0  # a loader with timeout=0 (wait for ever) still fails then
+DEFAULT_STAGING_BYTES = 256 << 20
+
+
+@dataclass(frozen=True)
+class ClusterScope:
+    """Where this process stands in a multi-node job, for `cache_scope=` (docs/cluster_cache.md).
+    `cache_scope="cluster"` reads it from torchrun's environment (WORLD_SIZE, LOCAL_RANK,
+    LOCAL_WORLD_SIZE, GROUP_RANK); give one to set it yourself (on one machine, each "node"
+    is a cache namespace of its own). `staging_bytes`: each rank's shared buffer for the
+    samples it fetched from other nodes and its workers have yet to read; `timeout_s`: how
+    long the exchange waits for a peer before it names it as gone (None: the loader's
+    `timeout`, or DEFAULT_CLUSTER_TIMEOUT_S when that is 0)."""
+
+    nodes: int
+    node: int
+    local_rank: int
+    local_ranks: int
+    staging_bytes: int = DEFAULT_STAGING_BYTES
+    timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("nodes", "local_ranks", "staging_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"ClusterScope: {name} must be an int >= 1, got {value!r}")
+        if not 0 <= self.node < self.nodes:
+            raise ValueError(f"ClusterScope: node must be in [0, {self.nodes}), got {self.node!r}")
+        if not 0 <= self.local_rank < self.local_ranks:
+            raise ValueError(f"ClusterScope: local_rank must be in [0, {self.local_ranks}), "
+                             f"got {self.local_rank!r}")
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise ValueError(f"ClusterScope: timeout_s must be > 0, got {self.timeout_s!r}")
+
+    @classmethod
+    def from_env(cls, environ=None) -> "ClusterScope":
+        """The scope torchrun gives this process (its environment variables)."""
+        environ = os.environ if environ is None else environ
+        names = ("WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")
+        missing = [name for name in names if name not in environ]
+        if missing:
+            raise ValueError(f"cache_scope='cluster' reads the node layout from torchrun's "
+                             f"environment, which lacks {missing}: launch with torchrun, or "
+                             f"pass cache_scope=pimloader.ClusterScope(nodes=, node=, "
+                             f"local_rank=, local_ranks=)")
+        world, local_ranks = int(environ["WORLD_SIZE"]), int(environ["LOCAL_WORLD_SIZE"])
+        if world % local_ranks:
+            raise ValueError(f"cache_scope='cluster' needs as many ranks on every node: "
+                             f"WORLD_SIZE={world} is not a multiple of LOCAL_WORLD_SIZE="
+                             f"{local_ranks}")
+        return cls(world // local_ranks, int(environ["GROUP_RANK"]), int(environ["LOCAL_RANK"]),
+                   local_ranks)
+
+    def with_timeout(self, loader_timeout: float) -> "ClusterScope":
+        """This scope, its timeout taken from the loader's where it has none of its own."""
+        if self.timeout_s is not None:
+            return self
+        timeout = loader_timeout if loader_timeout > 0 else DEFAULT_CLUSTER_TIMEOUT_S
+        return dataclasses.replace(self, timeout_s=float(timeout))
+
+
+def cache_scope_of(cache_scope, cache_bytes: int, loader_timeout: float):
+    """`cache_scope=` checked and resolved: "loader", or the process's ClusterScope."""
+    if isinstance(cache_scope, ClusterScope):
+        scope = cache_scope
+    elif cache_scope == "cluster":
+        scope = ClusterScope.from_env()
+    elif cache_scope == "loader":
+        return "loader"
+    else:
+        raise ValueError(f"cache_scope must be one of {CACHE_SCOPES} or a ClusterScope, "
+                         f"got {cache_scope!r}")
+    if not cache_bytes:
+        raise ValueError("cache_scope='cluster' partitions the encoded-sample cache: give it "
+                         "cache_bytes (each node's budget)")
+    return scope.with_timeout(loader_timeout)
 DECODE_ON_DPU = ("auto", True, False)
 
 
@@ -31,6 +110,7 @@ class PipelineOptions:
     dpu_profile: str = ""
     cache_bytes: int = 0
     decode_on_dpu: object = "auto"
+    cache_scope: object = "loader"   # or a ClusterScope (cache_scope_of)
 
     def __post_init__(self) -> None:
         if (isinstance(self.cache_bytes, bool) or not isinstance(self.cache_bytes, int)
@@ -51,6 +131,9 @@ class PipelineOptions:
             raise TypeError(f"dpu_profile must be a libdpu profile string, "
                             f"got {self.dpu_profile!r}")
         check_decode_on_dpu(self.decode_on_dpu, self.backend)
+        if self.cache_scope != "loader" and not isinstance(self.cache_scope, ClusterScope):
+            raise ValueError(f"cache_scope must be 'loader' or a ClusterScope (resolve "
+                             f"'cluster' with cache_scope_of), got {self.cache_scope!r}")
 
     def dpu_decode(self, refusal: str = "") -> bool:
         """Whether a DPU backend decodes the task's images (decode_on_dpu: "auto" is on).

@@ -157,6 +157,7 @@ class MultiProcessIter(_BaseDataLoaderIter):
             return self._next_in_order()
         except StopIteration:
             self._tracker.finished = True
+            self._tracker.observe("finished")
             raise
         finally:
             self._stats.wait_s += time.perf_counter() - start
@@ -221,8 +222,8 @@ class MultiProcessIter(_BaseDataLoaderIter):
         self._send_task(worker_id, index)
 
     def _send_task(self, worker_id: int, index) -> None:
-        self._index_queues[worker_id].put((self._send_idx, index))
         self._tracker.sent_task(self._send_idx, worker_id, index)
+        self._index_queues[worker_id].put((self._send_idx, index))
         self._task_info[self._send_idx] = (worker_id,)
         self._workers_num_tasks[worker_id] += 1
         self._tasks_outstanding += 1

@@ -122,7 +122,11 @@ class _CountingSamplerIter:
         tracker = self.tracker
         if tracker.rng_at_first_draw is None and tracker.drawn == 0:
             tracker.rng_at_first_draw = _capture_rngs(tracker.loader_ref)
-        index = next(self.iterator)
+        try:
+            index = next(self.iterator)
+        except StopIteration:
+            tracker.observe("ended")
+            raise
         tracker.drawn += 1
         tracker.last_drawn = index
         return index
@@ -156,9 +160,15 @@ class EpochTracker:
         self.main = None          # num_workers=0: (dataset, producer)
         self.fetches = 0          # num_workers=0: batches fetched this epoch
         self.last_index = None
+        self.pipeline = getattr(loader, "_pipeline", None)
+        self.stats_of = loader._state.history.__getitem__
+        self.observer = None  # the pipeline's epoch observer (Pipeline.epoch_observer)
 
     def attach(self, iterator) -> None:
         """Follow an iterator whose `_reset` has made its sampler iterator."""
+        observer_of = getattr(self.pipeline, "epoch_observer", None)  # a Pipeline's, if any
+        if observer_of is not None:
+            self.observer = observer_of(lambda: self.stats_of(-1))
         self.base_seed = iterator._base_seed
         self.shared_seed = iterator._shared_seed
         iterator._sampler_iter = _CountingSamplerIter(iterator._sampler_iter, self)
@@ -169,7 +179,13 @@ class EpochTracker:
             self.main = (iterator._dataset, None)
 
     # events
+    def observe(self, event: str, *args) -> None:
+        if self.observer is not None:
+            getattr(self.observer, event)(*args)
+
     def sent_task(self, send_idx: int, worker_id: int, index) -> None:
+        """Called before the task is put on the worker's queue."""
+        self.observe("announced", index)
         self.sent[send_idx] = (worker_id, index)
         if len(self.sent) > self.prune_at:  # forget delivered tasks, now and then
             undelivered = set(self._undelivered())
@@ -181,12 +197,14 @@ class EpochTracker:
         if snapshot is not None:
             self.workers[worker_id] = snapshot
         self.delivered += ok
+        self.observe("delivered")
 
     def epoch_started(self, snapshot: dict) -> None:
         """A persistent worker's state at the start of a new epoch."""
         self.workers[snapshot["worker_id"]] = snapshot
 
     def fetched(self, index) -> None:
+        self.observe("announced", index)
         self.fetches += 1
         self.last_index = index
 

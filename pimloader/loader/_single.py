@@ -44,9 +44,11 @@ class SingleProcessIter(_BaseDataLoaderIter):
             produced = self._produce(index)
             data = self._deliver(produced)
             self._tracker.delivered += 1
+            self._tracker.observe("delivered")
             return data
         except StopIteration:
             self._tracker.finished = True
+            self._tracker.observe("finished")
             raise
         finally:
             self._stats.wait_s += time.perf_counter() - start

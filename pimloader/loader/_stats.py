@@ -33,6 +33,13 @@ class EpochStats:
                       "" for torch's own path: the dataset's __getitem__ as under torch).
     path:             why, in words: what the task takes, or why the dataset runs as Python
                       and what would move it to the native path (PathNotice says it once).
+    cluster_received, cluster_received_bytes: with cache_scope="cluster", samples of other
+                      nodes' parts this rank fetched from them (cache_hits/misses count only
+                      its own node's part).
+    cluster_served, cluster_served_bytes: samples this rank sent to other nodes' ranks;
+    cluster_storage_reads, cluster_storage_bytes: of those, the ones it read from storage
+                      (its node's cache did not hold them yet). Storage reads of an epoch:
+                      cache_misses + cluster_storage_reads (docs/cluster_cache.md).
     backend:          the backend the loader's kernels run on, as `backend=` resolved
                       ("auto": "upmem" where the SDK build is present, else "cpu"):
                       "cpu", "emulator" or "upmem"; "" when no kernel runs (torch's own
@@ -66,6 +73,12 @@ class EpochStats:
     cache_misses: int = 0
     cache_hit_bytes: int = 0
     cache_miss_bytes: int = 0
+    cluster_received: int = 0
+    cluster_received_bytes: int = 0
+    cluster_served: int = 0
+    cluster_served_bytes: int = 0
+    cluster_storage_reads: int = 0
+    cluster_storage_bytes: int = 0
     dpu_decoded_samples: int = 0
     decode_fallbacks: dict = field(default_factory=dict)
 

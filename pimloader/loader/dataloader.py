@@ -7,7 +7,7 @@ from typing import TypeVar
 import torch
 from torch.utils.data import DataLoader
 
-from pimloader.options import NR_DPUS, NR_TASKLETS, PipelineOptions, check_transform
+from pimloader.options import NR_DPUS, NR_TASKLETS, PipelineOptions, cache_scope_of, check_transform
 
 from . import _coordinated, _group
 from ._multi import MultiProcessIter
@@ -70,6 +70,11 @@ class PIMDataLoader(DataLoader[_T_co]):
         samples (native encoded-image path only; a warning says when it does not apply):
         filled by the first reads, never evicted, shared by all workers and epochs, freed
         by close(). Hits and misses are in stats() (docs/loader.md "Encoded-sample cache").
+    cache_scope: "loader" (default: the cache above, one per loader) or "cluster" (or a
+        pimloader.ClusterScope): under torch.distributed, CoorDL's partitioned cache: each
+        node caches cache_bytes of its own part of the dataset, shared by its local ranks
+        and their workers, and a rank fetches the samples other nodes hold from them
+        (docs/cluster_cache.md: launch, what is cached where, failure).
     share_with, share_jobs: coordinated prep (docs/loader.md "Coordinated prep"): the name
         of a group of `share_jobs` (>= 2) jobs on this machine whose loaders are configured
         alike (dataset, sampler, batching, seeds, workers, transform); at the first iter()
@@ -87,10 +92,14 @@ class PIMDataLoader(DataLoader[_T_co]):
                  memory_format=torch.contiguous_format, nr_dpus: int = NR_DPUS,
                  nr_tasklets: int = NR_TASKLETS, dpu_profile: str = "", cache_bytes: int = 0,
                  share_with: str | None = None, share_jobs: int | None = None,
-                 decode_on_dpu="auto", **kwargs) -> None:
+                 decode_on_dpu="auto", cache_scope="loader", **kwargs) -> None:
         super().__init__(dataset, *args, **kwargs)
+        scope = cache_scope_of(cache_scope, cache_bytes, self.timeout)
+        if scope != "loader" and (share_with is not None or not self.in_order):
+            raise ValueError("cache_scope='cluster' needs in_order=True (its staging is "
+                             "reclaimed in delivery order) and no share_with")
         options = PipelineOptions(backend, on_error, reduced_dct, memory_format, nr_dpus,
-                                  nr_tasklets, dpu_profile, cache_bytes, decode_on_dpu)
+                                  nr_tasklets, dpu_profile, cache_bytes, decode_on_dpu, scope)
         _group.check_share_arguments(share_with, share_jobs)
         check_transform(transform)
         self._on_error = on_error
@@ -188,7 +197,7 @@ def _signature_with_extras() -> inspect.Signature:
                                     ("nr_dpus", NR_DPUS), ("nr_tasklets", NR_TASKLETS),
                                     ("dpu_profile", ""), ("cache_bytes", 0),
                                     ("share_with", None), ("share_jobs", None),
-                                    ("decode_on_dpu", "auto"))]
+                                    ("decode_on_dpu", "auto"), ("cache_scope", "loader"))]
     return torch_signature.replace(
         parameters=[*torch_signature.parameters.values(), *extras])
 

@@ -94,6 +94,15 @@ class Pipeline:
     def open_shared(self) -> None:
         pass
 
+    def epoch_observer(self, stats):
+        """None, or what follows one epoch's index batches in the main process (the epoch
+        tracker calls it): `announced(index)` as each is handed to a producer (before a
+        worker can see it), `delivered()` as each is delivered (in order), `ended()` when
+        the sampler is exhausted, `finished()` at the epoch's end; each may raise. A
+        partitioned cluster cache fetches other nodes' samples ahead of need from them
+        (docs/cluster_cache.md). `stats()` is the epoch's EpochStats."""
+        return None
+
     def close_shared(self) -> None:
         pass
 

@@ -23,10 +23,12 @@ from typing import Any, Callable
 from torch.utils.data import IterableDataset
 
 from pimloader.datasets.cache import CachedReader, SampleCache
+from pimloader.datasets.cluster_cache import ClusterCache, ClusterReader
 from pimloader.datasets.items import BatchItems, ItemsSource, IteratedItems
 from pimloader.datasets.source import Source, source_of
 from pimloader.loader.produce import Pipeline, Produced
 from pimloader.loader.tasks import once_per_lookup
+from pimloader.options import ClusterScope
 from pimloader.transforms.registry import DECODE, flatten, given_once, op_of
 
 # the roles of ops that take decoded images: given bytes they fail inside torchvision
@@ -121,6 +123,8 @@ def reader_for(source, options):
                       "no index to cache them by); this loader reads them without a cache",
                       stacklevel=5)
         return source
+    if isinstance(options.cache_scope, ClusterScope):
+        return ClusterReader(source, ClusterCache(options.cache_bytes, source, options.cache_scope))
     return CachedReader(source, SampleCache(options.cache_bytes, len(source)))
 
 
@@ -152,6 +156,11 @@ class SourcedPipeline(Pipeline):
         """Drop the main process's hold on the sample cache (loader.close())."""
         if self.cache is not None:
             self.cache.close()
+
+    def epoch_observer(self, stats):
+        """A cluster cache's exchange for the epoch (Pipeline.epoch_observer), or None."""
+        reader = self.source_reader()
+        return reader.epoch_observer(stats) if isinstance(reader, ClusterReader) else None
 
 
 class CacheCountingProducer:
