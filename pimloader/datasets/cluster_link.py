@@ -15,9 +15,10 @@ by a roll call through the default group's store (torchrun's agent, or the rank 
 a tcp:// store): each survivor signs in, and whoever has not within the grace (counted from
 the first survivor's signing in) is named.
 The scope's timeout is split: COLLECTIVE_SHARE of it for a collective (gloo's timeout; a
-peer that died mid-transfer is noticed at once, by its closed connection), the rest for
-the roll call, which outlasts the collective timeout of the ranks that notice last; so
-every survivor raises within the timeout.
+peer that died mid-transfer is noticed at once, by its closed connection), ROLL_CALL_SHARE
+for the roll call, which outlasts the collective timeout of the ranks that notice last, and
+the tenth left over for raising and handing the error to the training loop; so every
+survivor raises within the timeout.
 
 Epochs need not start together: `rendezvous(name)` is a roll call with the default
 group's own timeout (the skew DDP's collectives tolerate), before an epoch's first round.
@@ -38,7 +39,8 @@ from pimloader.options import ClusterScope
 
 SEGMENT_PREFIX = "/dev/shm/pimloader-cluster-"
 ROLL_CALL_POLL_S = 0.01
-COLLECTIVE_SHARE = 0.45
+COLLECTIVE_SHARE = 0.4
+ROLL_CALL_SHARE = 0.5
 
 
 class ClusterLink:
@@ -108,7 +110,7 @@ class ClusterLink:
         """The error that says which ranks stopped answering (a roll call, see above)."""
         self.failures += 1
         gone = self._roll_call(f"pimloader-cluster/{self.token}/failure{self.failures}",
-                               (1 - COLLECTIVE_SHARE) * self.timeout_s, from_first=True)
+                               ROLL_CALL_SHARE * self.timeout_s, from_first=True)
         if gone is None:
             who = ("a peer (the default group's store is unreachable too: the rank or "
                    "agent that hosts it is gone)")
