@@ -171,3 +171,53 @@ def test_shards_quick(tmp_path):
         names = {row["contender"] for row in run["rows"]}
         assert any(name.startswith("pimloader") for name in names)
         assert all(row["samples"] == results["count"] for row in run["rows"])
+
+
+def _first_draws(count: int, nodes: int, epochs: int) -> list[int]:
+    """Per epoch, the samples some node draws for the first time (DistributedSampler, seed 0):
+    what a per-node cache that holds the whole set reads from storage."""
+    from torch.utils.data.distributed import DistributedSampler
+    seen = [set() for _ in range(nodes)]
+    firsts = []
+    for epoch in range(epochs):
+        first = 0
+        for node in range(nodes):
+            sampler = DistributedSampler(range(count), num_replicas=nodes, rank=node, seed=0)
+            sampler.set_epoch(epoch)
+            drawn = set(sampler)
+            first += len(drawn - seen[node])
+            seen[node] |= drawn
+        firsts.append(first)
+    return firsts
+
+
+def test_cluster_cache_quick(tmp_path):
+    """Storage reads add up: the set once in epoch 0 whatever the cache; every epoch without
+    one; after it, what a node had not drawn before with a per-node cache that holds the
+    set, and nothing with the partitioned cache whose budgets hold it (0.5x); the projection
+    reads the measurement and agrees with it there."""
+    from benchmarks import cluster_cache, cluster_cache_projection
+    out = tmp_path / "cluster.json"
+    cluster_cache.main(["--quick", "--out", str(out), "--data", str(tmp_path / "data")])
+    results = json.loads(out.read_text())
+    count, size = results["count"], results["dataset_bytes"]
+    rows = results["jobs"]["2"]["rows"]
+    assert {row["contender"] for row in rows} == set(cluster_cache.CONTENDERS)
+    for row in rows:
+        assert row["samples"] == count
+        if row["epoch"] == 0 or row["contender"] == cluster_cache.NO_CACHE:
+            assert (row["storage_reads"], row["storage_bytes"]) == (count, size), row
+    firsts = _first_draws(count, 2, results["epochs"])
+    for row in rows:
+        if row["ratio"] == 0.5 and row["contender"] == cluster_cache.PER_NODE:
+            assert row["storage_reads"] == firsts[row["epoch"]], row
+        if row["ratio"] == 0.5 and row["contender"] == cluster_cache.PARTITIONED:
+            assert row["exchanged"] > 0 and row["exchanged_bytes"] > 0
+            if row["epoch"] > 0:
+                assert (row["storage_reads"], row["storage_bytes"]) == (0, 0), row
+    projected = tmp_path / "projection.json"
+    cluster_cache_projection.main(["--quick", "--measured", str(out), "--out", str(projected)])
+    projection = json.loads(projected.read_text())
+    assert projection["label"] == "PROJECTION" and projection["rows"]
+    assert all(check["model"] == check["measured"] == 0 for check in projection["checks"]
+               if check["ratio"] == 0.5 and check["contender"] == cluster_cache.PARTITIONED)
