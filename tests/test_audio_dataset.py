@@ -145,6 +145,32 @@ def test_wav_variants_decode_as_libsndfile_reads_them(channels, subtype, extra, 
                        torch.from_numpy(want.T.copy()).mean(0, keepdim=True))
 
 
+@pytest.mark.parametrize("riff_size", ["first part", "whole file"])
+@pytest.mark.parametrize("tail", [b"\x01" * 8, b""])
+def test_a_second_data_chunk_decodes_as_libsndfile_reads_it(riff_size, tail):
+    """Fuzz finding 3 (docs/results.md), minimal: a second `data` chunk after the first,
+    beyond the RIFF size or within it. libsndfile walks on to the file's end and reads the
+    later chunk (or, when that chunk ends the file, refuses it: libsndfile 1.2.2);
+    pimloader read the first one (both accepted the file, with different samples). Now
+    pimloader gives libsndfile's samples, or refuses what it refuses."""
+    first, later = io.BytesIO(), np.linspace(-1, 1, 12).reshape(-1, 1)
+    soundfile.write(first, np.zeros((8, 1)), 8000, format="WAV", subtype="PCM_16")
+    pcm = (later * 32767).astype("<i2").tobytes()
+    data = first.getvalue() + b"data" + len(pcm).to_bytes(4, "little") + pcm + tail
+    if riff_size == "whole file":
+        data = data[:4] + (len(data) - 8).to_bytes(4, "little") + data[8:]
+    try:
+        want, rate = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
+    except soundfile.LibsndfileError:
+        with pytest.raises(DecodeError, match="clip.wav"):
+            decode_audio(data, "clip.wav")
+        return
+    assert want.shape[0] == len(later)   # libsndfile reads the later chunk
+    got, got_rate = decode_audio(data, "clip.wav")
+    assert got_rate == rate
+    np.testing.assert_array_equal(got, want.T)
+
+
 def test_splits_follow_the_lists(folder):
     root, truth = folder
     names = {split: [Path(p).relative_to(root).as_posix()

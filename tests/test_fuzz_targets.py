@@ -15,6 +15,7 @@ import soundfile
 from pimloader.backends.dpu.jpeg import prepare_image
 from pimloader.datasets import CocoDetection
 from pimloader.decode import add_restart_markers, decode_audio, decode_jpeg
+from pimloader.decode.audio import one_well_formed_riff
 
 FUZZ = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fuzz")
 TARGETS = ("jpeg", "seekable", "wav", "sample_cache", "coco")
@@ -65,7 +66,7 @@ def test_the_seeds_are_valid_files_of_their_kind():
         samples, rate = decode_audio(read(path))
         reference, reference_rate = soundfile.read(io.BytesIO(read(path)), dtype="float32", always_2d=True)
         assert rate == reference_rate and (samples == reference.T).all(), path
-        assert target("wav").well_formed(read(path)), path
+        assert one_well_formed_riff(read(path)), path   # the direct read is fuzzed
     folder = target("coco")._FOLDER.name
     for path in coco:
         dataset = CocoDetection(folder, path, target_keys="all")

@@ -14,6 +14,12 @@ clip, and with fused features that overhead was a large share of a clip's cost
 (docs/audio.md). The header walk is ours (it also finds truncated files); the samples are
 converted, and channels averaged when asked, by csrc/audio_waveform.c where pimloader's
 native audio module is built, else 16-bit files by numpy and the rest by libsndfile.
+The direct read takes only a WAV that is one well-formed RIFF (its declared size the
+file's, its chunks ending exactly at the file's end, none twice): libsndfile walks chunks
+past the RIFF size to the file's end, resyncs on markers it meets there, and reads the
+last `data` chunk it finds, so in any other file the two could take different samples
+(a fuzz finding, docs/fuzzing.md); libsndfile reads those files, so pimloader gives its
+samples.
 
 libsndfile decodes a WAV whose data was cut short without complaint (it reads what is
 there); `decode_audio` refuses it, as the image path refuses a truncated JPEG, because a
@@ -175,9 +181,9 @@ def _check_wav_length(data: bytes, chunks: dict, where: str, name: str | None) -
 
 def plain_wav(data: bytes, chunks: dict) -> PlainWav | None:
     """Where a WAV's samples are when they are plain (PCM 8/16/24/32 bit, float 32/64,
-    as format tag 1 or 3 or WAVE_FORMAT_EXTENSIBLE with all bits valid), or None for any
-    other file (libsndfile reads those)."""
-    if b"fmt " not in chunks or b"data" not in chunks:
+    as format tag 1 or 3 or WAVE_FORMAT_EXTENSIBLE with all bits valid) and the file is
+    one well-formed RIFF, or None for any other file (libsndfile reads those)."""
+    if b"fmt " not in chunks or b"data" not in chunks or not one_well_formed_riff(data):
         return None
     fmt_at, fmt_size = chunks[b"fmt "]
     start, size = chunks[b"data"]
@@ -191,6 +197,24 @@ def plain_wav(data: bytes, chunks: dict) -> PlainWav | None:
             or size in _STREAMED_SIZES or size % align):
         return None
     return PlainWav(kind, channels, rate, start, size // align)
+
+
+def one_well_formed_riff(data: bytes) -> bool:
+    """Whether `data` is one RIFF/WAVE whose declared size is the file's and whose chunks,
+    each id once, end exactly at its end: where pimloader's walk and libsndfile's find the
+    same chunks."""
+    if len(data) < 12 or data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        return False
+    if struct.unpack_from("<I", data, 4)[0] != len(data) - 8:
+        return False
+    seen, offset = set(), 12
+    while offset + 8 <= len(data):
+        chunk, size = data[offset:offset + 4], struct.unpack_from("<I", data, offset + 4)[0]
+        if chunk in seen:
+            return False
+        seen.add(chunk)
+        offset += 8 + size + (size & 1)
+    return offset == len(data)
 
 
 def _extensible_tag(data: bytes, fmt_at: int, fmt_size: int, bits: int) -> int | None:

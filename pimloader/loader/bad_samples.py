@@ -18,6 +18,11 @@ Pillow's errors for a broken file (`UnidentifiedImageError`, and the plain `OSEr
 missing or unreadable (`FileNotFoundError`, `PermissionError`: OSErrors with an errno) is a
 broken dataset rather than a bad sample and is raised as it is, on every path, as is the
 error of a transform (a bug, raised with its own type as under torch).
+
+Where a batch is not fetched one index at a time (fetch.py): a dataset's `__getitems__` that
+raises a bad sample's error has its batch fetched again one sample at a time, and an
+IterableDataset's items are guarded as they go through the loader's transform (a bad sample
+raised by the iterator itself is named, never skipped: an iterator that raised cannot go on).
 """
 from __future__ import annotations
 
@@ -49,11 +54,12 @@ def named(error: BaseException, name: str) -> DecodeError:
     return renamed
 
 
-def all_dropped(index, last: BaseException | None = None) -> DecodeError:
+def all_dropped(index, last: BaseException | None = None, of: str = "") -> DecodeError:
     """The error of a batch whose every sample was dropped by on_error="skip"; `last`: the
-    last dropped sample's error (its name and cause are quoted)."""
+    last dropped sample's error (its name and cause are quoted); `of`: what the indices
+    are of, when not the dataset's (" of this iterator ...")."""
     indices = list(index) if isinstance(index, (list, tuple, range)) else [index]
-    reason = (f"every sample of the batch {indices!r} failed to decode (on_error='skip' "
+    reason = (f"every sample of the batch {indices!r}{of} failed to decode (on_error='skip' "
               f"drops bad samples, but a batch needs one at least)")
     if last is not None:
         reason += f"; the last: {last}"

@@ -2,12 +2,14 @@
 
 Fetchers return the samples *uncollated* so that the producer can decide between writing
 them into a slot and the ordinary `collate_fn` path. Their semantics follow torch's
-`_MapDatasetFetcher` and `_IterableDatasetFetcher` exactly (including `__getitems__`).
+`_MapDatasetFetcher` and `_IterableDatasetFetcher` exactly (including `__getitems__`), but
+for bad samples, which keep the loader's error contract (bad_samples.py).
 """
 from __future__ import annotations
 
 from typing import Any
 
+from ._snapshots import capture_globals, restore_globals
 from .bad_samples import SampleNames, all_dropped, is_bad_sample, named
 
 
@@ -85,13 +87,17 @@ class MapFetcher(Fetcher):
             return self._one(index, each, skip=False)
         if getattr(self.dataset, "__getitems__", None):
             self.current = f"samples {list(index)!r} (through __getitems__)"
-            samples = self._through_getitems(index)
-            return [each(sample) for sample in samples]
+            return self._through_getitems(index, each)
+        return self._one_by_one(index, each, lambda sample_index: self.dataset[sample_index])
+
+    def _one_by_one(self, index, each, get) -> list:
+        """The samples `get(i)` of the batch `index` through `each`, one at a time; with
+        `skip` the bad ones are dropped, and a batch of bad samples only is one error."""
         samples = []
         sample_index = self._sample_index
         try:
             for sample_index in index:
-                sample = self._one(sample_index, each, self.skip)
+                sample = self._one(sample_index, each, self.skip, get)
                 if sample is not _DROPPED:
                     samples.append(sample)
         finally:
@@ -101,11 +107,13 @@ class MapFetcher(Fetcher):
             raise self.none_left(index)
         return samples
 
-    def _one(self, sample_index, each, skip: bool):
-        """Sample `sample_index` through `each`; if it is bad, an error naming it, or with
-        `skip` `_DROPPED` (counted)."""
+    def _one(self, sample_index, each, skip: bool, get=None):
+        """Sample `sample_index` (`get(sample_index)`, by default `dataset[sample_index]`)
+        through `each`; if it is bad, an error naming it, or with `skip` `_DROPPED`
+        (counted)."""
         try:
-            return each(self.dataset[sample_index])
+            sample = get(sample_index) if get is not None else self.dataset[sample_index]
+            return each(sample)
         except Exception as error:
             if not is_bad_sample(error):
                 raise
@@ -115,24 +123,50 @@ class MapFetcher(Fetcher):
             self.drop(error_named)
         return _DROPPED
 
-    def _through_getitems(self, index) -> list:
-        """The batch from the dataset's `__getitems__`: one call, so that a bad sample in it
-        fails the whole batch (named by its indices), on_error="skip" or not."""
+    def _through_getitems(self, index, each) -> list:
+        """The batch from the dataset's `__getitems__`, each sample then through `each`
+        (as `_one` guards it). Should the call raise a bad sample's error, the batch is
+        fetched again one sample at a time (`__getitems__([i])`), so that the bad one is
+        named, or with on_error="skip" dropped and counted, and the others kept in order:
+        the random states are first set back to those before the call, so that the samples
+        kept get the draws they would get in a batch without the bad one."""
+        states = capture_globals() if self.skip else None
         try:
-            return self.dataset.__getitems__(index)
+            samples = self.dataset.__getitems__(index)
         except Exception as error:
             if not is_bad_sample(error):
                 raise
-            raise named(error, f"one of samples {list(index)!r} (through __getitems__)")
+            batch_error = named(error, f"one of samples {list(index)!r} (through __getitems__)")
+            if states is not None:
+                restore_globals(states)
+            samples = self._one_by_one(index, each, self._one_through_getitems)
+            if not self.skip and len(samples) == len(index):  # not bad one at a time
+                raise batch_error from error
+            return samples
+        fetched = list(samples)
+        given = iter(fetched)
+        return self._one_by_one(list(index)[:len(fetched)], each, lambda _: next(given))
+
+    def _one_through_getitems(self, sample_index):
+        return self.dataset.__getitems__([sample_index])[0]
 
 
 _DROPPED = object()   # what MapFetcher._one returns for a sample on_error="skip" dropped
 
 
 class IterableFetcher(Fetcher):
-    def __init__(self, dataset, auto_collation: bool, drop_last: bool) -> None:
+    """torch's `_IterableDatasetFetcher`, keeping the loader's error contract: a batch is
+    the iterator's next `batch_size` items, each through `each` as it is fetched. An item
+    that `each` (the loader's transform) finds bad is named, or with `skip` dropped and
+    counted, and a batch of bad items only is one error, as for a map-style dataset. A bad
+    sample raised by the iterator itself is named but never skipped: an iterator that
+    raised cannot in general go on (a generator that raised is finished)."""
+
+    def __init__(self, dataset, auto_collation: bool, drop_last: bool,
+                 skip: bool = False) -> None:
         super().__init__(auto_collation)
         self.drop_last = drop_last
+        self.skip = skip
         self.current = "the dataset's iterator (iter(dataset))"
         self.iterator = iter(dataset)
         self.ended = False
@@ -141,24 +175,32 @@ class IterableFetcher(Fetcher):
     def fetch(self, index, each=_as_is) -> Any:
         if self.ended:
             raise StopIteration
-        if not self.auto_collation:
-            return each(self._next())
-        samples = []
+        if not self.auto_collation:  # a batch of one sample: a bad one is raised
+            return self._each(each, self._next(), skip=False)
+        samples, first = [], self.fetched
         for _ in index:
             try:
                 sample = self._next()
             except StopIteration:
                 self.ended = True
                 break
-            samples.append(each(sample))
-        if not samples or (self.drop_last and len(samples) < len(index)):
+            sample = self._each(each, sample, self.skip)
+            if sample is not _DROPPED:
+                samples.append(sample)
+        pulled = self.fetched - first
+        if not pulled or (self.drop_last and pulled < len(index)):
             raise StopIteration
+        if not samples:
+            raise self.none_left(range(first, self.fetched))
         return samples
+
+    def none_left(self, index) -> BaseException:
+        return all_dropped(index, self.last_dropped, of=_OF_ITERATOR)
 
     def _next(self):
         """The iterator's next sample; a bad one is raised named (an iterator that raised
         cannot in general go on, so on_error="skip" does not apply)."""
-        self.current = f"sample {self.fetched} of this iterator (IterableDataset)"
+        self.current = f"sample {self.fetched}{_OF_ITERATOR}"
         try:
             sample = next(self.iterator)
         except Exception as error:
@@ -168,12 +210,29 @@ class IterableFetcher(Fetcher):
         self.fetched += 1
         return sample
 
+    def _each(self, each, sample, skip: bool):
+        """`each(sample)` for the item just fetched; if it is bad, an error naming the item,
+        or with `skip` `_DROPPED` (counted)."""
+        try:
+            return each(sample)
+        except Exception as error:
+            if not is_bad_sample(error):
+                raise
+            error_named = named(error, f"sample {self.fetched - 1}{_OF_ITERATOR}")
+            if not skip:
+                raise error_named
+            self.drop(error_named)
+        return _DROPPED
+
+
+_OF_ITERATOR = " of this iterator (IterableDataset)"
+
 
 def create_fetcher(is_iterable: bool, dataset, auto_collation: bool, drop_last: bool,
                    skip: bool = False):
-    """torch's fetcher for the dataset; `skip`: on_error="skip" (map-style datasets)."""
+    """torch's fetcher for the dataset; `skip`: on_error="skip"."""
     if is_iterable:
-        return IterableFetcher(dataset, auto_collation, drop_last)
+        return IterableFetcher(dataset, auto_collation, drop_last, skip)
     return MapFetcher(dataset, auto_collation, skip)
 
 
