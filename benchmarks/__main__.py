@@ -3,7 +3,8 @@
     python -m benchmarks            # full run, about 20 minutes on two cores (19 min 24 s
                                     # measured from a fresh clone, 2026-12-01; the DPU
                                     # figures are PROJECTED, no hardware needed), before
-                                    # shards joined it: 2-3 minutes more)
+                                    # shards and cluster_cache joined it: about 5 minutes
+                                    # more)
     python -m benchmarks --quick    # smoke run, about 2 minutes (measured at load 4-5; the
                                     # quick coordinated_prep adds about 20 s)
     python -m benchmarks --refresh  # the full run, written over the committed results
@@ -19,11 +20,11 @@ import argparse
 import os
 
 from benchmarks import (audio, audio_dpu_projection, audio_fixed_point, audio_instruction_counts,
-                        coordinated_prep, decode_projection, detection, detection_projection,
-                        dpu_decode_chain,
-                        dpu_projection, harness, imagenet_pipeline,
-                        instruction_counts, kernel_speed, loader_overhead, naive_sweep, op_costs,
-                        peers, plot, sample_cache, shards, stall, viability)
+                        cluster_cache, cluster_cache_projection, coordinated_prep,
+                        decode_projection, detection, detection_projection, dpu_decode_chain,
+                        dpu_projection, harness, imagenet_pipeline, instruction_counts,
+                        kernel_speed, loader_overhead, naive_sweep, op_costs, peers, plot,
+                        sample_cache, shards, stall, viability)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -51,7 +52,8 @@ def main(argv: list[str] | None = None) -> None:
                       dpu_projection, decode_projection, dpu_decode_chain, detection_projection,
                       sample_cache,
                       coordinated_prep,
-                      naive_sweep, stall, op_costs, peers, shards, detection, audio,
+                      naive_sweep, stall, op_costs, peers, shards, cluster_cache,
+                      cluster_cache_projection, detection, audio,
                       audio_fixed_point, audio_instruction_counts, audio_dpu_projection,
                       viability):
         print(f"\n== {benchmark.__name__} ==", flush=True)
