@@ -9,7 +9,8 @@ import numpy as np
 import torch
 
 from benchmarks.calls import Call
-from benchmarks.peer_dali import PREFETCH, READER, STEPS, DaliEpochs, build_pipeline, dense
+from benchmarks.peer_dali import (PREFETCH, READER, STEPS, DaliEpochs, DaliLoader,
+                                  build_pipeline, dense)
 
 
 def reader_call(paths: list[str]) -> Call:
@@ -24,26 +25,16 @@ def images_and_labels(outputs, keep: int, copy: bool):
     return images, torch.tensor(labels)
 
 
-class DaliShardLoader:
-    """(images, labels) batches of DALI's webdataset pipeline, one epoch per iteration."""
+class DaliShardLoader(DaliLoader):
+    """(images, labels) batches of DALI's webdataset pipeline, one epoch per iteration (a
+    DaliLoader whose reader is fn.readers.webdataset)."""
 
     def __init__(self, paths: list[str], batch_size: int, threads: int, seed: int) -> None:
         from nvidia.dali import Pipeline, fn, types
-        self.reader = reader_call(paths)
-        pipeline = Call("Pipeline", batch_size=batch_size, num_threads=threads,
-                        device_id=None, seed=seed, prefetch_queue_depth=PREFETCH)
-        namespace = {"fn": fn, "types": types, "Pipeline": Pipeline}
-        self._epochs = DaliEpochs(build_pipeline(pipeline, namespace, self._graph),
-                                  batch_size, images_and_labels)
-
-    def _graph(self, namespace: dict):
-        images, labels = self.reader.run(namespace)
-        for step in STEPS["train"]:
-            images = step.run(namespace, images)
-        return images, labels
-
-    def __iter__(self):
-        return iter(self._epochs)
-
-    def close(self) -> None:
-        self._epochs = None
+        self.plan = {"pipeline": Call("Pipeline", batch_size=batch_size, num_threads=threads,
+                                      device_id=None, seed=seed, prefetch_queue_depth=PREFETCH),
+                     "reader": reader_call(paths), "steps": STEPS["train"]}
+        self.batch_size = batch_size
+        self._epochs = DaliEpochs(build_pipeline(self.plan["pipeline"], {
+            "fn": fn, "types": types, "Pipeline": Pipeline}, self._graph), batch_size,
+            images_and_labels)

@@ -569,3 +569,27 @@ def distributed_rank_main(rank, world_size, port, out_dir, n, epochs):
         torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         dist.destroy_process_group()
+
+
+# --------------------------------------------------------------------------------------
+# The oracle of T.Decode(): items (encoded bytes, target) decoded by torchvision
+# --------------------------------------------------------------------------------------
+class DecodedItems(torch.utils.data.Dataset):
+    """Items (bytes, target) of `items` decoded by torchvision's `decode_image` (RGB) and
+    given to `transform` (a callable, or a list of steps made a v2 Compose), as Python:
+    what PIMDataLoader's native path over the same items with T.Decode() first must equal."""
+
+    def __init__(self, items, transform):
+        import torchvision.transforms.v2 as v2
+        self.items = items
+        self.transform = v2.Compose(transform) if isinstance(transform, list) else transform
+
+    def __len__(self):
+        return len(self.items)
+
+    def __getitem__(self, index):
+        from torchvision.io import ImageReadMode, decode_image
+        data, target = self.items[index]
+        image = decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8),
+                             mode=ImageReadMode.RGB)
+        return self.transform(image), target

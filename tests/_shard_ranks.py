@@ -23,30 +23,13 @@ class Seen(Dataset):
                 worker.id if worker else -1]
 
 
-class Decoded(Dataset):
-    """The oracle of PIMDataLoader's native path: torchvision's decode_image + v2."""
-
-    def __init__(self, shards, transform):
-        self.shards, self.transform = shards, transform
-
-    def __len__(self):
-        return len(self.shards)
-
-    def __getitem__(self, index):
-        import torch
-        from torchvision.io import ImageReadMode, decode_image
-        data, label = self.shards[index]
-        image = decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8),
-                             mode=ImageReadMode.RGB)
-        return self.transform(image), label
-
-
 def pimloader_equals_torch(shards, sampler, epochs):
     """Whether PIMDataLoader (T.Decode() first, 2 workers) gives this rank torch's
     batches over the same sampler, every epoch."""
     import torch
     import torchvision.transforms.v2 as v2
 
+    from _helpers import DecodedItems
     from pimloader import PIMDataLoader
     from pimloader import transforms as T
     steps = [v2.Resize((12, 12)), v2.RandomHorizontalFlip()]
@@ -54,7 +37,7 @@ def pimloader_equals_torch(shards, sampler, epochs):
     for epoch in range(epochs):
         sampler.set_epoch(epoch)
         torch.manual_seed(epoch)
-        want = list(DataLoader(Decoded(shards, v2.Compose(steps)), **common))
+        want = list(DataLoader(DecodedItems(shards, steps), **common))
         torch.manual_seed(epoch)
         got = list(PIMDataLoader(shards, transform=T.Compose([T.Decode(), *steps]), **common))
         if len(want) != len(got) or not all(

@@ -21,10 +21,9 @@ import soundfile
 import torch
 import torchvision.transforms.v2 as v2
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
-from torchvision.io import ImageReadMode, decode_image
 
 from _arrow_data import file_bytes, in_memory, make_clips, make_photos, saved
-from _helpers import assert_same, assert_same_batches, compare_with_torch
+from _helpers import DecodedItems, assert_same, assert_same_batches, compare_with_torch
 from pimloader import PIMDataLoader
 from pimloader import transforms as T
 from pimloader.datasets import ArrowColumns, AudioFolder
@@ -62,20 +61,9 @@ class Files(Dataset):
         return file_bytes(self.paths[index]), self.labels[index]
 
 
-class Decoded(Dataset):
-    """Items (bytes, target) of `items` decoded by torchvision and transformed."""
-
-    def __init__(self, items, transform=TRANSFORM):
-        self.items, self.transform = items, transform
-
-    def __len__(self):
-        return len(self.items)
-
-    def __getitem__(self, index):
-        data, target = self.items[index]
-        image = decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8),
-                             mode=ImageReadMode.RGB)
-        return self.transform(image), target
+def Decoded(items, transform=None):
+    """Items (bytes, target) decoded by torchvision and transformed (TRANSFORM by default)."""
+    return DecodedItems(items, TRANSFORM if transform is None else transform)
 
 
 class Transformed(Dataset):

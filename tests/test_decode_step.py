@@ -12,7 +12,7 @@ import torch
 import torchvision.transforms.v2 as v2
 from torchvision.io import ImageReadMode, decode_image
 
-from _helpers import assert_same_batches
+from _helpers import DecodedItems as Decoded, assert_same_batches
 from benchmarks.make_dataset import make_imagenet_like
 from pimloader import PIMDataLoader
 from pimloader import transforms as T
@@ -36,22 +36,6 @@ def photos(tmp_path_factory):
 def pairs(photos):
     """(bytes, label) items of the folder's files, in ImageFolder's order."""
     return [(open(path, "rb").read(), label) for path, label in ImageFolder(photos).samples]
-
-
-class Decoded(torch.utils.data.Dataset):
-    """The oracle: items decoded by torchvision, then the v2 steps, as Python."""
-
-    def __init__(self, items, steps):
-        self.items, self.transform = items, v2.Compose(steps)
-
-    def __len__(self):
-        return len(self.items)
-
-    def __getitem__(self, index):
-        data, label = self.items[index]
-        image = decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8),
-                             mode=ImageReadMode.RGB)
-        return self.transform(image), label
 
 
 def batches(make_loader, seed=0):

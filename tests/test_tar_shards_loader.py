@@ -7,9 +7,8 @@ import os
 import pytest
 import torch
 import torchvision.transforms.v2 as v2
-from torchvision.io import ImageReadMode, decode_image
 
-from _helpers import assert_same_batches
+from _helpers import DecodedItems as Decoded, assert_same_batches
 from benchmarks.make_dataset import make_imagenet_like
 from pimloader import PIMDataLoader, TarShards
 from pimloader import transforms as T
@@ -47,22 +46,6 @@ def photos(tmp_path_factory):
 @pytest.fixture(scope="module")
 def shard_urls(photos, tmp_path_factory):
     return write_shards(ImageFolder(photos).samples, tmp_path_factory.mktemp("shards"))
-
-
-class Decoded(torch.utils.data.Dataset):
-    """The oracle: TarShards' items decoded by torchvision, then the v2 steps, as Python."""
-
-    def __init__(self, items, steps):
-        self.items, self.transform = items, v2.Compose(steps)
-
-    def __len__(self):
-        return len(self.items)
-
-    def __getitem__(self, index):
-        data, label = self.items[index]
-        image = decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8),
-                             mode=ImageReadMode.RGB)
-        return self.transform(image), label
 
 
 def batches(make_loader, seed=0):
