@@ -7,8 +7,9 @@ a PROJECTION to 8-256 nodes (cluster_cache_projection.py).
 Storage: the photos of make_dataset.py as webdataset shards (`--shard-size` samples each),
 served by nginx on loopback with `limit_rate` per connection (`--rate`, http_store.py),
 read with `pimloader.TarShards` (Range requests; its index is built once by this process,
-so the ranks find it in `--data`/index). Each "node" is one rank spawned with
-torch.multiprocessing (gloo on 127.0.0.1), one worker per rank, its cache a namespace of
+so the ranks find it in `--data`/index). Each "node" is one rank, launched by its own
+torchrun agent (`--nnodes=N --nproc-per-node=1 --node-rank=i`, a static rendezvous on
+127.0.0.1; `--launcher spawn`: torch.multiprocessing instead), gloo, one worker per rank, its cache a namespace of
 its own (`ClusterScope(nodes=N, node=rank, local_ranks=1)`); a DistributedSampler
 (shuffled, seed 0) and the training pipeline of shards.py (`T.Decode()`,
 RandomResizedCrop(224), flip, ToDtype, Normalize). Three contenders, each `--epochs`
@@ -32,7 +33,10 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import socket
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -48,12 +52,13 @@ JOB_TIMEOUT_S = 900
 
 # -- one rank -------------------------------------------------------------------------------
 
-def rank_main(rank: int, world: int, port: int, job: dict, out_dir: str) -> None:
-    """One "node": every plan of the job, its epochs' counts to out_dir/rank{rank}.json."""
+def rank_main(rank: int, world: int, init_method: str, job: dict, out_dir: str) -> None:
+    """One "node": every plan of the job, its epochs' counts to out_dir/rank{rank}.json.
+    `init_method`: a tcp:// address (spawned ranks), or env:// (torchrun's environment)."""
     import torch
     import torch.distributed as dist
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+    dist.init_process_group("gloo", init_method=init_method, rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=300))
     try:
         rows = [run_plan(plan, rank, world, job) for plan in job["plans"]]
@@ -108,25 +113,64 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def run_job(world: int, job: dict) -> list[list[dict]]:
-    """Spawn `world` ranks for the job; per rank, its plans' rows. A rank that fails or hangs
-    fails the job (its peers are ended, nothing left running)."""
-    import torch.multiprocessing as tmp
+def run_job(world: int, job: dict, launcher: str = "torchrun") -> list[list[dict]]:
+    """Launch `world` ranks for the job, one per "node": torchrun agents (one per node, a
+    static rendezvous on 127.0.0.1) or spawned processes; per rank, its plans' rows. A rank
+    that fails or hangs fails the job (its peers are ended, nothing left running)."""
     with tempfile.TemporaryDirectory(prefix="cluster_cache_bench_") as out_dir:
-        context = tmp.start_processes(rank_main, args=(world, free_port(), job, out_dir),
-                                      nprocs=world, join=False, start_method="spawn")
-        deadline = time.monotonic() + JOB_TIMEOUT_S
-        for process in context.processes:
-            process.join(max(0.0, deadline - time.monotonic()))
-        for process in context.processes:
-            if process.is_alive():
-                process.kill()
-                process.join()
-        codes = [process.exitcode for process in context.processes]
-        if any(code != 0 for code in codes):
-            raise RuntimeError(f"the {world}-node job failed: exit codes {codes}")
+        if launcher == "torchrun":
+            _torchrun_job(world, job, out_dir)
+        else:
+            _spawned_job(world, job, out_dir)
         return [json.loads(Path(out_dir, f"rank{rank}.json").read_text())
                 for rank in range(world)]
+
+
+def _torchrun_job(world: int, job: dict, out_dir: str) -> None:
+    """`torchrun --nnodes=world --nproc-per-node=1 --node-rank=i` for each node i, on
+    loopback, each running benchmarks.cluster_cache_rank over the job's file."""
+    job_file = Path(out_dir, "job.json")
+    job_file.write_text(json.dumps(job))
+    port = free_port()
+    repo = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [repo, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    agents = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", f"--nnodes={world}",
+         "--nproc-per-node=1", f"--node-rank={node}", "--master-addr=127.0.0.1",
+         f"--master-port={port}", "-m", "benchmarks.cluster_cache_rank", str(job_file),
+         out_dir], cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        for node in range(world)]
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    errors = []
+    for node, agent in enumerate(agents):
+        try:
+            _, stderr = agent.communicate(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            agent.kill()
+            _, stderr = agent.communicate()
+        if agent.returncode != 0:
+            errors.append(f"node {node}: exit {agent.returncode}: "
+                          f"{stderr.decode(errors='replace')[-2000:]}")
+    if errors:
+        raise RuntimeError(f"the {world}-node torchrun job failed: " + "; ".join(errors))
+
+
+def _spawned_job(world: int, job: dict, out_dir: str) -> None:
+    import torch.multiprocessing as tmp
+    context = tmp.start_processes(
+        rank_main, args=(world, f"tcp://127.0.0.1:{free_port()}", job, out_dir),
+        nprocs=world, join=False, start_method="spawn")
+    deadline = time.monotonic() + JOB_TIMEOUT_S
+    for process in context.processes:
+        process.join(max(0.0, deadline - time.monotonic()))
+    for process in context.processes:
+        if process.is_alive():
+            process.kill()
+            process.join()
+    codes = [process.exitcode for process in context.processes]
+    if any(code != 0 for code in codes):
+        raise RuntimeError(f"the {world}-node job failed: exit codes {codes}")
 
 
 def summarize(per_rank: list[list[dict]]) -> list[dict]:
@@ -187,12 +231,13 @@ def run(args: argparse.Namespace) -> dict:
         for world in args.nodes:
             window = RunWindow()
             print(f"-- {world} nodes", flush=True)
-            jobs[str(world)] = {"rows": summarize(run_job(world, job)),
+            jobs[str(world)] = {"rows": summarize(run_job(world, job, args.launcher)),
                                 **window.load_and_wall()}
         kind = server.kind
     return {"date": local_date(), "machine": machine(), "count": args.count,
             "dataset_bytes": dataset_bytes, "shard_size": args.shard_size,
             "epochs": args.epochs, "batch_size": args.batch_size, "workers_per_rank": 1,
+            "launcher": args.launcher,
             "store": kind + (f" limit_rate {args.rate}" if kind == "nginx"
                              else " (no rate limit)"),
             "ratios": args.ratios, "jobs": jobs}
@@ -238,6 +283,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rate", default="2m",
                         help="nginx limit_rate per connection (default 2m: 2 MB/s, below "
                              "what one worker here decodes, so that storage binds)")
+    parser.add_argument("--launcher", choices=("torchrun", "spawn"), default="torchrun",
+                        help="how the ranks start: a torchrun agent per node (static "
+                             "rendezvous on loopback), or torch.multiprocessing spawn")
     parser.add_argument("--data", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--quick", action="store_true")
