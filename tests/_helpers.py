@@ -593,3 +593,12 @@ class DecodedItems(torch.utils.data.Dataset):
         image = decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8),
                              mode=ImageReadMode.RGB)
         return self.transform(image), target
+
+
+def seeded_batches(make_loader, seed=0):
+    """(batches, loader) of `make_loader(generator)`, torch's global seed set to seed + 100
+    first and the sampler's generator seeded with `seed`: the same draws for every loader
+    the tests compare."""
+    torch.manual_seed(seed + 100)
+    loader = make_loader(torch.Generator().manual_seed(seed))
+    return list(loader), loader

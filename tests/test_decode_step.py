@@ -13,6 +13,7 @@ import torchvision.transforms.v2 as v2
 from torchvision.io import ImageReadMode, decode_image
 
 from _helpers import DecodedItems as Decoded, assert_same_batches
+from _helpers import seeded_batches as batches
 from benchmarks.make_dataset import make_imagenet_like
 from pimloader import PIMDataLoader
 from pimloader import transforms as T
@@ -36,12 +37,6 @@ def photos(tmp_path_factory):
 def pairs(photos):
     """(bytes, label) items of the folder's files, in ImageFolder's order."""
     return [(open(path, "rb").read(), label) for path, label in ImageFolder(photos).samples]
-
-
-def batches(make_loader, seed=0):
-    torch.manual_seed(seed + 100)
-    loader = make_loader(torch.Generator().manual_seed(seed))
-    return list(loader), loader
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -9,6 +9,7 @@ import torch
 import torchvision.transforms.v2 as v2
 
 from _helpers import DecodedItems as Decoded, assert_same_batches
+from _helpers import seeded_batches as batches
 from benchmarks.make_dataset import make_imagenet_like
 from pimloader import PIMDataLoader, TarShards
 from pimloader import transforms as T
@@ -46,12 +47,6 @@ def photos(tmp_path_factory):
 @pytest.fixture(scope="module")
 def shard_urls(photos, tmp_path_factory):
     return write_shards(ImageFolder(photos).samples, tmp_path_factory.mktemp("shards"))
-
-
-def batches(make_loader, seed=0):
-    torch.manual_seed(seed + 100)
-    loader = make_loader(torch.Generator().manual_seed(seed))
-    return list(loader), loader
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -29,11 +29,13 @@ from pimloader.datasets.source import Source, source_of
 from pimloader.loader.produce import Pipeline, Produced
 from pimloader.loader.tasks import once_per_lookup
 from pimloader.options import ClusterScope
-from pimloader.transforms.registry import DECODE, flatten, given_once, op_of
+from pimloader.transforms.registry import (COLOUR, DECODE, ELEMENTWISE, GEOMETRY, MASK,
+                                           SPECTROGRAM, TO_DB, TO_IMAGE, WAVEFORM, flatten,
+                                           given_once, op_of)
 
 # the roles of ops that take decoded images: given bytes they fail inside torchvision
-_IMAGE_ROLES = frozenset({"to_image", "geometry", "colour", "elementwise"})
-_AUDIO_ROLES = frozenset({"spectrogram", "to_db", "mask", "waveform"})
+_IMAGE_ROLES = frozenset({TO_IMAGE, GEOMETRY, COLOUR, ELEMENTWISE})
+_AUDIO_ROLES = frozenset({SPECTROGRAM, TO_DB, MASK, WAVEFORM})
 
 
 @dataclass
