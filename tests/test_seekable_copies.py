@@ -226,6 +226,18 @@ def test_a_cut_shard_is_an_error_naming_it_and_leaves_no_copy(copied, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_copy_stopped_midway_leaves_no_shard(copied, tmp_path, monkeypatch):
+    from pimloader.datasets import seekable_shards
+    urls, _, _ = copied
+
+    def failing(data, max_interval, name):
+        raise RuntimeError(f"stopped at {name}")
+    monkeypatch.setattr(seekable_shards, "seekable_version", failing)
+    with pytest.raises(RuntimeError, match="stopped at .*shard-0000.tar#s0000"):
+        make_seekable_shards(urls, tmp_path / "out")
+    assert os.listdir(tmp_path / "out") == []   # no shard, no .partial file
+
+
 def test_the_command_line_copies_shards(copied, tmp_path, capsys):
     urls, copies, report = copied
     assert command_line([*urls, str(tmp_path / "listed")]) == 0

@@ -47,11 +47,12 @@ def make_seekable_arrow(source, destination, *, column: str | None = None,
         raise ValueError(f"{CALLER}: {source!r} would be overwritten by its own copy")
     loaded = hf.load_from_disk(source)
     splits = dict(loaded) if isinstance(loaded, hf.DatasetDict) else {None: loaded}
-    copier = _Copier(source, max_interval, progress,
-                     sum(len(split) for split in splits.values()))
+    columns = {name: image_column(hf, split, column) for name, split in splits.items()}
+    total = sum(len(split) for split in splits.values())
     with tempfile.TemporaryDirectory(prefix=".seekable-", dir=_parent(destination)) as scratch, \
-            ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as copier.pool:
-        copies = {name: copier.copy(hf, split, image_column(hf, split, column), name,
+            ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as pool:
+        copier = _Copier(source, pool, max_interval, progress, total)
+        copies = {name: copier.copy(hf, split, columns[name], name,
                                     os.path.join(scratch, f"{name or 'rows'}.arrow"))
                   for name, split in splits.items()}
         copied = copies[None] if None in copies else hf.DatasetDict(copies)
@@ -79,10 +80,10 @@ def image_column(hf, dataset, column: str | None) -> str:
 class _Copier:
     """Rewrites the image cells of each batch `Dataset.map` hands it, keeping the report."""
 
-    def __init__(self, source: str, max_interval: int, progress, total: int) -> None:
-        self.source, self.max_interval = source, max_interval
+    def __init__(self, source: str, pool, max_interval: int, progress, total: int) -> None:
+        self.source, self.pool, self.max_interval = source, pool, max_interval
         self.progress, self.total = progress, total
-        self.report, self.done, self.pool = SeekableCopy(0, 0, [], 0, 0), 0, None
+        self.report, self.done = SeekableCopy(0, 0, [], 0, 0), 0
 
     def copy(self, hf, split, column: str, name, cache_file: str):
         feature = split.features[column]
