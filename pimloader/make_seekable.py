@@ -123,7 +123,7 @@ def copy(args: argparse.Namespace, progress):
     common = dict(max_interval=args.max_interval, overwrite=args.overwrite,
                   threads=args.threads, progress=progress)
     if args.kind == "shards":
-        sources = args.sources[0] if args.shards else args.sources
+        sources = args.sources[0] if len(args.sources) == 1 else args.sources
         return make_seekable_shards(sources, args.destination, **common)
     if args.kind == "arrow":
         return make_seekable_arrow(args.sources[0], args.destination, column=args.column,

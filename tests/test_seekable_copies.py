@@ -209,6 +209,8 @@ def test_arguments_progress_and_threads(copied, tmp_path):
         make_seekable_shards("http://example.com/shard-0000.tar", tmp_path / "web")
     with pytest.raises(FileNotFoundError, match="missing.tar"):
         make_seekable_shards(str(tmp_path / "missing.tar"), tmp_path / "none")
+    with pytest.raises(ValueError, match="is a folder: give it alone"):
+        make_seekable_shards([os.path.dirname(urls[0]), urls[0]], tmp_path / "mixed")
     with pytest.raises(ValueError, match="two shards named"):
         make_seekable_shards([urls[0], copies[0]], tmp_path / "twice")
     with pytest.raises(ValueError, match="overwritten by its own copy"):

@@ -79,6 +79,9 @@ def shard_paths(shards) -> list:
             raise ValueError(f"{CALLER}: {url!r}: only local shards can be copied (download "
                              f"it first)")
         path = local_path(url)
+        if os.path.isdir(path):
+            raise ValueError(f"{CALLER}: {path!r} is a folder: give it alone (its *.tar "
+                             f"files are copied) or its shards")
         if not os.path.isfile(path):
             raise FileNotFoundError(f"{CALLER}: shard {path!r} does not exist")
         paths.append(path)

@@ -1,7 +1,9 @@
 """Seekable JPEGs: copies with restart markers, from which a crop decodes alone.
 
 `add_restart_markers` rewrites one JPEG losslessly (same DCT coefficients) with a restart
-marker every few MCUs; `make_seekable` copies a whole image folder that way; `seek_info`
+marker every few MCUs; `seekable_version` says what a seekable copy holds in place of any
+file's bytes; `make_seekable` copies a whole image folder that way (tar shards and Arrow
+datasets: `pimloader.datasets.make_seekable_shards`, `make_seekable_arrow`); `seek_info`
 says whether (and how) the decoder can seek in a file. pimloader's decoder then decodes a
 crop from the restart intervals around it instead of entropy-decoding the image from its
 start (docs/transforms.md, "Seekable JPEGs").
