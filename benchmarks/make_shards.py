@@ -6,11 +6,15 @@ Arrow datasets, with progress bars (tqdm, where installed).
     python -m benchmarks.make_shards coco ROOT ANNOTATIONS OUT
                                                         # COCO set -> jpg|png + json
                                                         # (the image's annotation list)
+    python -m benchmarks.make_shards images ROOT OUT --seekable
+                                                        # and OUT/shards-seekable
 
 Each writes OUT/shards/shard-NNNN.tar (`webdataset.ShardWriter`, `--shard-size` samples
 each, keys the sample's number) and OUT/arrow (`datasets.Dataset` with the file's bytes in an
 `Image(decode=False)` or `Audio(decode=False)` column and the label, or for COCO the
-annotations as a JSON string; `save_to_disk`). A folder written before is kept (a `done`
+annotations as a JSON string; `save_to_disk`); with `--seekable`, also
+OUT/shards-seekable, the shards' copy by `pimloader.datasets.make_seekable_shards` (JPEG
+members with restart markers, the same pixels). A folder written before is kept (a `done`
 file marks it). The makers of the sets themselves are make_dataset.py,
 make_speech_dataset.py and make_detection_dataset.py.
 """
@@ -21,7 +25,7 @@ import json
 import os
 from pathlib import Path
 
-from benchmarks.progress import bar
+from benchmarks.progress import bar, reporter
 
 KINDS = ("images", "speech", "coco")
 
@@ -69,6 +73,20 @@ def write_shards(kind: str, samples: list[tuple], out: Path, shard_size: int) ->
     return sorted(str(path) for path in out.glob("shard-*.tar"))
 
 
+def write_seekable_shards(urls: list[str], out: Path) -> list[str]:
+    """The seekable copy of the shards `urls` under `out` (written once); its paths, in the
+    same order."""
+    from pimloader.datasets import make_seekable_shards
+    if not (out / "done").exists():
+        progress, close_bar = reporter("seekable shards", unit="member")
+        try:
+            make_seekable_shards(urls, out, overwrite=True, progress=progress)
+        finally:
+            close_bar()
+        (out / "done").touch()
+    return [str(out / Path(url).name) for url in urls]
+
+
 def write_arrow(kind: str, samples: list[tuple], out: Path) -> Path:
     """The samples as a Hugging Face Arrow dataset at `out`, bytes embedded (written once)."""
     import datasets
@@ -90,12 +108,17 @@ def write_arrow(kind: str, samples: list[tuple], out: Path) -> Path:
     return out
 
 
-def make_shards(kind: str, root, out, annotations=None, shard_size: int = 100) -> dict:
-    """Shards and an Arrow dataset of the set at `root`: {"shards": [paths], "arrow": path}."""
+def make_shards(kind: str, root, out, annotations=None, shard_size: int = 100,
+                seekable: bool = False) -> dict:
+    """Shards and an Arrow dataset of the set at `root`: {"shards": [paths], "arrow": path},
+    and with `seekable` the shards' seekable copy ("seekable_shards": [paths])."""
     samples = samples_of(kind, Path(root), annotations)
     out = Path(out)
-    return {"shards": write_shards(kind, samples, out / "shards", shard_size),
+    made = {"shards": write_shards(kind, samples, out / "shards", shard_size),
             "arrow": write_arrow(kind, samples, out / "arrow")}
+    if seekable:
+        made["seekable_shards"] = write_seekable_shards(made["shards"], out / "shards-seekable")
+    return made
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -105,13 +128,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("root", help="the set's folder (COCO: its image folder)")
     parser.add_argument("paths", nargs="+", help="OUT, or for coco ANNOTATIONS OUT")
     parser.add_argument("--shard-size", type=int, default=100, help="samples per shard")
+    parser.add_argument("--seekable", action="store_true",
+                        help="also OUT/shards-seekable, the shards with their JPEG members "
+                             "rewritten with restart markers (make_seekable_shards)")
     args = parser.parse_args(argv)
     if len(args.paths) != (2 if args.kind == "coco" else 1):
         parser.error("coco takes ANNOTATIONS OUT; images and speech take OUT")
     annotations = args.paths[0] if args.kind == "coco" else None
-    made = make_shards(args.kind, args.root, args.paths[-1], annotations, args.shard_size)
+    made = make_shards(args.kind, args.root, args.paths[-1], annotations, args.shard_size,
+                       args.seekable)
     print(f"{len(made['shards'])} shards under {Path(made['shards'][0]).parent}, "
           f"Arrow dataset at {made['arrow']}")
+    if args.seekable:
+        print(f"seekable copies under {Path(made['seekable_shards'][0]).parent}")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,12 @@ shuffled, `--workers` workers, the same batch size:
 - "pimloader ArrowColumns": PIMDataLoader over `ArrowColumns(dataset, "image", "label")`,
   shuffled, with `T.Decode()` first.
 
+"local seekable" runs the local contenders again, every one over the same seekable copy of
+the shards (`pimloader.datasets.make_seekable_shards`, made once under `--data`: JPEG
+members rewritten losslessly with restart markers, the same pixels), so that the ratios
+compare loaders on identical inputs; pimloader's decoder then decodes each crop from the
+restart intervals around it. `--no-seekable` leaves it out.
+
 Over HTTP the shards are served by nginx (Debian's package; `python -m http.server` where it
 is absent) on a loopback port with `limit_rate` per connection (`--rate`, nginx's only
 bandwidth limit: each worker's stream is limited, not their sum).
@@ -29,7 +35,7 @@ bandwidth limit: each worker's stream is limited, not their sum).
 Contenders of one storage run in one process, one epoch each in rotating order, after
 `--warmup` epochs; figures are medians over `--epochs` epochs, with the load average.
 
-    python -m benchmarks.shards [--count 600] [--epochs 3] [--quick]
+    python -m benchmarks.shards [--count 600] [--epochs 3] [--quick] [--no-seekable]
 """
 from __future__ import annotations
 
@@ -58,7 +64,9 @@ PIM_SHARDS = "pimloader TarShards"
 DALI_WDS = "DALI webdataset"
 HF_TORCHVISION = "datasets + torchvision"
 PIM_ARROW = "pimloader ArrowColumns"
-BASELINES = {"local": WDS_TORCHVISION, "http": WDS_TORCHVISION, "arrow": HF_TORCHVISION}
+LOCAL = [WDS_TORCHVISION, PIM_WDS, PIM_SHARDS, DALI_WDS]
+BASELINES = {"local": WDS_TORCHVISION, "local seekable": WDS_TORCHVISION,
+             "http": WDS_TORCHVISION, "arrow": HF_TORCHVISION}
 
 
 # -- the data -----------------------------------------------------------------------------
@@ -68,6 +76,12 @@ def write_shards(photos: Path, out: Path, shard_size: int) -> list[str]:
     from benchmarks import make_shards
     return make_shards.write_shards("images", make_shards.samples_of("images", photos), out,
                                     shard_size)
+
+
+def write_seekable_shards(urls: list[str], out: Path) -> list[str]:
+    """The shards' seekable copy (JPEG members with restart markers), written once."""
+    from benchmarks import make_shards
+    return make_shards.write_seekable_shards(urls, out)
 
 
 def write_arrow(photos: Path, out: Path) -> Path:
@@ -206,9 +220,11 @@ def storage_runs(args, photos: Path) -> dict:
     from benchmarks.http_store import static_server
     urls = write_shards(photos, args.data / "shards", args.shard_size)
     runs = {}
-    plans = {"local": [WDS_TORCHVISION, PIM_WDS, PIM_SHARDS, DALI_WDS],
+    plans = {"local": LOCAL, "local seekable": LOCAL if args.seekable else None,
              "arrow": [HF_TORCHVISION, PIM_ARROW]}
     for storage, names in plans.items():
+        if names is None:
+            continue
         runs[storage] = run_storage(storage, names, _store(storage, urls, args, photos), args)
     shard_root = Path(urls[0]).parent
     with static_server(shard_root, args.data / "nginx", limit_rate=args.rate) as server:
@@ -222,6 +238,8 @@ def storage_runs(args, photos: Path) -> dict:
 
 
 def _store(storage: str, urls: list[str], args, photos: Path) -> dict:
+    if storage == "local seekable":
+        return {"urls": write_seekable_shards(urls, args.data / "shards-seekable")}
     if storage == "arrow":
         return {"arrow": write_arrow(photos, args.data / "arrow")} \
             if missing(HF_TORCHVISION) is None else {}
@@ -275,6 +293,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="nginx limit_rate per connection over HTTP (default 100m: 100 MB/s)")
     parser.add_argument("--data", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--no-seekable", dest="seekable", action="store_false",
+                        help="leave out the local contenders over the shards' seekable copy")
     parser.add_argument("--quick", action="store_true")
     return settle(parser.parse_args(argv), "shards", QUICK, data="shards")
 

@@ -53,3 +53,31 @@ def test_coco(tmp_path):
     assert [shards[i][1] for i in range(len(shards))] == want
     table = datasets.load_from_disk(str(made["arrow"]))
     assert [json.loads(row) for row in table["objects"]] == want
+
+
+def test_seekable_shards(tmp_path):
+    """--seekable: a copy of the shards whose JPEG members have restart markers and decode
+    (torchvision) to the files' pixels, the other members the files' bytes; written once."""
+    import torch
+    from torchvision.io import decode_image
+
+    from pimloader.decode import is_jpeg, seek_info
+    photos = make_imagenet_like(tmp_path / "photos", count=8, classes=2)
+    made = make_shards.make_shards("images", photos, tmp_path / "out", shard_size=3,
+                                   seekable=True)
+    copy = TarShards(made["seekable_shards"])
+    samples = ImageFolder(photos).samples
+    assert len(copy) == len(samples) and len(made["seekable_shards"]) == 3
+    for (data, label), (path, want) in zip(copy, samples):
+        assert label == want
+        if is_jpeg(file_bytes(path)):
+            assert seek_info(data) is not None
+            assert torch.equal(decode_image(torch.frombuffer(bytearray(data), dtype=torch.uint8)),
+                               decode_image(path))
+        else:
+            assert data == file_bytes(path)
+    stamp = (tmp_path / "out" / "shards-seekable" / "done").stat().st_mtime_ns
+    again = make_shards.make_shards("images", photos, tmp_path / "out", shard_size=3,
+                                    seekable=True)
+    assert again["seekable_shards"] == made["seekable_shards"]
+    assert (tmp_path / "out" / "shards-seekable" / "done").stat().st_mtime_ns == stamp

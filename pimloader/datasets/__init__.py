@@ -12,6 +12,9 @@ a target instead of calling the dataset's `__getitem__`, whatever the task.
 `shards`: tar shards (webdataset's format), local or over HTTP (`TarShards`, its source;
 `tar_scan`, `shard_members`, `shard_index`, `shard_reader`, `http` under it), and
 `shard_sampler`'s ShardOrderSampler, which keeps the reads of a shuffled epoch forward.
+`seekable_shards`, `seekable_arrow`: make_seekable_shards and make_seekable_arrow, seekable
+copies of local shards and of saved Arrow datasets (their JPEGs with restart markers,
+decode/seekable.py).
 `cache`: the encoded-sample cache, a source read through shared memory.
 Importing this package registers the adapters of all of them.
 """
@@ -23,6 +26,8 @@ from .http import HttpShardError, RetryPolicy
 from .index import PathIndex
 from .items import ItemsSource
 from .shard_members import write_sidecar
+from .seekable_arrow import make_seekable_arrow
+from .seekable_shards import make_seekable_shards
 from .shard_sampler import ShardOrderSampler
 from .shards import ShardMemberError, TarShards, TarShardSource
 from .source import EncodedSample, Source, register_source, registered_sources, source_of
@@ -31,4 +36,4 @@ __all__ = ["ArrowColumns", "ArrowSource", "AudioFolder", "AudioSource", "CocoDet
            "CocoSource", "EncodedSample", "FileSource", "HttpShardError", "ImageFolder",
            "ItemsSource", "PathIndex", "RetryPolicy", "ShardMemberError", "ShardOrderSampler",
            "Source", "TarShardSource", "TarShards", "register_source", "registered_sources",
-           "source_of", "write_sidecar"]
+           "make_seekable_arrow", "make_seekable_shards", "source_of", "write_sidecar"]

@@ -1,7 +1,9 @@
 """Seekable JPEGs: copies with restart markers, from which a crop decodes alone.
 
 `add_restart_markers` rewrites one JPEG losslessly (same DCT coefficients) with a restart
-marker every few MCUs; `make_seekable` copies a whole image folder that way; `seek_info`
+marker every few MCUs; `seekable_version` says what a seekable copy holds in place of any
+file's bytes; `make_seekable` copies a whole image folder that way (tar shards and Arrow
+datasets: `pimloader.datasets.make_seekable_shards`, `make_seekable_arrow`); `seek_info`
 says whether (and how) the decoder can seek in a file. pimloader's decoder then decodes a
 crop from the restart intervals around it instead of entropy-decoding the image from its
 start (docs/transforms.md, "Seekable JPEGs").
@@ -19,7 +21,8 @@ from pimloader._jpeg import ffi, lib
 from .errors import DecodeError, _check_pixels, _fail, _pixel_limit
 from .jpeg import _buffer, is_jpeg, read_header
 
-__all__ = ["SeekInfo", "seek_info", "add_restart_markers", "SeekableCopy", "make_seekable"]
+__all__ = ["SeekInfo", "seek_info", "add_restart_markers", "seekable_version", "SeekableCopy",
+           "make_seekable"]
 
 
 class SeekInfo(NamedTuple):
@@ -70,14 +73,39 @@ def add_restart_markers(data, max_interval: int = 4, name=None) -> bytes:
         lib.pl_jpeg_free(out[0])
 
 
+def seekable_version(data: bytes, max_interval: int = 4, name=None) -> Tuple[str, bytes]:
+    """What a seekable copy holds in place of `data`: ("transcoded", add_restart_markers'
+    copy) for a JPEG, ("copied", data) for anything else, ("unreadable", data) for a JPEG
+    that libjpeg cannot read whole (copied as it is, so that the loader's on_error treats
+    the copy as it treats the original)."""
+    if not is_jpeg(data):
+        return "copied", data
+    try:
+        return "transcoded", add_restart_markers(data, max_interval, name=name)
+    except DecodeError:
+        return "unreadable", data
+
+
 @dataclass
 class SeekableCopy:
-    """What make_seekable wrote."""
+    """What make_seekable (or make_seekable_shards, make_seekable_arrow) wrote."""
     transcoded: int         # JPEGs rewritten with restart markers
-    copied: int             # other files, copied as they are
-    unreadable: list        # JPEGs libjpeg could not read whole: copied as they are
+    copied: int             # other files (members, cells), copied as they are
+    unreadable: list        # JPEGs libjpeg could not read whole (their names): copied as
+                            # they are
     bytes_before: int       # of the transcoded JPEGs
     bytes_after: int
+
+    def count(self, kind: str, name: str, before: int, after: int) -> None:
+        """Adds one file's outcome (a kind of seekable_version)."""
+        if kind == "transcoded":
+            self.transcoded += 1
+            self.bytes_before += before
+            self.bytes_after += after
+        elif kind == "copied":
+            self.copied += 1
+        else:
+            self.unreadable.append(name)
 
 
 def make_seekable(source, destination, *, max_interval: int = 4, overwrite: bool = False,
@@ -98,10 +126,7 @@ def make_seekable(source, destination, *, max_interval: int = 4, overwrite: bool
     source, destination = os.fspath(source), os.fspath(destination)
     if not os.path.isdir(source):
         raise NotADirectoryError(f"make_seekable: {source!r} is not a directory")
-    if os.path.exists(destination) and not overwrite:
-        raise FileExistsError(f"make_seekable: {destination!r} exists (pass overwrite=True)")
-    if progress is not None and not callable(progress):
-        raise TypeError(f"make_seekable: progress must be callable or None, not {progress!r}")
+    check_copy_arguments("make_seekable", destination, overwrite, progress)
     jobs = []
     for folder, _, files in os.walk(source):
         target_folder = os.path.join(destination, os.path.relpath(folder, source))
@@ -112,37 +137,30 @@ def make_seekable(source, destination, *, max_interval: int = 4, overwrite: bool
     with ThreadPoolExecutor(max_workers=threads or os.cpu_count() or 1) as pool:
         for done, outcome in enumerate(
                 pool.map(lambda job: _copy_seekable(*job, max_interval), jobs), 1):
-            _count(report, *outcome)
+            report.count(*outcome)
             if progress is not None:
                 progress(done, len(jobs))
     return report
 
 
-def _count(report: SeekableCopy, kind: str, path: str, before: int, after: int) -> None:
-    if kind == "transcoded":
-        report.transcoded += 1
-        report.bytes_before += before
-        report.bytes_after += after
-    elif kind == "copied":
-        report.copied += 1
-    else:
-        report.unreadable.append(path)
+def check_copy_arguments(caller: str, destination: str, overwrite: bool, progress) -> None:
+    """The checks every seekable copy makes of its destination and progress callback."""
+    if os.path.exists(destination) and not overwrite:
+        raise FileExistsError(f"{caller}: {destination!r} exists (pass overwrite=True)")
+    if progress is not None and not callable(progress):
+        raise TypeError(f"{caller}: progress must be callable or None, not {progress!r}")
 
 
 def _copy_seekable(path: str, target: str, max_interval: int) -> tuple:
     """(what was done, path, bytes before, bytes after) for one file."""
     data = _read_file(path)
-    if not is_jpeg(data):
+    kind, rewritten = seekable_version(data, max_interval, path)
+    if kind != "transcoded":
         shutil.copyfile(path, target)
-        return "copied", path, 0, 0
-    try:
-        rewritten = add_restart_markers(data, max_interval, name=path)
-    except DecodeError:
-        shutil.copyfile(path, target)
-        return "unreadable", path, 0, 0
+        return kind, path, 0, 0
     with open(target, "wb") as file:
         file.write(rewritten)
-    return "transcoded", path, len(data), len(rewritten)
+    return kind, path, len(data), len(rewritten)
 
 
 def _read_file(path) -> bytes:
