@@ -199,7 +199,7 @@ def test_detection_is_asked_before_classification_for_its_specificity():
 
 def test_cache_bytes_says_when_no_task_reads_encoded_files(clips, clip_task):
     with pytest.warns(UserWarning, match="cache_bytes applies only to datasets read as encoded "
-                                         "files on the native path \\(a COCO detection set;"):
+                                         "files on the native path \\(a COCO detection set,"):
         PIMDataLoader(clips, batch_size=2, cache_bytes=1 << 20)
 
 

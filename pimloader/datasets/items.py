@@ -138,6 +138,10 @@ class BoxedItems(Source):
     def with_transforms(self, transforms) -> "BoxedItems":
         return BoxedItems(self.items, transforms)
 
+    def with_items(self, items: Source) -> "BoxedItems":
+        """These transforms over other items (an IterableDataset's batch: BatchItems)."""
+        return BoxedItems(items, self.transform)
+
     def __len__(self) -> int:
         return len(self.items)
 
@@ -174,7 +178,9 @@ class IteratedItems(Source):
     `.to_tuple("jpg;png", "cls")`, a stream of blobs): no index, no length. Each process
     iterates its own copy of the dataset, as under torch; a producer pulls one batch of
     items at a time and reads them through a `BatchItems` (`fields`: what the transform
-    after Decode says they are)."""
+    after Decode says they are, since no item is read before the loader iterates: images
+    or clips with labels, or images with detection targets, whose items BoxedItems reads
+    as for a map-style dataset)."""
 
     encoded_items = True
     iterated = True
@@ -192,7 +198,10 @@ class IteratedItems(Source):
 
 class BatchItems(Source):
     """One batch of items pulled from an iterator, as a source of that many samples:
-    sample i is the batch's i-th item, named by its place in the iterator's stream."""
+    sample i is the batch's i-th item, named by its place in the iterator's stream. An item
+    whose target is not what `fields` says (a detection target where the transform has no
+    step on boxes, or the other way round) is a TypeError naming it: the task was chosen
+    by the transform, and the other task's output would be wrong, not just slow."""
 
     encoded_items = True
 
@@ -218,10 +227,23 @@ class BatchItems(Source):
         if not _is_pair(item) or not is_encoded(item[0]):
             raise TypeError(f"{self.name(index)} is {_describe(item)}, not an (encoded bytes, "
                             f"target) pair, as the transform's Decode step needs")
+        if _target_field(item[1]) not in self.fields:
+            raise TypeError(f"{self.name(index)}: {_TARGET_MISMATCH[_target_field(item[1])]}")
         return EncodedSample(encoded_bytes(item[0]), item[1], self.name(index))
 
     def key(self, index: int) -> bytes:
         return self.name(index).encode()
+
+
+_TARGET_MISMATCH = {
+    "boxes": "its target holds tv_tensors.BoundingBoxes, but the transform has no step on "
+             "boxes, which is how the loader tells an IterableDataset of detection samples: "
+             "add one (T.SanitizeBoundingBoxes(), or T.ClampBoundingBoxes() where no box may "
+             "be dropped) for the detection pipeline, whose transforms move the boxes",
+    "label": "its target holds no tv_tensors.BoundingBoxes, but the transform has a step on "
+             "boxes (a detection pipeline): give each item a torchvision detection target "
+             "(a dict with a BoundingBoxes)",
+}
 
 
 def _describe(item) -> str:

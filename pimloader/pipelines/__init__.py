@@ -2,9 +2,12 @@
 samples to a backend's fused kernel, writing into the batch slot.
 
 `classification`: encoded images with labels (folders, lists of paths, tar shards, Arrow
-columns, bytes under T.Decode) -> fixed-size image batches.
-`detection`: COCO sets -> (image, target) samples, images from the fused kernel.
-`audio`: encoded clips with labels (AudioFolders, bytes under T.Decode) -> features.
+columns, bytes under T.Decode, from a Dataset or an IterableDataset) -> fixed-size image
+batches.
+`detection`: COCO sets, images as bytes with torchvision targets under T.Decode (a list, a
+Dataset, an IterableDataset) -> (image, target) samples, images from the fused kernel.
+`audio`: encoded clips with labels (AudioFolders, bytes under T.Decode, from a Dataset or
+an IterableDataset) -> features.
 `in_memory`: images a dataset returns as uint8 tensors, through the same kernel.
 `python_transform`: the loader's transform as Python (the fallback).
 
@@ -16,7 +19,10 @@ from pimloader.loader.tasks import Task, register_task
 from . import audio, classification, detection, in_memory, python_transform
 
 register_task(Task("detection", detection.takes, detection.build, specificity=30,
-                   reads_encoded_files=True, describes="a COCO detection set"))
+                   reads_encoded_files=True,
+                   describes="a COCO detection set, or images as bytes with torchvision "
+                             "detection targets under T.Decode() (a list, a Dataset, an "
+                             "IterableDataset), with v2 joint transforms"))
 register_task(Task("classification", classification.takes, classification.build,
                    specificity=20, reads_encoded_files=True,
                    describes="encoded images with labels (an ImageFolder / DatasetFolder, a "

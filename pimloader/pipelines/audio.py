@@ -46,13 +46,19 @@ class AudioClips(SourcedPipeline):
     backend: Any = CPU                      # backends.select.BackendSpec of the feature runs
 
     def make_producer(self, context):
+        """A producer of this loader's batches; over an IterableDataset of (bytes, label)
+        items, one over each batch of them (None: an unbatched loader takes torch's path)."""
         if context.is_iterable:
-            return None
-        router = context.resources.get(Backends).router(self.backend)
-        fetcher = AudioFetcher(self, context.auto_collation, router)
-        producer = BatchProducer(fetcher, context.collate_fn, context.auto_collation,
-                                 context.writer)
-        return self.counted(producer)
+            return self.iterated_batches(context, lambda items: self.producer_over(
+                context, dataclasses.replace(self, reader=items)))
+        return self.counted(self.producer_over(context, self))
+
+    def producer_over(self, context, pipeline: "AudioClips"):
+        """The producer of batches of `pipeline`'s reader's samples."""
+        router = context.resources.get(Backends).router(pipeline.backend)
+        fetcher = AudioFetcher(pipeline, context.auto_collation, router)
+        return BatchProducer(fetcher, context.collate_fn, context.auto_collation,
+                             context.writer)
 
     def kernel_backend(self) -> tuple[str, bool]:
         return (self.backend.kind, self.backend.decode) if self.fused is not None else ("", False)

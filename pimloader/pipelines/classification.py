@@ -26,7 +26,7 @@ from pimloader.loader.produce import BatchProducer, Produced
 
 from .images import DecodeBuffers, DecodeCounts, ImagePipeline, lookup_table
 from .runs import RunBatcher
-from .sourced import IteratedBatches, SourcedPipeline, reader_for, sourced
+from .sourced import SourcedPipeline, reader_for, sourced
 
 
 @dataclass
@@ -34,15 +34,12 @@ class EncodedImages(SourcedPipeline):
     """The loader's pipeline for encoded image datasets (picklable: it goes to workers)."""
 
     images: ImagePipeline
-    iterated: bool = False   # the dataset is an IterableDataset of encoded items
 
     def make_producer(self, context):
         """A producer of this loader's batches (None for torch's path: an IterableDataset
         that is not of encoded items under Decode, or an unbatched one)."""
         if context.is_iterable:
-            if not self.iterated:
-                return None
-            return IteratedBatches.over(context, IMAGE_LABEL, lambda items: self.producer_over(
+            return self.iterated_batches(context, lambda items: self.producer_over(
                 context, dataclasses.replace(self.images, reader=items)))
         return self.counted(self.producer_over(context, self.images))
 
@@ -245,5 +242,4 @@ def build(dataset, transform, options) -> EncodedImages | None:
     reader = reader_for(view.source, options)
     return EncodedImages(ImagePipeline(
         reader, plan, lut, bool(reduced_dct), options.on_error == "skip",
-        options.memory_format == torch.channels_last, resolve(options)),
-        iterated=getattr(view.source, "iterated", False))
+        options.memory_format == torch.channels_last, resolve(options)))

@@ -24,7 +24,7 @@ meets fixed-size samples.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -67,14 +67,20 @@ class Detection(SourcedPipeline):
             self.read = self.source.reader
 
     def make_producer(self, context):
+        """A producer of this loader's batches; over an IterableDataset of (bytes, target)
+        items, one over each batch of them (None: an unbatched loader takes torch's path)."""
         if context.is_iterable:
-            return None
-        router = context.resources.get(Backends).router(self.backend)
-        fetcher = DetectionFetcher(self, context.auto_collation, router,
+            return self.iterated_batches(context, lambda items: self.producer_over(
+                context, replace(self, source=self.source.with_items(items), read=items)))
+        return self.counted(self.producer_over(context, self))
+
+    def producer_over(self, context, pipeline: "Detection"):
+        """The producer of batches of `pipeline`'s samples."""
+        router = context.resources.get(Backends).router(pipeline.backend)
+        fetcher = DetectionFetcher(pipeline, context.auto_collation, router,
                                    context.collate_fn if context.auto_collation else None)
-        producer = BatchProducer(fetcher, context.collate_fn, context.auto_collation,
-                                 context.writer)
-        return self.counted(producer)
+        return BatchProducer(fetcher, context.collate_fn, context.auto_collation,
+                             context.writer)
 
     def kernel_backend(self) -> tuple[str, bool]:
         return (self.backend.kind, self.backend.decode) if self.on_probe is not None else ("", False)

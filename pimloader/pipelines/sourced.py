@@ -7,6 +7,10 @@ bytes (tar members, Arrow cells, a list of bytes) the transform starts with `Dec
 which the view takes off: the task decodes the bytes natively instead (`view.decode` keeps
 its arguments). A transform of image ops given to such a dataset without `Decode()` first is
 a ValueError that says so, at construction, rather than a TypeError inside torchvision.
+An IterableDataset's items are not read before the loader iterates: there the steps after
+Decode say what the items are (images or clips with labels, or, with a step on boxes,
+images with detection targets), and each process's producer reads them a batch at a time
+(`IteratedBatches`, for every task alike).
 
 A task gets its reader here too: `reader_for(source, options)` is the source itself, or with `cache_bytes`
 a `CachedReader` over it (datasets/cache.py: the encoded-sample cache in shared memory).
@@ -25,13 +29,14 @@ from torch.utils.data import IterableDataset
 from pimloader.datasets.cache import CachedReader, SampleCache
 from pimloader.datasets.cluster_cache import ClusterCache, ClusterReader
 from pimloader.datasets.items import BatchItems, ItemsSource, IteratedItems
-from pimloader.datasets.source import Source, source_of
+from pimloader.datasets.source import (AUDIO_LABEL, IMAGE_BOXES, IMAGE_LABEL, Source,
+                                       source_of)
 from pimloader.loader.produce import Pipeline, Produced
 from pimloader.loader.tasks import once_per_lookup
 from pimloader.options import ClusterScope
-from pimloader.transforms.registry import (COLOUR, DECODE, ELEMENTWISE, GEOMETRY, MASK,
-                                           SPECTROGRAM, TO_DB, TO_IMAGE, WAVEFORM, flatten,
-                                           given_once, op_of)
+from pimloader.transforms.registry import (BOXES, COLOUR, DECODE, ELEMENTWISE, GEOMETRY,
+                                           MASK, SPECTROGRAM, TO_DB, TO_IMAGE, WAVEFORM,
+                                           flatten, given_once, op_of)
 
 # the roles of ops that take decoded images: given bytes they fail inside torchvision
 _IMAGE_ROLES = frozenset({TO_IMAGE, GEOMETRY, COLOUR, ELEMENTWISE})
@@ -56,10 +61,10 @@ def sourced(dataset, transform) -> SourceView | None:
     image ops over encoded items with no Decode step first."""
     steps = flatten(transform)
     if steps and _is_decode(steps[0]) and isinstance(dataset, IterableDataset):
-        medium = _medium_of(steps[1:])
-        if medium is None:
+        fields = _stream_fields(steps[1:])
+        if fields is None:
             return None
-        return SourceView(IteratedItems({medium, "label"}), _composed(steps[1:]), steps[0],
+        return SourceView(IteratedItems(fields), _composed(steps[1:]), steps[0],
                           given=transform)
     if steps and _is_decode(steps[0]):
         source = source_of(dataset)
@@ -81,14 +86,18 @@ def sourced(dataset, transform) -> SourceView | None:
     return SourceView(source, transform, own_transform=own, given=transform)
 
 
-def _medium_of(steps: list) -> str | None:
-    """What the steps after Decode take: "image" or "audio" (None: no step says)."""
-    for step in steps:
-        op = op_of(step)
-        if op is not None and op.role in _IMAGE_ROLES:
-            return "image"
-        if op is not None and op.role in _AUDIO_ROLES:
-            return "audio"
+def _stream_fields(steps: list) -> frozenset | None:
+    """What an IterableDataset's items are, as the steps after Decode say (no item is read
+    before the loader iterates): images with detection targets where a step works on boxes
+    (SanitizeBoundingBoxes, ClampBoundingBoxes, ConvertBoundingBoxFormat), else images or
+    clips with labels; None when no step says. BatchItems holds each item to it."""
+    roles = {op.role for op in map(op_of, steps) if op is not None}
+    if BOXES in roles:
+        return IMAGE_BOXES
+    if roles & _IMAGE_ROLES:
+        return IMAGE_LABEL
+    if roles & _AUDIO_ROLES:
+        return AUDIO_LABEL
     return None
 
 
@@ -136,6 +145,16 @@ class SourcedPipeline(Pipeline):
     def source_reader(self):
         """The reader `reader_for` gave this pipeline."""
         raise NotImplementedError
+
+    def iterated_batches(self, context, make: Callable[[BatchItems], Any]):
+        """The producer of a loader over an IterableDataset: IteratedBatches, `make(items)`
+        being the task's map-style producer over a BatchItems of its reader's fields; None
+        (torch's path) when the reader is not an IterableDataset's items (IteratedItems)
+        or the loader is unbatched."""
+        reader = self.source_reader()
+        if not getattr(reader, "iterated", False):
+            return None
+        return IteratedBatches.over(context, reader.fields, make)
 
     @property
     def cache(self) -> SampleCache | None:
@@ -187,7 +206,8 @@ class IteratedBatches:
     """The producer of a task over an IterableDataset of encoded items: it pulls one batch
     of items from the process's iterator (torch's IterableFetcher: its end and drop_last),
     holds them in a `BatchItems`, and has the task's map-style producer, made once over
-    that source, make the batch from samples 0..n-1. The iterator stays the fetcher's, so
+    that source, make the batch from samples 0..n-1 (classification's, detection's or
+    audio's alike: `SourcedPipeline.iterated_batches`). The iterator stays the fetcher's, so
     resume snapshots and replays it as for any IterableDataset."""
 
     def __init__(self, fetcher, items: BatchItems, producer) -> None:
