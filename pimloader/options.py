@@ -111,6 +111,7 @@ class PipelineOptions:
     cache_bytes: int = 0
     decode_on_dpu: object = "auto"
     cache_scope: object = "loader"   # or a ClusterScope (cache_scope_of)
+    batched: bool = True             # batch_size is not None (samples come in batches)
 
     def __post_init__(self) -> None:
         if (isinstance(self.cache_bytes, bool) or not isinstance(self.cache_bytes, int)

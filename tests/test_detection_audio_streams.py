@@ -25,7 +25,7 @@ from pimloader import transforms as T
 from pimloader.datasets import AudioFolder
 from test_audio_pipeline import assert_close_features
 from test_decode_step import (DecodedBoxes, Stream, as_lists, audio_steps, boxed_items,
-                              detection_steps)
+                              detection_steps, train_steps)
 from test_decode_step import clips, pairs, photos  # noqa: F401 - its fixtures
 
 AF = pytest.importorskip("torchaudio.functional")
@@ -267,6 +267,20 @@ def test_box_targets_under_a_transform_without_box_steps_are_named(pairs):
     boxed = T.Compose([*transform.transforms, v2.ClampBoundingBoxes()])
     assert len(list(PIMDataLoader(Stream(boxed_items(pairs)), transform=boxed, batch_size=3,
                                   collate_fn=as_lists))) == 6
+
+
+@pytest.mark.parametrize("kind", ["classification", *sorted(KINDS)])
+def test_an_unbatched_stream_under_decode_is_refused(pairs, clip_items, kind):
+    """batch_size=None over encoded items under T.Decode(): the native path transforms a
+    batch at a time, and torch's unbatched path would hand out the raw bytes with the
+    transform silently left out, so the loader refuses it when it is made."""
+    if kind == "classification":
+        items, transform = pairs, T.Compose([T.Decode(), *train_steps()])
+    else:
+        make_items, make_transform, _, _ = KINDS[kind]
+        items, transform = make_items(pairs, clip_items), make_transform()
+    with pytest.raises(ValueError, match=r"batch_size=None over an IterableDataset"):
+        PIMDataLoader(Stream(items), transform=transform, batch_size=None)
 
 
 # -- resume ----------------------------------------------------------------------------------

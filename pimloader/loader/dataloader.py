@@ -99,7 +99,8 @@ class PIMDataLoader(DataLoader[_T_co]):
             raise ValueError("cache_scope='cluster' needs in_order=True (its staging is "
                              "reclaimed in delivery order) and no share_with")
         options = PipelineOptions(backend, on_error, reduced_dct, memory_format, nr_dpus,
-                                  nr_tasklets, dpu_profile, cache_bytes, decode_on_dpu, scope)
+                                  nr_tasklets, dpu_profile, cache_bytes, decode_on_dpu, scope,
+                                  batched=self.batch_size is not None)
         _group.check_share_arguments(share_with, share_jobs)
         check_transform(transform)
         self._on_error = on_error

@@ -127,6 +127,12 @@ def _refuse_undecoded(source, steps: list) -> None:
 def reader_for(source, options):
     """How a pipeline reads `source`'s samples: through the encoded-sample cache when the
     loader has `cache_bytes`, else from the source itself."""
+    if getattr(source, "iterated", False) and not options.batched:
+        raise ValueError(
+            "batch_size=None over an IterableDataset of encoded items under T.Decode(): "
+            "pimloader transforms such items a batch at a time; give batch_size=N, or map "
+            "the transform over the dataset yourself (e.g. webdataset's .map_tuple) and "
+            "pass no transform")
     if not options.cache_bytes:
         return source
     if getattr(source, "iterated", False):
