@@ -87,6 +87,16 @@ def write_seekable_shards(urls: list[str], out: Path) -> list[str]:
     return [str(out / Path(url).name) for url in urls]
 
 
+def write_seekable_arrow(source: Path, out: Path) -> Path:
+    """The seekable copy of the Arrow dataset at `source` (JPEG cells with restart
+    markers) at `out`, written once."""
+    from pimloader.datasets import make_seekable_arrow
+    if not (out / "done").exists():
+        make_seekable_arrow(source, out, overwrite=True)
+        (out / "done").touch()
+    return out
+
+
 def write_arrow(kind: str, samples: list[tuple], out: Path) -> Path:
     """The samples as a Hugging Face Arrow dataset at `out`, bytes embedded (written once)."""
     import datasets

@@ -26,7 +26,8 @@ shuffled, `--workers` workers, the same batch size:
 the shards (`pimloader.datasets.make_seekable_shards`, made once under `--data`: JPEG
 members rewritten losslessly with restart markers, the same pixels), so that the ratios
 compare loaders on identical inputs; pimloader's decoder then decodes each crop from the
-restart intervals around it. `--no-seekable` leaves it out.
+restart intervals around it. "arrow seekable" does the same for the Arrow dataset
+(`pimloader.datasets.make_seekable_arrow`). `--no-seekable` leaves both out.
 
 Over HTTP the shards are served by nginx (Debian's package; `python -m http.server` where it
 is absent) on a loopback port with `limit_rate` per connection (`--rate`, nginx's only
@@ -66,7 +67,7 @@ HF_TORCHVISION = "datasets + torchvision"
 PIM_ARROW = "pimloader ArrowColumns"
 LOCAL = [WDS_TORCHVISION, PIM_WDS, PIM_SHARDS, DALI_WDS]
 BASELINES = {"local": WDS_TORCHVISION, "local seekable": WDS_TORCHVISION,
-             "http": WDS_TORCHVISION, "arrow": HF_TORCHVISION}
+             "http": WDS_TORCHVISION, "arrow": HF_TORCHVISION, "arrow seekable": HF_TORCHVISION}
 
 
 # -- the data -----------------------------------------------------------------------------
@@ -221,7 +222,8 @@ def storage_runs(args, photos: Path) -> dict:
     urls = write_shards(photos, args.data / "shards", args.shard_size)
     runs = {}
     plans = {"local": LOCAL, "local seekable": LOCAL if args.seekable else None,
-             "arrow": [HF_TORCHVISION, PIM_ARROW]}
+             "arrow": [HF_TORCHVISION, PIM_ARROW],
+             "arrow seekable": [HF_TORCHVISION, PIM_ARROW] if args.seekable else None}
     for storage, names in plans.items():
         if names is None:
             continue
@@ -240,9 +242,14 @@ def storage_runs(args, photos: Path) -> dict:
 def _store(storage: str, urls: list[str], args, photos: Path) -> dict:
     if storage == "local seekable":
         return {"urls": write_seekable_shards(urls, args.data / "shards-seekable")}
-    if storage == "arrow":
-        return {"arrow": write_arrow(photos, args.data / "arrow")} \
-            if missing(HF_TORCHVISION) is None else {}
+    if storage.startswith("arrow"):
+        if missing(HF_TORCHVISION) is not None:
+            return {}
+        arrow = write_arrow(photos, args.data / "arrow")
+        if storage == "arrow seekable":
+            from benchmarks import make_shards
+            arrow = make_shards.write_seekable_arrow(arrow, args.data / "arrow-seekable")
+        return {"arrow": arrow}
     return {"urls": urls}
 
 

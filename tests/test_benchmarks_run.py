@@ -158,10 +158,11 @@ def test_audio_quick(tmp_path):
 
 def test_shards_quick(tmp_path):
     """Every contender over shards (local, their seekable copy, nginx or http.server) and
-    the Arrow table reads the whole set each epoch; the seekable run's contenders are the
-    local ones, over shards whose JPEG members all have restart markers."""
+    the Arrow table (and its seekable copy) reads the whole set each epoch; the seekable
+    runs' contenders are those of the plain ones, over shards and cells whose JPEGs all
+    have restart markers."""
     pytest.importorskip("webdataset")
-    pytest.importorskip("datasets")
+    datasets = pytest.importorskip("datasets")
     from benchmarks import shards
     from pimloader import TarShards
     from pimloader.decode import is_jpeg, seek_info
@@ -169,13 +170,18 @@ def test_shards_quick(tmp_path):
     shards.main(["--quick", "--out", str(out), "--data", str(tmp_path / "data")])
     results = json.loads(out.read_text())
     runs = results["runs"]
-    assert set(runs) == {"local", "local seekable", "http", "arrow"}
-    assert [row["contender"] for row in runs["local seekable"]["rows"]] == \
-        [row["contender"] for row in runs["local"]["rows"]]
+    assert set(runs) == {"local", "local seekable", "http", "arrow", "arrow seekable"}
+    for storage in ("local", "arrow"):
+        assert [row["contender"] for row in runs[f"{storage} seekable"]["rows"]] == \
+            [row["contender"] for row in runs[storage]["rows"]]
     copy = TarShards(sorted(map(str, (tmp_path / "data" / "shards-seekable").glob("*.tar"))))
     images = [copy[index][0] for index in range(len(copy))]
     assert len(images) == results["count"]
     assert all(seek_info(data) is not None for data in images if is_jpeg(data))
+    table = datasets.load_from_disk(str(tmp_path / "data" / "arrow-seekable"))
+    cells = [cell["bytes"] for cell in table.cast_column("image", datasets.Image(decode=False))["image"]]
+    assert len(cells) == results["count"]
+    assert all(seek_info(data) is not None for data in cells if is_jpeg(data))
     for run in runs.values():
         names = {row["contender"] for row in run["rows"]}
         assert any(name.startswith("pimloader") for name in names)
