@@ -26,8 +26,9 @@ shuffled, `--workers` workers, the same batch size:
 the shards (`pimloader.datasets.make_seekable_shards`, made once under `--data`: JPEG
 members rewritten losslessly with restart markers, the same pixels), so that the ratios
 compare loaders on identical inputs; pimloader's decoder then decodes each crop from the
-restart intervals around it. "arrow seekable" does the same for the Arrow dataset
-(`pimloader.datasets.make_seekable_arrow`). `--no-seekable` leaves both out.
+restart intervals around it. "http seekable" serves that copy as "http" serves the shards,
+and "arrow seekable" does the same for the Arrow dataset
+(`pimloader.datasets.make_seekable_arrow`). `--no-seekable` leaves these out.
 
 Over HTTP the shards are served by nginx (Debian's package; `python -m http.server` where it
 is absent) on a loopback port with `limit_rate` per connection (`--rate`, nginx's only
@@ -67,7 +68,8 @@ HF_TORCHVISION = "datasets + torchvision"
 PIM_ARROW = "pimloader ArrowColumns"
 LOCAL = [WDS_TORCHVISION, PIM_WDS, PIM_SHARDS, DALI_WDS]
 BASELINES = {"local": WDS_TORCHVISION, "local seekable": WDS_TORCHVISION,
-             "http": WDS_TORCHVISION, "arrow": HF_TORCHVISION, "arrow seekable": HF_TORCHVISION}
+             "http": WDS_TORCHVISION, "http seekable": WDS_TORCHVISION,
+             "arrow": HF_TORCHVISION, "arrow seekable": HF_TORCHVISION}
 
 
 # -- the data -----------------------------------------------------------------------------
@@ -218,7 +220,6 @@ def with_ratios(rows: list[dict], baseline: str) -> list[dict]:
 
 def storage_runs(args, photos: Path) -> dict:
     """{storage: its contenders' rows (or why a contender is missing)}."""
-    from benchmarks.http_store import static_server
     urls = write_shards(photos, args.data / "shards", args.shard_size)
     runs = {}
     plans = {"local": LOCAL, "local seekable": LOCAL if args.seekable else None,
@@ -228,15 +229,25 @@ def storage_runs(args, photos: Path) -> dict:
         if names is None:
             continue
         runs[storage] = run_storage(storage, names, _store(storage, urls, args, photos), args)
-    shard_root = Path(urls[0]).parent
-    with static_server(shard_root, args.data / "nginx", limit_rate=args.rate) as server:
-        http_urls = [f"{server.url}/{Path(url).name}" for url in urls]
-        runs["http"] = run_storage("http", [WDS_TORCHVISION, PIM_WDS, PIM_SHARDS],
-                                   {"urls": http_urls,
-                                    "server": server.kind + (f" limit_rate {args.rate}" if
-                                                             server.kind == "nginx" else
-                                                             " (no rate limit)")}, args)
+    served = {"http": urls}
+    if args.seekable:
+        served["http seekable"] = write_seekable_shards(urls, args.data / "shards-seekable")
+    for storage, shard_paths in served.items():
+        runs[storage] = http_run(storage, shard_paths, args)
     return runs
+
+
+def http_run(storage: str, shard_paths: list[str], args) -> dict:
+    """The HTTP contenders over `shard_paths` served by nginx (or http.server) at the rate."""
+    from benchmarks.http_store import static_server
+    shard_root = Path(shard_paths[0]).parent
+    with static_server(shard_root, args.data / f"nginx-{shard_root.name}",
+                       limit_rate=args.rate) as server:
+        http_urls = [f"{server.url}/{Path(url).name}" for url in shard_paths]
+        kind = server.kind + (f" limit_rate {args.rate}" if server.kind == "nginx" else
+                              " (no rate limit)")
+        return run_storage(storage, [WDS_TORCHVISION, PIM_WDS, PIM_SHARDS],
+                           {"urls": http_urls, "server": kind}, args)
 
 
 def _store(storage: str, urls: list[str], args, photos: Path) -> dict:

@@ -170,8 +170,9 @@ def test_shards_quick(tmp_path):
     shards.main(["--quick", "--out", str(out), "--data", str(tmp_path / "data")])
     results = json.loads(out.read_text())
     runs = results["runs"]
-    assert set(runs) == {"local", "local seekable", "http", "arrow", "arrow seekable"}
-    for storage in ("local", "arrow"):
+    assert set(runs) == {"local", "local seekable", "http", "http seekable", "arrow",
+                         "arrow seekable"}
+    for storage in ("local", "http", "arrow"):
         assert [row["contender"] for row in runs[f"{storage} seekable"]["rows"]] == \
             [row["contender"] for row in runs[storage]["rows"]]
     copy = TarShards(sorted(map(str, (tmp_path / "data" / "shards-seekable").glob("*.tar"))))
