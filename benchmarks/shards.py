@@ -35,7 +35,9 @@ is absent) on a loopback port with `limit_rate` per connection (`--rate`, nginx'
 bandwidth limit: each worker's stream is limited, not their sum).
 
 Contenders of one storage run in one process, one epoch each in rotating order, after
-`--warmup` epochs; figures are medians over `--epochs` epochs, with the load average.
+`--warmup` epochs; figures are medians over `--epochs` epochs, with the load average, and
+the CPU time per image of the benchmark process and all its children (workers, nginx;
+benchmarks/cpu_time.py), the figure that load stretches least.
 
     python -m benchmarks.shards [--count 600] [--epochs 3] [--quick] [--no-seekable]
 """
@@ -50,6 +52,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
+from benchmarks.cpu_time import CpuClock
 from benchmarks.harness import (RunWindow, close_loader, interleaved, local_date, machine,
                                 run_benchmark, settle, warnings_once)
 from benchmarks.make_dataset import make_imagenet_like
@@ -196,18 +199,23 @@ def measure(names: list[str], store: dict, args) -> list[dict]:
     """Images/s of each contender, epochs interleaved, medians after the warm-up."""
     loaders = {name: make_loader(name, store, args) for name in names}
     seconds: dict[str, list[float]] = {name: [] for name in names}
+    cpu: dict[str, list[float]] = {name: [] for name in names}
     counts: dict[str, int] = {}
     try:
         for round_index in range(args.warmup + args.epochs):
             for name in interleaved(names, round_index):
+                clock = CpuClock().start()
                 elapsed, counts[name] = run_epoch(loaders[name])
+                used = clock.elapsed()
                 if round_index >= args.warmup:
                     seconds[name].append(elapsed)
+                    cpu[name].append(used)
     finally:
         for loader in loaders.values():
             close_loader(loader)
     return [{"contender": name, "samples": counts[name], "epoch_s": seconds[name],
-             "images_per_s": counts[name] / statistics.median(seconds[name])}
+             "images_per_s": counts[name] / statistics.median(seconds[name]),
+             "cpu_ms_per_image": 1e3 * statistics.median(cpu[name]) / counts[name]}
             for name in names]
 
 
@@ -292,7 +300,8 @@ def report(results: dict) -> None:
               f"{', ' + run_['server'] if run_.get('server') else ''})")
         for row in run_["rows"]:
             ratio = "" if row["vs_baseline"] is None else f"  {row['vs_baseline']:.2f}x"
-            print(f"  {row['contender']:34s} {row['images_per_s']:8.1f} img/s{ratio}")
+            print(f"  {row['contender']:34s} {row['images_per_s']:8.1f} img/s{ratio}"
+                  f"  ({row['cpu_ms_per_image']:.2f} ms CPU per image)")
         for name, why in run_["missing"].items():
             print(f"  {name:34s} not run: {why}")
 
