@@ -719,6 +719,28 @@ static void emit_image(const pim_sample_t *s, const uint8_t *image, uint32_t cha
     }
 }
 
+static void swap_bytes(uint8_t *a, uint8_t *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t t = a[i];
+        a[i] = b[i];
+        b[i] = t;
+    }
+}
+
+/* An h x w image of `channels` flipped as `flags` (PIM_FLAG_HFLIP / VFLIP) say. */
+static void flip_in_place(uint8_t *image, uint32_t h, uint32_t w, uint32_t channels,
+                          uint32_t flags)
+{
+    const size_t row = (size_t)w * channels;
+    for (uint32_t y = 0; (flags & PIM_FLAG_HFLIP) && y < h; y++)
+        for (uint32_t a = 0, b = w - 1; a < b; a++, b--)
+            swap_bytes(image + y * row + (size_t)a * channels,
+                       image + y * row + (size_t)b * channels, channels);
+    for (uint32_t a = 0, b = h - 1; (flags & PIM_FLAG_VFLIP) && a < b; a++, b--)
+        swap_bytes(image + a * row, image + b * row, row);
+}
+
 /* The decoded image of sample s (inside its padded extension when it pads). */
 static pim_source_t decoded_image(const pim_sample_t *s, const pim_extra_t *e,
                                   const uint8_t *src)
@@ -812,10 +834,15 @@ static void run_one(const pim_sample_t *s, const pim_extra_t *e, const uint8_t *
         return;
     }
     run_sample(&view, src, tables, lut, NULL, pitch, sc->image, sc);
+    /* the colour ops get the flipped image, as torchvision's do: a value's place in torch's
+     * loops, and the order of contrast's sum, are the flipped image's */
+    flip_in_place(sc->image, s->out_h, s->out_w, view.channels, s->flags);
     const uint32_t channels =
         pim_colour_apply(e, sc->image, (size_t)s->out_h * s->out_w, view.channels, sc->gray,
                          pim_cpu_simd_level());
-    emit_image(s, sc->image, channels, lut, dst, pitch, sc->converted);
+    view = *s;
+    view.flags &= (uint8_t)~(PIM_FLAG_HFLIP | PIM_FLAG_VFLIP);
+    emit_image(&view, sc->image, channels, lut, dst, pitch, sc->converted);
 }
 
 static int has_contrast(const pim_extra_t *e, uint32_t first, uint32_t end)

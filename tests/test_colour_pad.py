@@ -8,6 +8,7 @@ arithmetic is torch's float32 one, so the outputs must be identical, not merely 
 """
 from __future__ import annotations
 
+import itertools
 import re
 import warnings
 
@@ -105,20 +106,24 @@ def test_values_past_torchs_vector_steps_round_as_torchs(box, threads):
     """torch rounds the multiply-adds of its vector steps once, and those of the values
     after the last whole step (of each thread's chunk, and of each row) as its scalar code
     does, twice for some in this torch build: the kernel rounds each value by its place in
-    torch's tensor, CHW or channels-last, for any length and thread count."""
+    torch's tensor, CHW or channels-last, flipped or not, for any length and thread count."""
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        for size in [(1, 2), (3, 5), (13, 17), (150, 151)]:
+        for size, flip in itertools.product([(1, 2), (3, 5), (13, 17), (150, 151)],
+                                            ["none", "h", "v"]):
             resized = F.resized_crop(chw(FLAT), *box, list(size), antialias=True)
+            resized = {"none": resized, "h": F.horizontal_flip(resized),
+                       "v": F.vertical_flip(resized)}[flip]
             assert memory_order(resized) == ("HWC" if box[3] == FLAT.shape[1] else "CHW")
             for ops in ([("contrast", NEAR_MEAN)], [("saturation", NEAR_MEAN)],
                         [("brightness", 1.0), ("contrast", NEAR_MEAN)],
                         [("hue", 0.02), ("contrast", NEAR_MEAN)],
                         [("permute", (2, 1, 0)), ("contrast", NEAR_MEAN)]):
-                actual = kernel([FLAT], [box], size, colours=[ops],
+                actual = kernel([FLAT], [box], size, colours=[ops], hflip=[flip == "h"],
+                                vflip=[flip == "v"],
                                 torch_layouts=[("HWC", memory_order(resized))])[0]
-                assert torch.equal(actual, apply_colour(resized, ops)), (size, ops)
+                assert torch.equal(actual, apply_colour(resized, ops)), (size, flip, ops)
     finally:
         torch.set_num_threads(previous)
 

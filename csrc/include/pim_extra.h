@@ -21,7 +21,8 @@
  * decoded image, before padding and resampling (a colour transform before the geometric
  * ones): they colour the pixels the crop box reads, and contrast takes the mean of the
  * whole decoded image at that point; padding is not coloured. The others act on the whole
- * resampled image. Arithmetic in float32, as torch:
+ * resampled image, flipped (the kernel flips it before them). Arithmetic in float32, as
+ * torch:
  *
  *   gray(r, g, b)  = (b * 0.114 + (g * 0.587 + r * 0.2989))   truncated to an integer
  *   blend(x, y, f) = y * (1 - f) + x * f                        clamped to 0..255, truncated
