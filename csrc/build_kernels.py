@@ -13,12 +13,12 @@ from cffi_build import INCLUDE, SHARED_INCLUDE, compile_args, extension, sources
 
 HEADERS = (os.path.join(SHARED_INCLUDE, "pim_params.h"), os.path.join(INCLUDE, "pim_extra.h"),
            os.path.join(INCLUDE, "pim_cpu.h"),  # order matters: pim_cpu.h uses the others' types
-           os.path.join(INCLUDE, "pim_torch_sum.h"))
+           os.path.join(INCLUDE, "pim_torch_sum.h"), os.path.join(INCLUDE, "pim_torch_loops.h"))
 
 ffibuilder = extension(
     "pimloader._kernels", HEADERS,
     sources=sources("cpu_kernels.c", "cpu_colour.c", "cpu_colour_avx2.c", "torch_sum.c",
-                    "axis_tables.c", "axis_check.c"),
+                    "torch_loops.c", "axis_tables.c", "axis_check.c"),
     include_dirs=[INCLUDE, SHARED_INCLUDE],
     depends=[os.path.join(SHARED_INCLUDE, "pim_resample.h")]
     + [os.path.join(INCLUDE, h) for h in ("pim_cpu_colour.h", "pim_axis_check.h")],

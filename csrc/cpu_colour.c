@@ -2,7 +2,9 @@
  *
  * Padding gathers the crop box of the padded image into a plain image, which the resampling
  * code then reads as if it had been decoded that way. The colour ops rewrite the resampled
- * uint8 image in place, in float32 exactly as torchvision's functional ops on uint8 tensors.
+ * uint8 image in place, in float32 exactly as torchvision's functional ops on uint8 tensors,
+ * each multiply-add rounded once or twice as torch's loop rounds that value
+ * (pim_torch_loops.h): by its place in the tensor torch holds, CHW or HWC.
  * This file is compiled with -ffp-contract=off: every product and sum below is rounded
  * where it is written, and the fused multiply-adds are the explicit fmaf calls.
  */
@@ -10,6 +12,7 @@
 #include <string.h>
 
 #include "pim_cpu_colour.h"
+#include "pim_torch_loops.h"
 #include "pim_torch_sum.h"
 
 /* ---- padding ------------------------------------------------------------------------ */
@@ -121,6 +124,106 @@ static inline __attribute__((always_inline)) void apply_table(uint8_t *image, si
         image[i] = table[image[i]];
 }
 
+/* ---- where torch rounds once ---------------------------------------------------------- */
+
+/* The pixels a colour step gets, as torchvision's op would see them: an image of `pixels`
+ * pixels whose values torch holds in CHW (planar) or HWC (channels-last) order, and where
+ * in it pixel p of the step lies: pixel first + p, or, with a box map, box pixel first + p
+ * (pim_box_map_t). torch rounds each multiply-add once or twice by the value's place in
+ * its loop (pim_torch_loops.h). */
+typedef struct torch_view {
+    const pim_box_map_t *map;
+    size_t first, pixels;
+    int hwc, fused;
+    uint32_t threads;
+} torch_view_t;
+
+static inline size_t smaller(size_t a, size_t b)
+{
+    return a < b ? a : b;
+}
+
+static inline size_t image_index(const torch_view_t *v, size_t p)
+{
+    const size_t b = v->first + p;
+    if (v->map == NULL)
+        return b;
+    return (size_t)v->map->rows[b / v->map->box_w] * v->map->image_w +
+           (size_t)v->map->columns[b % v->map->box_w];
+}
+
+/* How many of the n pixels from p on follow each other in the image */
+static inline size_t consecutive(const torch_view_t *v, size_t p, size_t n)
+{
+    if (v->map == NULL)
+        return n;
+    const size_t b = v->first + p, x = b % v->map->box_w;
+    const int32_t *columns = v->map->columns;
+    size_t k = 1;
+    while (k < n && x + k < v->map->box_w && columns[x + k] == columns[x] + (int32_t)k)
+        k++;
+    return k;
+}
+
+/* Which of the `channels` values of pixel p round once in `pass` (a bit each), and *end:
+ * the end of the run of pixels from p (up to limit) that round alike, a pixel whose values
+ * differ being a run of one. `channels` is 1 for the grayscale loops. */
+static unsigned pixel_rounding(const pim_torch_pass_t *pass, const torch_view_t *v,
+                               uint32_t channels, size_t p, size_t limit, size_t *end)
+{
+    const size_t q = image_index(v, p);
+    const unsigned all = (1u << channels) - 1;
+    unsigned once = 0;
+    size_t run, n = limit - p;
+    if (channels == 1 || v->hwc) {
+        const size_t i = q * channels;
+        const int first = pim_torch_rounds_once(pass, i, &run);
+        if (run - i >= channels) {
+            once = first ? all : 0;
+            n = smaller(n, (run - i) / channels);
+        } else { /* the run ends inside the pixel: value by value */
+            once = (unsigned)first;
+            for (uint32_t c = 1; c < channels; c++)
+                once |= (unsigned)pim_torch_rounds_once(pass, i + c, &run) << c;
+            n = 1;
+        }
+    } else {
+        for (uint32_t c = 0; c < channels; c++) {
+            const size_t i = c * v->pixels + q;
+            once |= (unsigned)pim_torch_rounds_once(pass, i, &run) << c;
+            n = smaller(n, run - i);
+        }
+        if (once != 0 && once != all)
+            n = 1;
+    }
+    *end = p + consecutive(v, p, n);
+    return once;
+}
+
+/* r.mul(0.2989).add_(g, ...).add_(b, ...) and the blends, as torch loops over them */
+static pim_torch_pass_t gray_pass(const torch_view_t *v)
+{
+    return pim_torch_pass(PIM_TORCH_ELEMENTWISE, v->fused, v->pixels, v->pixels, v->threads);
+}
+
+static pim_torch_pass_t contrast_pass(const torch_view_t *v, uint32_t channels)
+{
+    const size_t values = v->pixels * channels;
+    return pim_torch_pass(PIM_TORCH_BROADCAST, v->fused, values, values, v->threads);
+}
+
+/* the gray image broadcast over the channels: rows of a channel plane (CHW), or of one
+ * pixel's 3 values (HWC), where the gray value is the one value of the row */
+static pim_torch_pass_t saturation_pass(const torch_view_t *v)
+{
+    if (v->hwc)
+        return pim_torch_pass(PIM_TORCH_BROADCAST, v->fused, v->pixels * 3, 3, v->threads);
+    return pim_torch_pass(PIM_TORCH_ELEMENTWISE, v->fused, v->pixels * 3, v->pixels,
+                          v->threads);
+}
+
+/* ---- the steps ------------------------------------------------------------------------ */
+
 static inline __attribute__((always_inline)) void brightness(uint8_t *image, size_t values, double factor, int simd)
 {
     uint8_t table[256];
@@ -131,16 +234,20 @@ static inline __attribute__((always_inline)) void brightness(uint8_t *image, siz
 }
 
 /* The (floored) grayscale values of `pixels` pixels into `out` (one channel: the values) */
-static inline __attribute__((always_inline)) void gray_values(const uint8_t *image, size_t pixels, uint32_t channels, int fused,
-                        int simd, uint8_t *out)
+static inline __attribute__((always_inline)) void gray_values(const uint8_t *image, size_t pixels, uint32_t channels,
+                        const torch_view_t *v, int simd, uint8_t *out)
 {
     if (channels == 1) {
         memcpy(out, image, pixels);
         return;
     }
-    size_t i = simd ? pim_gray_values_avx2(image, pixels, fused, out) : 0;
-    for (; i < pixels; i++)
-        out[i] = (uint8_t)gray(image + 3 * i, fused);
+    const pim_torch_pass_t pass = gray_pass(v);
+    for (size_t p = 0, end; p < pixels; p = end) {
+        const int fused = pixel_rounding(&pass, v, 1, p, pixels, &end) != 0;
+        size_t i = p + (simd ? pim_gray_values_avx2(image + 3 * p, end - p, fused, out + p) : 0);
+        for (; i < end; i++)
+            out[i] = (uint8_t)gray(image + 3 * i, fused);
+    }
 }
 
 /* torch.mean of `pixels` grayscale values: torch's float32 sum (pim_torch_sum.h), or the
@@ -157,45 +264,73 @@ static float mean_of(const pim_extra_t *e, const uint8_t *gray_image, size_t pix
 }
 
 static inline __attribute__((always_inline)) void contrast(uint8_t *image, size_t pixels, uint32_t channels, double factor,
-                     float mean, int fused, int simd)
+                     float mean, const torch_view_t *v, int simd)
 {
-    const blend_t b = blend_of(factor, fused);
-    const size_t done =
-        simd ? pim_blend_values_avx2(image, pixels * channels, mean, b.ratio, b.rest, fused) : 0;
-    uint8_t table[256];
-    for (uint32_t v = 0; v < 256; v++)
-        table[v] = blend((uint8_t)v, mean, b);
-    apply_table(image, done, pixels * channels, table);
+    const blend_t twice = blend_of(factor, 0), once = blend_of(factor, 1);
+    uint8_t tables[2][256]; /* [rounded once] */
+    for (uint32_t x = 0; x < 256; x++) {
+        tables[0][x] = blend((uint8_t)x, mean, twice);
+        tables[1][x] = blend((uint8_t)x, mean, once);
+    }
+    const pim_torch_pass_t pass = contrast_pass(v, channels);
+    const unsigned all = (1u << channels) - 1;
+    for (size_t p = 0, end; p < pixels; p = end) {
+        const unsigned rounding = pixel_rounding(&pass, v, channels, p, pixels, &end);
+        uint8_t *values = image + p * channels;
+        if (rounding != 0 && rounding != all) { /* one pixel, its values rounded apart */
+            for (uint32_t c = 0; c < channels; c++)
+                values[c] = tables[(rounding >> c) & 1][values[c]];
+            continue;
+        }
+        const int fused = rounding != 0;
+        const size_t n = (end - p) * channels;
+        const size_t done =
+            simd ? pim_blend_values_avx2(values, n, mean, once.ratio, once.rest, fused) : 0;
+        apply_table(values, done, n, tables[fused]);
+    }
 }
 
 static inline __attribute__((always_inline)) void saturation(uint8_t *image, size_t pixels, uint32_t channels, double factor,
-                       int fused, int simd)
+                       const torch_view_t *v, int simd)
 {
     if (channels == 1)
         return; /* torchvision leaves one-channel images as they are */
-    const blend_t b = blend_of(factor, fused);
-    size_t i = simd ? pim_saturation_avx2(image, pixels, b.ratio, b.rest, fused) : 0;
-    for (; i < pixels; i++) {
-        uint8_t *px = image + 3 * i;
-        const float y = gray(px, fused);
-        px[0] = blend(px[0], y, b);
-        px[1] = blend(px[1], y, b);
-        px[2] = blend(px[2], y, b);
+    const blend_t twice = blend_of(factor, 0), once = blend_of(factor, 1);
+    const pim_torch_pass_t grays = gray_pass(v), blends = saturation_pass(v);
+    for (size_t p = 0, end; p < pixels; p = end) {
+        size_t gray_end;
+        const int gray_fused = pixel_rounding(&grays, v, 1, p, pixels, &gray_end) != 0;
+        const unsigned rounding = pixel_rounding(&blends, v, 3, p, gray_end, &end);
+        size_t i = p;
+        if (simd && (rounding == 0 || rounding == 7))
+            i += pim_saturation_avx2(image + 3 * p, end - p, once.ratio, once.rest, gray_fused,
+                                     rounding != 0);
+        for (; i < end; i++) {
+            uint8_t *px = image + 3 * i;
+            const float y = gray(px, gray_fused);
+            for (uint32_t c = 0; c < 3; c++)
+                px[c] = blend(px[c], y, (rounding >> c) & 1 ? once : twice);
+        }
     }
 }
 
 /* Returns the new channel count; `image` has room for 3 channels. */
 static inline __attribute__((always_inline)) uint32_t grayscale(uint8_t *image, size_t pixels, uint32_t channels, uint32_t out,
-                          int fused, int simd)
+                          const torch_view_t *v, int simd)
 {
-    const size_t done = simd && channels == 3 ? pim_grayscale_avx2(image, pixels, out, fused) : 0;
-    if (channels == 3 && out == 1) {
-        for (size_t i = done; i < pixels; i++) /* i <= 3i: in place, front to back */
-            image[i] = (uint8_t)gray(image + 3 * i, fused);
-    } else if (channels == 3) {
-        for (size_t i = done; i < pixels; i++) {
-            uint8_t *px = image + 3 * i;
-            px[0] = px[1] = px[2] = (uint8_t)gray(px, fused);
+    if (channels == 3) { /* out 1: in place, front to back (pixel i to i <= 3i) */
+        const pim_torch_pass_t pass = gray_pass(v);
+        for (size_t p = 0, end; p < pixels; p = end) {
+            const int fused = pixel_rounding(&pass, v, 1, p, pixels, &end) != 0;
+            uint8_t *dst = image + (out == 1 ? p : 3 * p);
+            size_t i = p + (simd ? pim_grayscale_avx2(image + 3 * p, dst, end - p, out, fused) : 0);
+            for (; i < end; i++) {
+                const uint8_t y = (uint8_t)gray(image + 3 * i, fused);
+                if (out == 1)
+                    image[i] = y;
+                else
+                    image[3 * i] = image[3 * i + 1] = image[3 * i + 2] = y;
+            }
         }
     } else if (out == 3) {
         for (size_t i = pixels; i-- > 0;) { /* back to front: nothing overwritten early */
@@ -281,16 +416,27 @@ static void permute(uint8_t *image, size_t pixels, uint32_t channels, const uint
 
 /* ---- programs ------------------------------------------------------------------------ */
 
-/* ops[0..n-1] in order on `pixels` contiguous pixels; contrast op k blends with means[k],
+/* The view of sample e's image of `pixels` pixels, held by torch in HWC order where
+ * e->torch_layout has `hwc_bit`, its pixel `first` first (box pixel `first` with a map). */
+static torch_view_t view_of(const pim_extra_t *e, const pim_box_map_t *map, size_t first,
+                            size_t pixels, unsigned hwc_bit)
+{
+    const torch_view_t v = {map, first, pixels, (e->torch_layout & hwc_bit) != 0,
+                            e->fused_mul_add != 0, e->sum_threads};
+    return v;
+}
+
+/* ops[0..n-1] in order on `pixels` contiguous pixels (where they lie in torch's image: v);
+ * contrast op k blends with means[k],
  * or, when means is NULL, with the mean of `image` itself (a whole image, its grayscale
  * going through `gray_image`, which is not read otherwise). Returns the
  * channel count of the result. Always inlined into the entry points below, so that fmaf
  * becomes one instruction where the CPU has FMA (the arithmetic is the same either way). */
 static inline __attribute__((always_inline)) uint32_t
 run_ops(const pim_extra_t *e, const pim_colour_op_t *ops, uint32_t n, const float *means,
-        uint8_t *gray_image, uint8_t *image, size_t pixels, uint32_t channels, int simd)
+        uint8_t *gray_image, uint8_t *image, size_t pixels, uint32_t channels, int simd,
+        torch_view_t v)
 {
-    const int fused = e->fused_mul_add != 0;
     for (uint32_t k = 0; k < n; k++) {
         const pim_colour_op_t *op = &ops[k];
         switch (op->kind) {
@@ -299,21 +445,24 @@ run_ops(const pim_extra_t *e, const pim_colour_op_t *ops, uint32_t n, const floa
             break;
         case PIM_COLOUR_CONTRAST:
             if (means == NULL)
-                gray_values(image, pixels, channels, fused, simd, gray_image);
+                gray_values(image, pixels, channels, &v, simd, gray_image);
             contrast(image, pixels, channels, op->factor,
-                     means != NULL ? means[k] : mean_of(e, gray_image, pixels), fused, simd);
+                     means != NULL ? means[k] : mean_of(e, gray_image, pixels), &v, simd);
             break;
         case PIM_COLOUR_SATURATION:
-            saturation(image, pixels, channels, op->factor, fused, simd);
+            saturation(image, pixels, channels, op->factor, &v, simd);
             break;
-        case PIM_COLOUR_GRAYSCALE:
-            channels = grayscale(image, pixels, channels, op->channels, fused, simd);
+        case PIM_COLOUR_GRAYSCALE: /* torch's result: expanded or repeated, then CHW */
+            channels = grayscale(image, pixels, channels, op->channels, &v, simd);
+            v.hwc = 0;
             break;
-        case PIM_COLOUR_HUE:
+        case PIM_COLOUR_HUE: /* torch's result: stacked planes, CHW */
             hue(image, pixels, channels, op->factor, e->hue_v1, simd);
+            v.hwc = v.hwc && channels == 1;
             break;
-        case PIM_COLOUR_PERMUTE:
+        case PIM_COLOUR_PERMUTE: /* torch's result: indexed planes, CHW */
             permute(image, pixels, channels, op->order);
+            v.hwc = v.hwc && channels == 1;
             break;
         }
     }
@@ -327,22 +476,24 @@ static inline __attribute__((always_inline)) void
 source_means(const pim_extra_t *e, const pim_source_t *src, uint8_t *row, uint8_t *gray_image,
              float *means, int simd)
 {
-    const int fused = e->fused_mul_add != 0;
+    const size_t image_pixels = (size_t)src->h * src->w;
     for (uint32_t k = 0; k < e->n_source_ops; k++) {
         if (e->ops[k].kind != PIM_COLOUR_CONTRAST)
             continue;
         for (uint32_t y = 0; y < src->h; y++) {
             const uint8_t *pixels = src->image + (size_t)y * src->stride;
+            torch_view_t v = view_of(e, NULL, (size_t)y * src->w, image_pixels,
+                                     PIM_TORCH_HWC_SOURCE);
             uint32_t channels = src->channels;
             if (k > 0) {
                 memcpy(row, pixels, (size_t)src->w * channels);
                 channels = run_ops(e, e->ops, k, means, gray_image, row, src->w, channels,
-                                   simd);
+                                   simd, v);
                 pixels = row;
             }
-            gray_values(pixels, src->w, channels, fused, simd, gray_image + (size_t)y * src->w);
+            gray_values(pixels, src->w, channels, &v, simd, gray_image + (size_t)y * src->w);
         }
-        means[k] = mean_of(e, gray_image, (size_t)src->h * src->w);
+        means[k] = mean_of(e, gray_image, image_pixels);
     }
 }
 
@@ -367,7 +518,8 @@ static uint32_t resampled_ops(const pim_extra_t *e, uint8_t *image, size_t pixel
                               uint32_t channels, uint8_t *gray_image, int simd)
 {
     return run_ops(e, e->ops + e->n_source_ops, e->n_ops - e->n_source_ops, NULL, gray_image,
-                   image, pixels, channels, simd);
+                   image, pixels, channels, simd,
+                   view_of(e, NULL, 0, pixels, PIM_TORCH_HWC_RESAMPLED));
 }
 
 FMA_TARGET static uint32_t resampled_ops_fma(const pim_extra_t *e, uint8_t *image,
@@ -377,18 +529,21 @@ FMA_TARGET static uint32_t resampled_ops_fma(const pim_extra_t *e, uint8_t *imag
     return resampled_ops(e, image, pixels, channels, gray_image, simd);
 }
 
-static uint32_t source_ops(const pim_extra_t *e, const float *means, uint8_t *pixels,
-                           size_t count, uint32_t channels, int simd)
+static uint32_t source_ops(const pim_extra_t *e, const float *means, const pim_box_map_t *map,
+                           size_t first, uint8_t *pixels, size_t count, uint32_t channels,
+                           int simd)
 {
     uint8_t unused; /* the means are given: no grayscale image is taken */
-    return run_ops(e, e->ops, e->n_source_ops, means, &unused, pixels, count, channels, simd);
+    return run_ops(e, e->ops, e->n_source_ops, means, &unused, pixels, count, channels, simd,
+                   view_of(e, map, first, map->image_pixels, PIM_TORCH_HWC_SOURCE));
 }
 
 FMA_TARGET static uint32_t source_ops_fma(const pim_extra_t *e, const float *means,
+                                          const pim_box_map_t *map, size_t first,
                                           uint8_t *pixels, size_t count, uint32_t channels,
                                           int simd)
 {
-    return source_ops(e, means, pixels, count, channels, simd);
+    return source_ops(e, means, map, first, pixels, count, channels, simd);
 }
 
 static void source_means_plain(const pim_extra_t *e, const pim_source_t *src, uint8_t *row,
@@ -429,10 +584,11 @@ void pim_colour_source_means(const pim_extra_t *e, const pim_source_t *src, uint
         source_means_plain(e, src, row, gray_image, means, 0);
 }
 
-uint32_t pim_colour_source(const pim_extra_t *e, const float *means, uint8_t *pixels,
-                           size_t count, uint32_t channels, int simd)
+uint32_t pim_colour_source(const pim_extra_t *e, const float *means, const pim_box_map_t *map,
+                           size_t first, uint8_t *pixels, size_t count, uint32_t channels,
+                           int simd)
 {
     if (has_fma())
-        return source_ops_fma(e, means, pixels, count, channels, simd >= 2);
-    return source_ops(e, means, pixels, count, channels, 0);
+        return source_ops_fma(e, means, map, first, pixels, count, channels, simd >= 2);
+    return source_ops(e, means, map, first, pixels, count, channels, 0);
 }

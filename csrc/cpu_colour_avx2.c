@@ -93,15 +93,16 @@ AVX2 size_t pim_gray_values_avx2(const uint8_t *image, size_t pixels, int fused,
     return done;
 }
 
-AVX2 size_t pim_saturation_avx2(uint8_t *image, size_t pixels, float ratio, float rest, int fused)
+AVX2 size_t pim_saturation_avx2(uint8_t *image, size_t pixels, float ratio, float rest,
+                                int gray_fused, int blend_fused)
 {
     const size_t done = pixels - pixels % 8;
     const __m256 k = _mm256_set1_ps(ratio), l = _mm256_set1_ps(rest);
     for (size_t i = 0; i < done; i += 8) {
         const rgb8_t px = load_rgb8(image + 3 * i);
-        const __m256 y = gray8(px, fused);
-        store_rgb8(image + 3 * i, blend8(px.r, y, k, l, fused), blend8(px.g, y, k, l, fused),
-                   blend8(px.b, y, k, l, fused));
+        const __m256 y = gray8(px, gray_fused);
+        store_rgb8(image + 3 * i, blend8(px.r, y, k, l, blend_fused),
+                   blend8(px.g, y, k, l, blend_fused), blend8(px.b, y, k, l, blend_fused));
     }
     return done;
 }
@@ -134,16 +135,17 @@ AVX2 size_t pim_blend_values_avx2(uint8_t *values, size_t n, float y, float rati
     return done;
 }
 
-/* 3 channels to `out_channels` (1: in place, front to back, as the scalar code) */
-AVX2 size_t pim_grayscale_avx2(uint8_t *image, size_t pixels, uint32_t out_channels, int fused)
+/* 3 channels to `out_channels` (1: front to back, as the scalar code) */
+AVX2 size_t pim_grayscale_avx2(const uint8_t *src, uint8_t *dst, size_t pixels,
+                               uint32_t out_channels, int fused)
 {
     const size_t done = pixels - pixels % 8;
     for (size_t i = 0; i < done; i += 8) {
-        const __m128i y = to_u8x8(gray8(load_rgb8(image + 3 * i), fused));
+        const __m128i y = to_u8x8(gray8(load_rgb8(src + 3 * i), fused));
         if (out_channels == 1)
-            _mm_storel_epi64((__m128i *)(void *)(image + i), y);
+            _mm_storel_epi64((__m128i *)(void *)(dst + i), y);
         else
-            store_rgb8(image + 3 * i, y, y, y);
+            store_rgb8(dst + 3 * i, y, y, y);
     }
     return done;
 }
@@ -248,15 +250,17 @@ size_t pim_gray_values_avx2(const uint8_t *image, size_t pixels, int fused, uint
     return 0;
 }
 
-size_t pim_saturation_avx2(uint8_t *image, size_t pixels, float ratio, float rest, int fused)
+size_t pim_saturation_avx2(uint8_t *image, size_t pixels, float ratio, float rest,
+                           int gray_fused, int blend_fused)
 {
-    (void)image, (void)pixels, (void)ratio, (void)rest, (void)fused;
+    (void)image, (void)pixels, (void)ratio, (void)rest, (void)gray_fused, (void)blend_fused;
     return 0;
 }
 
-size_t pim_grayscale_avx2(uint8_t *image, size_t pixels, uint32_t out_channels, int fused)
+size_t pim_grayscale_avx2(const uint8_t *src, uint8_t *dst, size_t pixels,
+                          uint32_t out_channels, int fused)
 {
-    (void)image, (void)pixels, (void)out_channels, (void)fused;
+    (void)src, (void)dst, (void)pixels, (void)out_channels, (void)fused;
     return 0;
 }
 

@@ -615,7 +615,8 @@ typedef struct scratch {
     size_t pitch;
     uint8_t *box;        /* a padded or source-coloured sample's crop box, gathered
                             (pim_gather_padded), 3 channels of room */
-    int32_t *columns;    /* its source column per box column */
+    int32_t *columns;    /* its source column per box column, then (source colour) its
+                            source row per box row */
     uint8_t *image;      /* a coloured sample's resampled image, 3 channels of room */
     uint8_t *source_row; /* one row of a source-coloured image, 3 channels of room */
     uint8_t *gray;       /* contrast's grayscale of a whole (source or resampled) image */
@@ -718,6 +719,28 @@ static void emit_image(const pim_sample_t *s, const uint8_t *image, uint32_t cha
     }
 }
 
+static void swap_bytes(uint8_t *a, uint8_t *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t t = a[i];
+        a[i] = b[i];
+        b[i] = t;
+    }
+}
+
+/* An h x w image of `channels` flipped as `flags` (PIM_FLAG_HFLIP / VFLIP) say. */
+static void flip_in_place(uint8_t *image, uint32_t h, uint32_t w, uint32_t channels,
+                          uint32_t flags)
+{
+    const size_t row = (size_t)w * channels;
+    for (uint32_t y = 0; (flags & PIM_FLAG_HFLIP) && y < h; y++)
+        for (uint32_t a = 0, b = w - 1; a < b; a++, b--)
+            swap_bytes(image + y * row + (size_t)a * channels,
+                       image + y * row + (size_t)b * channels, channels);
+    for (uint32_t a = 0, b = h - 1; (flags & PIM_FLAG_VFLIP) && a < b; a++, b--)
+        swap_bytes(image + a * row, image + b * row, row);
+}
+
 /* The decoded image of sample s (inside its padded extension when it pads). */
 static pim_source_t decoded_image(const pim_sample_t *s, const pim_extra_t *e,
                                   const uint8_t *src)
@@ -744,6 +767,22 @@ static void gather_box(const pim_sample_t *s, const pim_extra_t *e, const uint8_
     pim_gather_padded(s, e, src + s->src_offset, sc->columns, sc->box);
 }
 
+/* The box's rows and columns in the decoded image (pim_box_map_t), -1 for the constant
+ * fill: the columns are gather_box's, the rows go after them. */
+static pim_box_map_t box_map(const pim_sample_t *s, const pim_extra_t *e,
+                             const pim_source_t *image, const scratch_t *sc)
+{
+    int32_t *rows = sc->columns + s->crop_w;
+    for (uint32_t y = 0; y < s->crop_h; y++)
+        rows[y] = (int32_t)(e->pad_mode == PIM_PAD_NONE
+                                    ? (int64_t)s->crop_top + y
+                                    : pim_padded_index((int64_t)s->crop_top + y - e->image_top,
+                                                       e->image_h, e->pad_mode));
+    const pim_box_map_t map = {rows, sc->columns, s->crop_w, image->w,
+                               (size_t)image->h * image->w};
+    return map;
+}
+
 /* The source colour ops on the gathered box of s: on the pixels that come from the image,
  * not on the constant fill. Returns the box's channel count after them. */
 static uint32_t colour_box(const pim_sample_t *s, const pim_extra_t *e, const uint8_t *src,
@@ -753,18 +792,21 @@ static uint32_t colour_box(const pim_sample_t *s, const pim_extra_t *e, const ui
     const int simd = pim_cpu_simd_level();
     float means[PIM_MAX_COLOUR_OPS] = {0}; /* read for the contrast ops only */
     pim_colour_source_means(e, &image, sc->source_row, sc->gray, means, simd);
+    const pim_box_map_t map = box_map(s, e, &image, sc);
     const uint32_t C = s->channels, w = s->crop_w;
     if (e->pad_mode != PIM_PAD_CONSTANT) /* every pixel of the box is the image's */
-        return pim_colour_source(e, means, sc->box, (size_t)s->crop_h * w, C, simd);
+        return pim_colour_source(e, means, &map, 0, sc->box, (size_t)s->crop_h * w, C, simd);
     /* the image's rectangle within the box: rows [y0, y1), columns [x0, x1) */
     const int64_t top = (int64_t)e->image_top - s->crop_top;
     const int64_t left = (int64_t)e->image_left - s->crop_left;
     const int64_t y0 = top > 0 ? top : 0, x0 = left > 0 ? left : 0;
     const int64_t y_end = top + e->image_h, x_end = left + e->image_w;
     const int64_t y1 = y_end < s->crop_h ? y_end : s->crop_h, x1 = x_end < w ? x_end : w;
-    for (int64_t y = y0; y < y1 && x0 < x1; y++)
-        pim_colour_source(e, means, sc->box + ((size_t)y * w + (size_t)x0) * C,
-                          (size_t)(x1 - x0), C, simd);
+    for (int64_t y = y0; y < y1 && x0 < x1; y++) {
+        const size_t first = (size_t)y * w + (size_t)x0;
+        pim_colour_source(e, means, &map, first, sc->box + first * C, (size_t)(x1 - x0), C,
+                          simd);
+    }
     return C; /* check_colour: no channel change beside constant padding */
 }
 
@@ -792,10 +834,15 @@ static void run_one(const pim_sample_t *s, const pim_extra_t *e, const uint8_t *
         return;
     }
     run_sample(&view, src, tables, lut, NULL, pitch, sc->image, sc);
+    /* the colour ops get the flipped image, as torchvision's do: a value's place in torch's
+     * loops, and the order of contrast's sum, are the flipped image's */
+    flip_in_place(sc->image, s->out_h, s->out_w, view.channels, s->flags);
     const uint32_t channels =
         pim_colour_apply(e, sc->image, (size_t)s->out_h * s->out_w, view.channels, sc->gray,
                          pim_cpu_simd_level());
-    emit_image(s, sc->image, channels, lut, dst, pitch, sc->converted);
+    view = *s;
+    view.flags &= (uint8_t)~(PIM_FLAG_HFLIP | PIM_FLAG_VFLIP);
+    emit_image(&view, sc->image, channels, lut, dst, pitch, sc->converted);
 }
 
 static int has_contrast(const pim_extra_t *e, uint32_t first, uint32_t end)
@@ -823,7 +870,7 @@ static void extra_scratch(const pim_sample_t *samples, const pim_extra_t *extras
         if (e->pad_mode != PIM_PAD_NONE || e->n_source_ops > 0) {
             const size_t box = (size_t)s->crop_h * s->crop_w * 3;
             *box_bytes = box > *box_bytes ? box : *box_bytes;
-            *columns = s->crop_w > *columns ? s->crop_w : *columns;
+            *columns = larger(*columns, (size_t)s->crop_w + s->crop_h); /* and rows */
         }
         const int padded = e->pad_mode != PIM_PAD_NONE;
         const size_t image_w = padded ? e->image_w : s->src_w;

@@ -6,7 +6,9 @@ Not a speed test: nothing here asserts a figure of this machine."""
 import importlib.util
 import json
 import math
-import multiprocessing
+import os
+import resource
+import struct
 import time
 from pathlib import Path
 
@@ -29,30 +31,72 @@ def data(tmp_path_factory):
 
 # -- CPU time of live and reaped children -------------------------------------------------
 
-def _spin(seconds, conn):
-    end = time.process_time() + seconds
-    while time.process_time() < end:
-        pass
-    conn.send(time.process_time())
-    conn.recv()          # stay alive until the parent has read our CPU time from /proc
+class _SpinningChild:
+    """A forked child that spins `seconds` of CPU, sends its own process_time() and stays
+    alive until released; reaped with os.wait4, whose rusage is its CPU time as the OS
+    counted it."""
+
+    def __init__(self, seconds: float):
+        report_r, report_w = os.pipe()
+        release_r, self._release = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:                       # the child: spin, report, wait, exit
+            try:
+                os.close(self._release)         # so that the parent's exit releases it too
+                end = time.process_time() + seconds
+                while time.process_time() < end:
+                    pass
+                os.write(report_w, struct.pack("d", time.process_time()))
+                os.read(release_r, 1)
+            finally:
+                os._exit(0)
+        os.close(report_w)
+        os.close(release_r)
+        with os.fdopen(report_r, "rb") as report:
+            self.reported = struct.unpack("d", report.read(8))[0]
+
+    def release_and_reap(self) -> float:
+        """Let the child exit; its utime + stime from wait4."""
+        os.write(self._release, b"x")
+        os.close(self._release)
+        _, status, usage = os.wait4(self.pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        return usage.ru_utime + usage.ru_stime
+
+
+def _own_cpu() -> float:
+    """This process's CPU seconds, every thread's (what CpuClock counts as its own)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 @pytest.mark.parametrize("children_file", [True, False])
 def test_cpu_clock_counts_a_child_once_alive_or_reaped(children_file, monkeypatch):
+    """The clock adds this process's own CPU time to its children's. The oracle is the OS's:
+    the child's CPU time is its own process_time() while it is alive and wait4's rusage once
+    reaped, and this process's share lies between getrusage taken just inside and just
+    outside the clock's calls, whatever else its threads were doing meanwhile (in the
+    whole suite they may spin). A child counted twice or not at all is 0.3 s off."""
     if not children_file:   # a kernel without /proc/<pid>/task/<tid>/children
         monkeypatch.setattr(Path, "glob", lambda self, pattern: iter(()))
-    receive, send = multiprocessing.Pipe()
+    tick = 1 / os.sysconf("SC_CLK_TCK")   # /proc counts utime and stime in whole ticks
+    outer_start = _own_cpu()
     clock = CpuClock().start()
-    child = multiprocessing.get_context("fork").Process(target=_spin, args=(0.3, send))
-    child.start()
-    reported = receive.recv()          # the child's own process_time()
-    alive = clock.elapsed()
-    receive.send(None)
-    child.join()
+    inner_start = _own_cpu()
+    child = _SpinningChild(0.3)
+    try:
+        inner = _own_cpu() - inner_start
+        alive = clock.elapsed()
+        outer = _own_cpu() - outer_start
+    finally:
+        child_cpu = child.release_and_reap()
+    assert child.reported + inner - 2 * tick <= alive <= child.reported + outer + tick, \
+        (child.reported, inner, outer, alive)
+    inner = _own_cpu() - inner_start
     reaped = clock.elapsed()
-    tick = 2 / 100                     # /proc counts in clock ticks
-    assert reported - tick <= alive <= reported + 0.15, (reported, alive)
-    assert reported - tick <= reaped <= reported + 0.15, (reported, reaped)
+    outer = _own_cpu() - outer_start
+    assert child_cpu + inner - 1e-5 <= reaped <= child_cpu + outer + 1e-5, \
+        (child_cpu, inner, outer, reaped)
 
 
 # -- the scaffolding the benchmarks share --------------------------------------------------

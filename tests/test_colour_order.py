@@ -26,7 +26,8 @@ from torchvision.transforms.v2 import functional as F
 from pimloader.backends import kernels as K
 from pimloader.transforms import lower
 from pimloader.transforms.params import apply_colour, apply_geometry
-from test_colour_pad import FAST, MODES, PHOTO, RGB_PHOTOS, chw, kernel, plan_kernel
+from test_colour_pad import (FAST, FLAT, MODES, NEAR_MEAN, PHOTO, RGB_PHOTOS, chw, kernel,
+                             memory_order, plan_kernel)
 from test_image_pipeline import (MEAN, STD, photos,  # noqa: F401 (fixture)
                                  pimloader_batches, torchvision_batches)
 from test_tensor_images import GREY, PHOTOS as TENSOR_PHOTOS, Images, both_loaders
@@ -148,11 +149,41 @@ def test_source_colour_then_pad_crop_resize_is_torchvisions(case, hflip):
         top, left, bottom, right, mode, fill = padding
         coloured = F.pad(coloured, [left, top, right, bottom], padding_mode=mode,
                          fill=list(fill) if mode == "constant" else None)
-    expected = F.resized_crop(coloured, *box, list(size), antialias=True)
-    expected = apply_colour(F.horizontal_flip(expected) if hflip else expected, after)
+    resized = F.resized_crop(coloured, *box, list(size), antialias=True)
+    resized = F.horizontal_flip(resized) if hflip else resized
+    expected = apply_colour(resized, after)
     actual = kernel([image], [box], size, hflip=[hflip], paddings=[padding],
-                    source_colours=[ops], colours=[after])[0]
+                    source_colours=[ops], colours=[after],
+                    torch_layouts=[(memory_order(chw(image)), memory_order(resized))])[0]
     assert torch.equal(actual, expected), (ops, padding)
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("order", ["HWC", "CHW"])
+def test_source_values_round_by_their_place_in_the_decoded_image(order, threads):
+    """The source ops round each value as torch's loops over the decoded image do (its
+    place there, not in the box: test_colour_pad's vector steps and tails), through padding
+    that repeats or mirrors it; 150 x 151 x 3 values make 3 chunks on 3 threads."""
+    image = FLAT[:150, :151]
+    tensor = chw(image) if order == "HWC" else chw(image).contiguous()
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for padding in [None, (1, 2, 6, 5, "reflect", (0, 0, 0)), (3, 0, 2, 7, "edge", (0, 0, 0)),
+                        (2, 4, 4, 1, "constant", (9, 8, 7))]:
+            top, left, bottom, right, mode, fill = padding or (0, 0, 0, 0, None, None)
+            box = (0, 0, 150 + top + bottom, 151 + left + right)
+            for ops in ([("contrast", NEAR_MEAN)], [("brightness", 1.0), ("contrast", NEAR_MEAN)],
+                        [("saturation", NEAR_MEAN), ("contrast", NEAR_MEAN)]):
+                expected = apply_colour(tensor, ops)
+                if padding is not None:
+                    expected = F.pad(expected, [left, top, right, bottom], padding_mode=mode,
+                                     fill=list(fill) if mode == "constant" else None)
+                actual = kernel([image], [box], box[2:], paddings=[padding], source_colours=[ops],
+                                torch_layouts=[(order, memory_order(expected))])[0]
+                assert torch.equal(actual, expected), (padding, ops)
+    finally:
+        torch.set_num_threads(previous)
 
 
 def test_source_contrast_takes_the_whole_photographs_mean():

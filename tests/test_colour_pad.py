@@ -8,6 +8,7 @@ arithmetic is torch's float32 one, so the outputs must be identical, not merely 
 """
 from __future__ import annotations
 
+import itertools
 import re
 import warnings
 
@@ -16,7 +17,7 @@ import pytest
 import torch
 import torchvision.transforms as v1
 import torchvision.transforms.v2 as v2
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from torchvision.transforms import functional as F1
 from torchvision.transforms.v2 import functional as F
@@ -42,6 +43,12 @@ V2_OPS = {"brightness": F.adjust_brightness, "contrast": F.adjust_contrast,
 
 def chw(hwc: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(hwc)).permute(2, 0, 1)
+
+
+def memory_order(image: torch.Tensor) -> str:
+    """How torch holds a CHW image: "HWC" where its channels are adjacent (channels-last),
+    else "CHW" (the kernel's `torch_layouts`)."""
+    return "HWC" if image.shape[-3] > 1 and image.stride(-3) == 1 else "CHW"
 
 
 def kernel(images, boxes, size, *, dtype=torch.uint8, layout="NCHW", lut=None, **extras):
@@ -74,12 +81,51 @@ def colour_cases(draw):
 
 @FAST
 @given(colour_cases())
+# 6 values, all past torch's last vector step: its scalar code rounds values 1..4 twice
+@example(((210, 0, 1, 1), (1, 2), [("contrast", 1.192092896e-07)], False))
 def test_colour_ops_match_torchvision_v2(case):
     box, size, ops, hflip = case
-    expected = F.resized_crop(chw(PHOTO), *box, list(size), antialias=True)
-    expected = apply_colour(F.horizontal_flip(expected) if hflip else expected, ops)
-    actual = kernel([PHOTO], [box], size, hflip=[hflip], colours=[ops])
+    resized = F.resized_crop(chw(PHOTO), *box, list(size), antialias=True)
+    resized = F.horizontal_flip(resized) if hflip else resized
+    expected = apply_colour(resized, ops)
+    actual = kernel([PHOTO], [box], size, hflip=[hflip], colours=[ops],
+                    torch_layouts=[("HWC", memory_order(resized))])
     assert torch.equal(actual[0], expected), (ops, (actual[0].int() - expected.int()).abs().max())
+
+
+NEAR_MEAN = 2.0 ** -23   # a blend this close to an integer mean lands on either side of it
+                         # as it is rounded once or twice...
+FLAT = np.empty((320, 400, 3), np.uint8)
+FLAT[:] = (230, 200, 150)  # ...here: gray 203, and every blue or green value rounds apart
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("box", [(5, 9, 300, 280), (40, 0, 200, FLAT.shape[1])],
+                         ids=["CHW", "HWC"])  # a crop of the full width stays channels-last
+def test_values_past_torchs_vector_steps_round_as_torchs(box, threads):
+    """torch rounds the multiply-adds of its vector steps once, and those of the values
+    after the last whole step (of each thread's chunk, and of each row) as its scalar code
+    does, twice for some in this torch build: the kernel rounds each value by its place in
+    torch's tensor, CHW or channels-last, flipped or not, for any length and thread count."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for size, flip in itertools.product([(1, 2), (3, 5), (13, 17), (150, 151)],
+                                            ["none", "h", "v"]):
+            resized = F.resized_crop(chw(FLAT), *box, list(size), antialias=True)
+            resized = {"none": resized, "h": F.horizontal_flip(resized),
+                       "v": F.vertical_flip(resized)}[flip]
+            assert memory_order(resized) == ("HWC" if box[3] == FLAT.shape[1] else "CHW")
+            for ops in ([("contrast", NEAR_MEAN)], [("saturation", NEAR_MEAN)],
+                        [("brightness", 1.0), ("contrast", NEAR_MEAN)],
+                        [("hue", 0.02), ("contrast", NEAR_MEAN)],
+                        [("permute", (2, 1, 0)), ("contrast", NEAR_MEAN)]):
+                actual = kernel([FLAT], [box], size, colours=[ops], hflip=[flip == "h"],
+                                vflip=[flip == "v"],
+                                torch_layouts=[("HWC", memory_order(resized))])[0]
+                assert torch.equal(actual, apply_colour(resized, ops)), (size, flip, ops)
+    finally:
+        torch.set_num_threads(previous)
 
 
 @FAST

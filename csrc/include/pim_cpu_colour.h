@@ -10,6 +10,7 @@
 
 #include "pim_extra.h"
 #include "pim_params.h"
+#include "pim_torch_loops.h"
 
 /* Index into an extent of n for position x of its padded extension (pim_extra.h's modes);
  * -1 where the constant fill applies. */
@@ -42,10 +43,21 @@ typedef struct pim_source {
 void pim_colour_source_means(const pim_extra_t *e, const pim_source_t *src, uint8_t *row,
                              uint8_t *gray_image, float *means, int simd);
 
-/* e's source ops on `count` contiguous pixels of the source image (room for 3 channels),
- * contrast op k blending with means[k]; returns the channel count of the result. */
-uint32_t pim_colour_source(const pim_extra_t *e, const float *means, uint8_t *pixels,
-                           size_t count, uint32_t channels, int simd);
+/* Where a box's pixels lie in the decoded image the source ops colour (torch rounds a value
+ * by its place there): box pixel b, in row b / box_w and column b % box_w of the box, is
+ * image pixel rows[b / box_w] * image_w + columns[b % box_w]. */
+typedef struct pim_box_map {
+    const int32_t *rows, *columns;
+    uint32_t box_w, image_w;
+    size_t image_pixels;
+} pim_box_map_t;
+
+/* e's source ops on `count` contiguous pixels of the box (room for 3 channels), box pixels
+ * first..first + count - 1 of `map`, contrast op k blending with means[k]; returns the
+ * channel count of the result. */
+uint32_t pim_colour_source(const pim_extra_t *e, const float *means, const pim_box_map_t *map,
+                           size_t first, uint8_t *pixels, size_t count, uint32_t channels,
+                           int simd);
 
 /* The per-pixel colour steps, 8 pixels at a time, for CPUs with AVX2 and FMA (callers check
  * both; cpu_colour_avx2.c), with the scalar code's float32 operations, lane by lane. Each
@@ -53,8 +65,12 @@ uint32_t pim_colour_source(const pim_extra_t *e, const float *means, uint8_t *pi
  * (0 where the compiler has no x86 SIMD); the caller does the rest. `fused`: multiply-adds
  * rounded once (fmaf). */
 size_t pim_gray_values_avx2(const uint8_t *image, size_t pixels, int fused, uint8_t *out);
-size_t pim_saturation_avx2(uint8_t *image, size_t pixels, float ratio, float rest, int fused);
-size_t pim_grayscale_avx2(uint8_t *image, size_t pixels, uint32_t out_channels, int fused);
+size_t pim_saturation_avx2(uint8_t *image, size_t pixels, float ratio, float rest,
+                           int gray_fused, int blend_fused);
+/* gray of `src`'s pixels into `dst` (out_channels a pixel; dst == src or, for 1, at or
+ * before it: written front to back) */
+size_t pim_grayscale_avx2(const uint8_t *src, uint8_t *dst, size_t pixels,
+                          uint32_t out_channels, int fused);
 /* The value-wise steps (any channels): brightness, and the blend with contrast's mean; they
  * do the first n - n % 8 values of `values`. */
 size_t pim_scale_values_avx2(uint8_t *values, size_t n, float factor);

@@ -21,7 +21,8 @@
  * decoded image, before padding and resampling (a colour transform before the geometric
  * ones): they colour the pixels the crop box reads, and contrast takes the mean of the
  * whole decoded image at that point; padding is not coloured. The others act on the whole
- * resampled image. Arithmetic in float32, as torch:
+ * resampled image, flipped (the kernel flips it before them). Arithmetic in float32, as
+ * torch:
  *
  *   gray(r, g, b)  = (b * 0.114 + (g * 0.587 + r * 0.2989))   truncated to an integer
  *   blend(x, y, f) = y * (1 - f) + x * f                        clamped to 0..255, truncated
@@ -37,6 +38,10 @@
  * where each "u * k + v" is rounded once (a fused multiply-add) when `fused_mul_add` is 1,
  * as torch computes `v.add_(u, alpha=k)` on CPUs with FMA, and as a product and a sum
  * rounded separately when it is 0 (torch without FMA, and torchvision v1's expressions).
+ * With 1, torch's loops still round some values twice, by their place in its tensor (the
+ * tails of pim_torch_loops.h): `torch_layout` says whether torch holds the image in CHW
+ * (planar, as decode_image and most resized crops) or HWC order (channels-last, as
+ * pil_to_tensor, and a resize of such an image when the crop spans its full width).
  * The float factors are the Python floats torchvision receives; 1 - f is taken in double,
  * then both are rounded to float, as torch does with Python scalars. `hue_v1` selects
  * torchvision v1's hue expressions (x / 255, h / 6, t = v (1 - s (1 - f))) over v2's
@@ -63,6 +68,9 @@
 
 #define PIM_MAX_COLOUR_OPS 8
 
+#define PIM_TORCH_HWC_SOURCE 1    /* the decoded image the source ops colour */
+#define PIM_TORCH_HWC_RESAMPLED 2 /* the resampled image the other ops colour */
+
 typedef struct pim_colour_op {
     double factor;         /* brightness, contrast, saturation or hue factor */
     uint32_t kind;         /* PIM_COLOUR_* */
@@ -82,9 +90,11 @@ typedef struct pim_extra {
     uint8_t out_channels;  /* channels written to the output (after any grayscale op) */
     uint8_t n_source_ops;  /* ops[0..n_source_ops-1] act on the decoded image */
     uint8_t hue_v1;        /* 1: hue in torchvision v1's expressions */
-    uint8_t sum_lanes;     /* contrast's mean: torch's float32 sum with vectors of this many */
-    uint8_t reserved[2];   /*   floats (pim_torch_sum.h); 0: the exact sum */
-    uint32_t sum_threads;  /*   and this many torch threads */
+    uint8_t sum_lanes;     /* contrast's mean: torch's float32 sum with vectors of this many
+                              floats (pim_torch_sum.h); 0: the exact sum */
+    uint8_t torch_layout;  /* PIM_TORCH_HWC_*: the images torch holds channels-last */
+    uint8_t reserved;
+    uint32_t sum_threads;  /* torch's threads: the chunks of its sum and of its loops */
     pim_colour_op_t ops[PIM_MAX_COLOUR_OPS];
 } pim_extra_t;
 /* cffi-cdef-end */

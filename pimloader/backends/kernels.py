@@ -35,6 +35,7 @@ from .structs import (AXIS_DTYPE, COLOUR_OP_DTYPE, COLOUR_OPS, EXTRA_DTYPE,  # n
 from .outputs import out_address, out_pointer, out_span, output_pitch  # noqa: F401
 from .tables import (axis_table, axis_weights, lut_from_fn, normalize_lut,  # noqa: F401
                      reference_axis_table)
+from . import torch_loops
 
 
 # ---- batches --------------------------------------------------------------------------
@@ -83,7 +84,7 @@ def torch_sum_lanes() -> int:
 
 def pack_extras(n: int, channels: int, paddings=None, colours=None,
                 image_sizes=None, fused_mul_add: Optional[bool] = None,
-                source_colours=None, colour_v1: bool = False):
+                source_colours=None, colour_v1: bool = False, torch_layouts=None):
     """The pim_extra_t records of n samples (None when none pads or adjusts colours), and
     the channel count of their outputs.
 
@@ -98,10 +99,17 @@ def pack_extras(n: int, channels: int, paddings=None, colours=None,
         decoded image (contrast takes the mean of the whole image; padding is not coloured).
     fused_mul_add: None follows torch (`torch_fuses_multiply_add`); False gives torchvision
         v1's arithmetic (products and sums rounded separately).
-    colour_v1: torchvision v1's colour arithmetic (no fused multiply-adds, v1's hue)."""
+    colour_v1: torchvision v1's colour arithmetic (no fused multiply-adds, v1's hue).
+    torch_layouts[i]: None or (source, resampled), each "CHW" or "HWC": the memory order of
+        the tensor torchvision's colour ops would get, before resampling (the decoded image)
+        and after; None is ("CHW", "CHW"). torch rounds some values of its loops differently
+        by their place (csrc/include/pim_torch_loops.h). "HWC" (channels-last) is what
+        pil_to_tensor / ToImage give, and what resize gives for such an image when the
+        crop spans its full width; decode_image and most resized crops give "CHW"."""
     paddings = [None] * n if paddings is None else list(paddings)
     colours = _per_sample(colours, n, "colours")
     source_colours = _per_sample(source_colours, n, "source_colours")
+    layouts = _torch_layouts(torch_layouts, n)
     if len(paddings) != n:
         raise ValueError(f"paddings need one entry per sample ({n})")
     if not any(paddings) and not any(colours) and not any(source_colours):
@@ -122,6 +130,7 @@ def pack_extras(n: int, channels: int, paddings=None, colours=None,
         extra["hue_v1"] = bool(colour_v1)
         extra["sum_lanes"] = torch_sum_lanes()
         extra["sum_threads"] = torch.get_num_threads()  # this process's, where torch would run
+        extra["torch_layout"] = layouts[i]
         out_channels.add(int(out))
     if len(out_channels) != 1:
         raise ValueError(f"the samples' colour ops leave {sorted(out_channels)} channels; "
@@ -134,6 +143,22 @@ def _per_sample(ops, n: int, name: str) -> list:
     if len(ops) != n:
         raise ValueError(f"{name} need one entry per sample ({n})")
     return ops
+
+
+def _torch_layouts(layouts, n: int) -> list:
+    """pim_extra_t's torch_layout per sample (PIM_TORCH_HWC_* bits)."""
+    layouts = [None] * n if layouts is None else list(layouts)
+    if len(layouts) != n:
+        raise ValueError(f"torch_layouts need one entry per sample ({n})")
+    bits = []
+    for i, pair in enumerate(layouts):
+        source, resampled = ("CHW", "CHW") if pair is None else pair
+        if source not in ("CHW", "HWC") or resampled not in ("CHW", "HWC"):
+            raise ValueError(f"sample {i}: torch layouts {pair!r} are not a pair of "
+                             f"'CHW' / 'HWC'")
+        bits.append((lib.PIM_TORCH_HWC_SOURCE if source == "HWC" else 0)
+                    | (lib.PIM_TORCH_HWC_RESAMPLED if resampled == "HWC" else 0))
+    return bits
 
 
 def _pack_padding(extra, padding, image_size, channels: int, i: int) -> None:
@@ -200,7 +225,8 @@ def pack_batch(images: Sequence, boxes, size: Sequence[int], *, hflip=None, vfli
                out_dtype: torch.dtype = torch.float32,
                windows=None, paddings=None, colours=None,
                fused_mul_add: Optional[bool] = None, source_colours=None,
-               colour_v1: bool = False, out_strides=None) -> tuple[PackedBatch, list]:
+               colour_v1: bool = False, out_strides=None,
+               torch_layouts=None) -> tuple[PackedBatch, list]:
     """Descriptors for cropping box i = (top, left, height, width) of images[i] (HWC uint8),
     resizing it to size = (out_h, out_w), flipping it and writing it to slot i of an output
     batch of `layout` and `out_dtype`. Returns the packed batch and the HWC arrays.
@@ -209,8 +235,8 @@ def pack_batch(images: Sequence, boxes, size: Sequence[int], *, hflip=None, vfli
     resized_h x resized_w and keep only the `size` window at (top, left) of it (then flip),
     as torchvision's Resize followed by a crop computes it.
 
-    paddings, colours, fused_mul_add, source_colours, colour_v1: see `pack_extras` (CPU
-    kernel only). With padding, a box is in the coordinates of the padded image.
+    paddings, colours, fused_mul_add, source_colours, colour_v1, torch_layouts: see
+    `pack_extras` (CPU kernel only). With padding, a box is in the coordinates of the padded image.
 
     out_strides: None for a contiguous output batch, else its element strides (CPU kernel
     only): each sample's slot is then a strided view, e.g. the top-left (C, h, w) corner of
@@ -234,7 +260,7 @@ def pack_batch(images: Sequence, boxes, size: Sequence[int], *, hflip=None, vfli
     channels = arrays[0].shape[2] if n else 0
     extras, out_channels = pack_extras(n, channels, paddings, colours,
                                        [a.shape[:2] for a in arrays], fused_mul_add,
-                                       source_colours, colour_v1)
+                                       source_colours, colour_v1, torch_layouts)
     slot_bytes = out_h * out_w * out_channels * esize
     if out_strides is not None:
         output_pitch(out_strides, layout, esize, out_channels)   # checked here, used by run
@@ -344,6 +370,7 @@ def run_packed(packed: PackedBatch, arrays: Sequence[np.ndarray], out,
         if len(extras) != n:
             raise ValueError(f"{len(extras)} extras for {n} descriptors")
         extras_ptr = ffi.cast("pim_extra_t *", ffi.from_buffer(extras))
+        torch_loops.install()
     channels = channels_of(packed)
     lut_ptr = ffi.NULL
     if lut is not None:
@@ -385,7 +412,7 @@ def resized_crop_batch(images: Sequence, boxes, size: Sequence[int], out, *, hfl
                        vflip=None, interpolation: str = "bilinear", layout: str = "NCHW",
                        lut: Optional[np.ndarray] = None, windows=None, paddings=None,
                        colours=None, fused_mul_add: Optional[bool] = None,
-                       source_colours=None, colour_v1: bool = False):
+                       source_colours=None, colour_v1: bool = False, torch_layouts=None):
     """Fused torchvision-v2 `resized_crop` (antialias=True) + flips + conversion, for a batch.
 
     images  sequence of uint8 HWC (or HW) arrays/tensors, 1 or 3 channels, all alike
@@ -397,13 +424,15 @@ def resized_crop_batch(images: Sequence, boxes, size: Sequence[int], out, *, hfl
             elements, e.g. `padded[:, :, :h, :w]` of a padded batch (its rows are written
             with the view's row and plane pitch; nothing outside the view is touched)
     lut     for float outputs: `normalize_lut(...)` / `lut_from_fn(...)` of that dtype
-    paddings, colours, fused_mul_add, source_colours, colour_v1: padding of the sources
-            and colour ops (`pack_extras`); C is then the channel count after them
+    paddings, colours, fused_mul_add, source_colours, colour_v1, torch_layouts: padding
+            of the sources and colour ops (`pack_extras`); C is then the channel count
+            after them
     Returns out."""
     packed, arrays, lut = checked_batch(
         images, boxes, size, out, hflip=hflip, vflip=vflip, interpolation=interpolation,
         layout=layout, lut=lut, windows=windows, paddings=paddings, colours=colours,
-        fused_mul_add=fused_mul_add, source_colours=source_colours, colour_v1=colour_v1)
+        fused_mul_add=fused_mul_add, source_colours=source_colours, colour_v1=colour_v1,
+        torch_layouts=torch_layouts)
     run_packed(packed, arrays, out, lut)
     return out
 
@@ -412,7 +441,7 @@ def checked_batch(images: Sequence, boxes, size: Sequence[int], out, *, hflip=No
                   vflip=None, interpolation: str = "bilinear", layout: str = "NCHW",
                   lut: Optional[np.ndarray] = None, windows=None, paddings=None, colours=None,
                   fused_mul_add: Optional[bool] = None, source_colours=None,
-                  colour_v1: bool = False):
+                  colour_v1: bool = False, torch_layouts=None):
     """(packed batch, HWC sources, lookup table) for `resized_crop_batch`'s arguments,
     every argument checked against `out` (its dtype, shape and the table it needs): what
     every backend runs."""
@@ -428,7 +457,7 @@ def checked_batch(images: Sequence, boxes, size: Sequence[int], out, *, hflip=No
                                 interpolation=interpolation, layout=layout, out_dtype=dtype,
                                 windows=windows, paddings=paddings, colours=colours,
                                 fused_mul_add=fused_mul_add, source_colours=source_colours,
-                                colour_v1=colour_v1,
+                                colour_v1=colour_v1, torch_layouts=torch_layouts,
                                 out_strides=out.stride() if strided else None)
     n = len(arrays)
     c = arrays[0].shape[2] if n else 0

@@ -46,7 +46,7 @@ EXTRA_DTYPE = np.dtype([
     ("image_top", "<u4"), ("image_left", "<u4"), ("image_h", "<u4"), ("image_w", "<u4"),
     ("pad_mode", "u1"), ("fill", "u1", (3,)), ("n_ops", "u1"), ("fused_mul_add", "u1"),
     ("out_channels", "u1"), ("n_source_ops", "u1"), ("hue_v1", "u1"),
-    ("sum_lanes", "u1"), ("reserved", "u1", (2,)), ("sum_threads", "<u4"),
+    ("sum_lanes", "u1"), ("torch_layout", "u1"), ("reserved", "u1"), ("sum_threads", "<u4"),
     ("ops", COLOUR_OP_DTYPE, (lib.PIM_MAX_COLOUR_OPS,)),
 ])
 PAD_MODES = {"constant": lib.PIM_PAD_CONSTANT, "edge": lib.PIM_PAD_EDGE,
