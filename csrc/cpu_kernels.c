@@ -8,7 +8,9 @@
  *
  * The row loops come in three versions computing the same integer sums: the portable code of
  * pim_resample.h (what the DPU kernels run), and SSSE3 / AVX2 versions picked at run time
- * (pim_cpu_simd). The tests check all of them against torchvision and each other.
+ * (pim_cpu_simd). The output step (flip, table lookup, layout) has AVX2 and AVX-512 VBMI
+ * versions (cpu_emit_avx2.c, cpu_emit_vbmi.c) writing the same elements as pim_emit_row.
+ * The tests check all of them against torchvision, numpy and each other.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -18,6 +20,7 @@
 #include "pim_axis_check.h"
 #include "pim_cpu.h"
 #include "pim_cpu_colour.h"
+#include "pim_cpu_emit.h"
 #include "pim_resample.h"
 #include "pim_error.h"
 
@@ -256,6 +259,9 @@ static int detect_simd(void)
 {
 #ifdef PIM_HAVE_X86
     __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vbmi"))
+        return 3;
     if (__builtin_cpu_supports("avx2"))
         return 2;
     if (__builtin_cpu_supports("ssse3"))
@@ -584,17 +590,21 @@ static void stream_fence(void)
 }
 #endif
 
-/* One finished row into the output: pim_emit_row into `converted` (a scratch row, channel
- * rows back to back), then streamed to its place in the slot. */
+/* One finished row into the output: with AVX2 straight into its place in the slot (and
+ * with AVX-512 VBMI when `wide` holds the tables); else pim_emit_row into `converted` (a
+ * scratch row, channel rows back to back), then streamed to its place. */
 static void emit(const uint8_t *row, uint32_t n, uint32_t channels, int hflip, int nhwc,
                  uint32_t esize, const void *lut, uint8_t *dst, size_t plane_bytes,
-                 uint8_t *converted)
+                 uint8_t *converted, const pim_emit_tables_t *wide)
 {
     const size_t channel_row = (size_t)n * esize;
     if (esize == 1 && !hflip && (nhwc || channels == 1)) {
         stream_copy(dst, row, (size_t)n * channels);
         return;
     }
+    if (g_simd >= 2 && pim_emit_row_avx2(row, n, channels, hflip, nhwc, esize, lut, wide, dst,
+                                         plane_bytes))
+        return;
     pim_emit_row(row, n, channels, hflip, nhwc, esize, lut, converted, channel_row);
     if (nhwc) {
         stream_copy(dst, converted, channel_row * channels);
@@ -619,6 +629,7 @@ typedef struct scratch {
     uint8_t *image;      /* a coloured sample's resampled image, 3 channels of room */
     uint8_t *source_row; /* one row of a source-coloured image, 3 channels of room */
     uint8_t *gray;       /* contrast's grayscale of a whole (source or resampled) image */
+    const pim_emit_tables_t *wide; /* the lookup table for the VBMI emitter, or NULL */
 } scratch_t;
 
 /* Resamples sample s; each finished row is flipped/converted into dst, or, when `staging` is
@@ -661,7 +672,7 @@ static void run_sample(const pim_sample_t *s, const uint8_t *src, const uint8_t 
         } else {                                                                     \
             const uint32_t yy = vflip ? oh - 1 - (y) : (y);                          \
             emit((resampled), ow, C, hflip, nhwc, es, lut, dst + yy * pitch.row,     \
-                 pitch.plane, sc->converted);                                        \
+                 pitch.plane, sc->converted, sc->wide);                              \
         }                                                                            \
     } while (0)
 
@@ -705,7 +716,8 @@ static void run_sample(const pim_sample_t *s, const uint8_t *src, const uint8_t 
 
 /* A finished uint8 image (out_h x out_w x channels, unflipped) into the output slot. */
 static void emit_image(const pim_sample_t *s, const uint8_t *image, uint32_t channels,
-                       const void *lut, uint8_t *dst, pim_out_pitch_t pitch, uint8_t *converted)
+                       const void *lut, uint8_t *dst, pim_out_pitch_t pitch,
+                       const scratch_t *sc)
 {
     const uint32_t oh = s->out_h, ow = s->out_w, es = s->out_esize;
     const int hflip = (s->flags & PIM_FLAG_HFLIP) != 0;
@@ -714,7 +726,7 @@ static void emit_image(const pim_sample_t *s, const uint8_t *image, uint32_t cha
     for (uint32_t y = 0; y < oh; y++) {
         const uint32_t yy = vflip ? oh - 1 - y : y;
         emit(image + (size_t)y * ow * channels, ow, channels, hflip, nhwc, es, lut,
-             dst + yy * pitch.row, pitch.plane, converted);
+             dst + yy * pitch.row, pitch.plane, sc->converted, sc->wide);
     }
 }
 
@@ -795,7 +807,7 @@ static void run_one(const pim_sample_t *s, const pim_extra_t *e, const uint8_t *
     const uint32_t channels =
         pim_colour_apply(e, sc->image, (size_t)s->out_h * s->out_w, view.channels, sc->gray,
                          pim_cpu_simd_level());
-    emit_image(s, sc->image, channels, lut, dst, pitch, sc->converted);
+    emit_image(s, sc->image, channels, lut, dst, pitch, sc);
 }
 
 static int has_contrast(const pim_extra_t *e, uint32_t first, uint32_t end)
@@ -837,6 +849,19 @@ static void extra_scratch(const pim_sample_t *samples, const pim_extra_t *extras
         if (has_contrast(e, e->n_source_ops, e->n_ops))
             *gray_bytes = larger(*gray_bytes, (size_t)s->out_h * s->out_w);
     }
+}
+
+/* The VBMI emitter's tables for this call's lookup table, in *tables; NULL where it does
+ * not run (below SIMD level 3, uint8 or 1-channel outputs). */
+static const pim_emit_tables_t *wide_tables(const pim_sample_t *samples,
+                                            const pim_extra_t *extras, const void *lut,
+                                            pim_emit_tables_t *tables)
+{
+    const uint32_t channels = out_channels(&samples[0], extras), esize = samples[0].out_esize;
+    if (g_simd < 3 || lut == NULL || esize == 1 || channels != 3)
+        return NULL;
+    pim_emit_prepare(lut, channels, esize, tables);
+    return tables;
 }
 
 int pim_cpu_crop_resize(const pim_sample_t *samples, const pim_extra_t *extras,
@@ -913,6 +938,8 @@ int pim_cpu_crop_resize(const pim_sample_t *samples, const pim_extra_t *extras,
     sc.image = sc.box + box_bytes;
     sc.source_row = sc.image + image_bytes;
     sc.gray = sc.source_row + source_row_bytes;
+    pim_emit_tables_t wide;
+    sc.wide = wide_tables(samples, extras, lut, &wide);
     for (uint32_t i = 0; i < n_samples; i++) {
         const pim_extra_t *e = extras != NULL ? &extras[i] : NULL;
         run_one(&samples[i], e, srcs[i], tables, lut, dst + samples[i].dst_offset,
