@@ -13,7 +13,9 @@
  *
  * The lookups are scalar loads: _mm256_i32gather_epi32 measured slower on the AMD EPYC
  * (Zen 4) this was written on (about 55 against 43 us per 224x224 float32 image). Given the
- * VBMI emitter's tables, an NCHW row's middle goes to it (cpu_emit_vbmi.c).
+ * VBMI emitter's tables, an NCHW row's middle goes to it (cpu_emit_vbmi.c); for NHWC rows
+ * its lookups (a table per lane's channel: three per value) measured slower than these
+ * for float32. Without it, float16 NCHW rows stay with pim_emit_row.
  */
 #include <stddef.h>
 #include <stdint.h>
@@ -241,7 +243,10 @@ int pim_emit_row_avx2(const uint8_t *row, uint32_t n, uint32_t channels, int hfl
 {
     if (channels != 3)
         return 0;
-    if (wide != NULL && !nhwc && wide->esize == esize && wide->channels == 3)
+    const int use_wide = wide != NULL && !nhwc && wide->esize == esize && wide->channels == 3;
+    if (esize == 2 && !nhwc && !use_wide)
+        return 0; /* measured no faster than pim_emit_row's loop, at times slower */
+    if (use_wide)
         emit_wide_row(row, n, hflip, esize, lut, wide, dst, plane_bytes);
     else
         emit_range_avx2(row, n, 0, n, nhwc, hflip, esize, lut, dst, plane_bytes);
