@@ -590,21 +590,20 @@ static void stream_fence(void)
 }
 #endif
 
-/* One finished row into the output: with AVX2 straight into its place in the slot (and
- * with AVX-512 VBMI when `wide` holds the tables); else pim_emit_row into `converted` (a
- * scratch row, channel rows back to back), then streamed to its place. */
-static void emit(const uint8_t *row, uint32_t n, uint32_t channels, int hflip, int nhwc,
-                 uint32_t esize, const void *lut, uint8_t *dst, size_t plane_bytes,
-                 uint8_t *converted, const pim_emit_tables_t *wide)
+/* One finished row into the output: pim_emit_row into `converted` (a scratch row, channel
+ * rows back to back), then streamed to its place in the slot. Kept out of line: inlined
+ * into emit, its float16 loop spilled registers and ran about 1.5x slower. */
+__attribute__((noinline)) static void emit_converted(const uint8_t *row, uint32_t n,
+                                                     uint32_t channels, int hflip, int nhwc,
+                                                     uint32_t esize, const void *lut,
+                                                     uint8_t *dst, size_t plane_bytes,
+                                                     uint8_t *converted)
 {
     const size_t channel_row = (size_t)n * esize;
     if (esize == 1 && !hflip && (nhwc || channels == 1)) {
         stream_copy(dst, row, (size_t)n * channels);
         return;
     }
-    if (g_simd >= 2 && pim_emit_row_avx2(row, n, channels, hflip, nhwc, esize, lut, wide, dst,
-                                         plane_bytes))
-        return;
     pim_emit_row(row, n, channels, hflip, nhwc, esize, lut, converted, channel_row);
     if (nhwc) {
         stream_copy(dst, converted, channel_row * channels);
@@ -612,6 +611,19 @@ static void emit(const uint8_t *row, uint32_t n, uint32_t channels, int hflip, i
     }
     for (uint32_t c = 0; c < channels; c++)
         stream_copy(dst + c * plane_bytes, converted + c * channel_row, channel_row);
+}
+
+/* One finished row into the output: with AVX2 straight into its place in the slot (and
+ * with AVX-512 VBMI when `wide` holds the tables), else by emit_converted. */
+static void emit(const uint8_t *row, uint32_t n, uint32_t channels, int hflip, int nhwc,
+                 uint32_t esize, const void *lut, uint8_t *dst, size_t plane_bytes,
+                 uint8_t *converted, const pim_emit_tables_t *wide)
+{
+    const int copy = esize == 1 && !hflip && (nhwc || channels == 1);
+    if (!copy && g_simd >= 2 &&
+        pim_emit_row_avx2(row, n, channels, hflip, nhwc, esize, lut, wide, dst, plane_bytes))
+        return;
+    emit_converted(row, n, channels, hflip, nhwc, esize, lut, dst, plane_bytes, converted);
 }
 
 typedef struct scratch {
