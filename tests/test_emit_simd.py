@@ -114,3 +114,27 @@ def test_one_channel_rows_take_the_portable_emitter(hflip):
         got = emitted([img], [(1, 3, HEIGHT, 31)], (HEIGHT, 31), [hflip], "NCHW", lut, out,
                       level)
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_coloured_images_emit_alike_at_every_simd_level(layout):
+    """Colour ops after the resize: the kernel emits the coloured image (emit_image) through
+    the same emitters."""
+    rng = np.random.default_rng(3)
+    img = rng.integers(0, 256, (120, 300, 3), dtype=np.uint8)
+    lut = random_lut(torch.float32, 3, rng)
+    colours = [[("brightness", 1.3), ("saturation", 0.7)]] * 2
+    results = []
+    for level in SIMD_LEVELS:
+        out = placed_out(2, 3, 225, torch.float32, layout, "contiguous")
+        out.fill_(7)
+        K.lib.pim_cpu_simd(level)
+        try:
+            K.resized_crop_batch([img] * 2, [(0, 0, 120, 300), (10, 20, HEIGHT, 225)],
+                                 (HEIGHT, 225), out, hflip=[True, False], layout=layout,
+                                 lut=lut, colours=colours)
+        finally:
+            K.lib.pim_cpu_simd(-1)
+        results.append(out.view(torch.int32).clone())
+    for got in results[1:]:
+        assert torch.equal(got, results[0])
