@@ -57,9 +57,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--batch", type=int, default=64, help="images per kernel call")
     parser.add_argument("--repeats", type=int, default=15, help="timed repeats (median)")
     parser.add_argument("--interpolation", default="bilinear", choices=["bilinear", "bicubic"])
-    parser.add_argument("--simd", type=int, default=-1, choices=[-1, 0, 1, 2],
+    parser.add_argument("--simd", type=int, default=-1, choices=[-1, 0, 1, 2, 3],
                         help="row loops: -1 best available, 0 portable C only (the code the "
-                             "DPU kernels share), 1 SSSE3, 2 AVX2")
+                             "DPU kernels share), 1 SSSE3, 2 AVX2, 3 AVX2 + an AVX-512 VBMI "
+                             "output step")
     parser.add_argument("--quick", action="store_true", help="a smoke run")
     parser.add_argument("--out", help="JSON file for the results (default: results/latest/"
                                       "kernel_speed[.simdN][.quick].json)")

@@ -17,11 +17,14 @@ HEADERS = (os.path.join(SHARED_INCLUDE, "pim_params.h"), os.path.join(INCLUDE, "
 
 ffibuilder = extension(
     "pimloader._kernels", HEADERS,
-    sources=sources("cpu_kernels.c", "cpu_colour.c", "cpu_colour_avx2.c", "torch_sum.c",
-                    "torch_loops.c", "axis_tables.c", "axis_check.c"),
+    sources=sources("cpu_kernels.c", "cpu_checks.c", "cpu_colour.c", "cpu_colour_avx2.c",
+                    "cpu_emit_avx2.c", "cpu_emit_vbmi.c", "torch_sum.c", "torch_loops.c",
+                    "axis_tables.c", "axis_check.c"),
     include_dirs=[INCLUDE, SHARED_INCLUDE],
     depends=[os.path.join(SHARED_INCLUDE, "pim_resample.h")]
-    + [os.path.join(INCLUDE, h) for h in ("pim_cpu_colour.h", "pim_axis_check.h")],
+    + [os.path.join(INCLUDE, h)
+       for h in ("pim_cpu_checks.h", "pim_cpu_colour.h", "pim_cpu_emit.h",
+                 "pim_axis_check.h")],
     # -ffp-contract=off: the colour code's float32 and the axis tables' double products and
     # sums are rounded where they are written (torch's arithmetic); the colour code's fused
     # multiply-adds are explicit fmaf calls

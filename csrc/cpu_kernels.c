@@ -8,232 +8,21 @@
  *
  * The row loops come in three versions computing the same integer sums: the portable code of
  * pim_resample.h (what the DPU kernels run), and SSSE3 / AVX2 versions picked at run time
- * (pim_cpu_simd). The tests check all of them against torchvision and each other.
+ * (pim_cpu_simd). The output step (flip, table lookup, layout) has AVX2 and AVX-512 VBMI
+ * versions (cpu_emit_avx2.c, cpu_emit_vbmi.c) writing the same elements as pim_emit_row.
+ * The tests check all of them against torchvision, numpy and each other.
  */
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "pim_axis_check.h"
 #include "pim_cpu.h"
+#include "pim_cpu_checks.h"
 #include "pim_cpu_colour.h"
+#include "pim_cpu_emit.h"
 #include "pim_resample.h"
 #include "pim_error.h"
 
-
-static uint32_t out_channels(const pim_sample_t *s, const pim_extra_t *e)
-{
-    return e != NULL ? e->out_channels : s->channels;
-}
-
-static int check_padding(const pim_sample_t *s, const pim_extra_t *e, char *err,
-                         uint32_t err_len)
-{
-    if (e->pad_mode > PIM_PAD_SYMMETRIC) {
-        set_err(err, err_len, "unknown padding mode %u", e->pad_mode);
-        return 0;
-    }
-    if (e->pad_mode == PIM_PAD_NONE)
-        return 1;
-    if (e->image_h == 0 || e->image_w == 0 ||
-        (uint64_t)e->image_top + e->image_h > s->src_h ||
-        (uint64_t)e->image_left + e->image_w > s->src_w) {
-        set_err(err, err_len, "a %ux%u image at (%u, %u) does not fit its %ux%u padded image",
-                e->image_h, e->image_w, e->image_top, e->image_left, s->src_h, s->src_w);
-        return 0;
-    }
-    /* torch refuses reflect padding >= the extent and symmetric padding beyond it */
-    const uint32_t pads[4] = {e->image_top, s->src_h - e->image_top - e->image_h,
-                              e->image_left, s->src_w - e->image_left - e->image_w};
-    for (int k = 0; k < 4; k++) {
-        const uint32_t extent = k < 2 ? e->image_h : e->image_w;
-        if ((e->pad_mode == PIM_PAD_REFLECT && pads[k] >= extent) ||
-            (e->pad_mode == PIM_PAD_SYMMETRIC && pads[k] > extent)) {
-            set_err(err, err_len, "padding %u is too large for an extent of %u in %s mode",
-                    pads[k], extent, e->pad_mode == PIM_PAD_REFLECT ? "reflect" : "symmetric");
-            return 0;
-        }
-    }
-    return 1;
-}
-
-static int check_colour_op(const pim_colour_op_t *op, uint32_t k, char *err, uint32_t err_len)
-{
-    switch (op->kind) {
-    case PIM_COLOUR_BRIGHTNESS:
-    case PIM_COLOUR_CONTRAST:
-    case PIM_COLOUR_SATURATION:
-        if (!(op->factor >= 0.0 && op->factor <= 1e30)) {
-            set_err(err, err_len, "colour op %u: factor %g (a finite non-negative number "
-                    "expected)", k, op->factor);
-            return 0;
-        }
-        return 1;
-    case PIM_COLOUR_HUE:
-        if (!(op->factor >= -0.5 && op->factor <= 0.5)) {
-            set_err(err, err_len, "colour op %u: hue factor %g (-0.5 to 0.5)", k, op->factor);
-            return 0;
-        }
-        return 1;
-    case PIM_COLOUR_GRAYSCALE:
-        if (op->channels != 1 && op->channels != 3) {
-            set_err(err, err_len, "colour op %u: grayscale to %u channels (1 or 3)", k,
-                    op->channels);
-            return 0;
-        }
-        return 1;
-    case PIM_COLOUR_PERMUTE: {
-        const uint8_t *o = op->order;
-        if (o[0] > 2 || o[1] > 2 || o[2] > 2 || o[0] == o[1] || o[0] == o[2] || o[1] == o[2]) {
-            set_err(err, err_len, "colour op %u: channel order %u %u %u is not a permutation",
-                    k, o[0], o[1], o[2]);
-            return 0;
-        }
-        return 1;
-    }
-    default:
-        set_err(err, err_len, "colour op %u: unknown kind %u", k, op->kind);
-        return 0;
-    }
-}
-
-static int check_colour(const pim_sample_t *s, const pim_extra_t *e, char *err,
-                        uint32_t err_len)
-{
-    if (e->n_ops > PIM_MAX_COLOUR_OPS || e->n_source_ops > e->n_ops) {
-        set_err(err, err_len, "%u colour ops, %u of them on the source (at most %u)", e->n_ops,
-                e->n_source_ops, PIM_MAX_COLOUR_OPS);
-        return 0;
-    }
-    uint32_t channels = s->channels;
-    for (uint32_t k = 0; k < e->n_ops; k++) {
-        if (!check_colour_op(&e->ops[k], k, err, err_len))
-            return 0;
-        if (e->ops[k].kind == PIM_COLOUR_GRAYSCALE)
-            channels = e->ops[k].channels;
-        if (k + 1 == e->n_source_ops && channels != s->channels &&
-            e->pad_mode == PIM_PAD_CONSTANT) {
-            set_err(err, err_len, "the source colour ops turn %u channels into %u, and the "
-                    "constant padding has %u", s->channels, channels, s->channels);
-            return 0;
-        }
-    }
-    if (e->out_channels != channels) {
-        set_err(err, err_len, "out_channels %u, the colour ops leave %u", e->out_channels,
-                channels);
-        return 0;
-    }
-    return 1;
-}
-
-/* Where the rows and planes of sample s's output lie: `given`, or its slot contiguous. */
-static pim_out_pitch_t slot_pitch(const pim_sample_t *s, const pim_extra_t *e,
-                                  const pim_out_pitch_t *given)
-{
-    if (given != NULL)
-        return *given;
-    const int nhwc = (s->flags & PIM_FLAG_NHWC) != 0;
-    pim_out_pitch_t pitch;
-    pitch.row = (uint64_t)s->out_w * (nhwc ? out_channels(s, e) : 1u) * s->out_esize;
-    pitch.plane = (uint64_t)s->out_h * pitch.row;
-    return pitch;
-}
-
-/* Whether rows of `pitch` hold sample s's output rows without overlapping: into *extent,
- * the bytes from the slot's start to the end of its last element. */
-static int check_pitch(const pim_sample_t *s, const pim_extra_t *e, pim_out_pitch_t pitch,
-                       uint64_t *extent, char *err, uint32_t err_len)
-{
-    const int nhwc = (s->flags & PIM_FLAG_NHWC) != 0;
-    const uint64_t channels = out_channels(s, e), planes = nhwc ? 1u : channels;
-    const uint64_t row_bytes = (uint64_t)s->out_w * (nhwc ? channels : 1u) * s->out_esize;
-    if (pitch.row < row_bytes || pitch.row % s->out_esize != 0 ||
-        (planes > 1 && (pitch.plane < s->out_h * pitch.row || pitch.plane % s->out_esize != 0))) {
-        set_err(err, err_len, "output pitch (row %llu, plane %llu bytes) overlaps or misaligns "
-                "%u rows of %llu bytes", (unsigned long long)pitch.row,
-                (unsigned long long)pitch.plane, s->out_h, (unsigned long long)row_bytes);
-        return 0;
-    }
-    *extent = (planes - 1) * pitch.plane + (uint64_t)(s->out_h - 1) * pitch.row + row_bytes;
-    return 1;
-}
-
-static int check_sample(const pim_sample_t *s, const pim_extra_t *e, const uint8_t *src,
-                        const uint64_t *src_bytes, uint32_t i, const uint8_t *tables,
-                        uint64_t tables_bytes, const void *lut, uint64_t dst_bytes,
-                        const pim_out_pitch_t *pitch, char *err, uint32_t err_len)
-{
-    const int padded = e != NULL && e->pad_mode != PIM_PAD_NONE;
-    if (s->channels != 1 && s->channels != 3) {
-        set_err(err, err_len, "%u channels (1 or 3 supported)", s->channels);
-        return 0;
-    }
-    if (s->out_esize != 1 && s->out_esize != 2 && s->out_esize != 4) {
-        set_err(err, err_len, "output element size %u (1, 2 or 4 supported)", s->out_esize);
-        return 0;
-    }
-    if (s->out_esize > 1 && lut == NULL) {
-        set_err(err, err_len, "output element size %u needs a lookup table", s->out_esize);
-        return 0;
-    }
-    if (s->flags & ~(PIM_FLAG_HFLIP | PIM_FLAG_VFLIP | PIM_FLAG_NHWC)) {
-        set_err(err, err_len, "unknown flags 0x%x", s->flags);
-        return 0;
-    }
-    if (src == NULL) {
-        set_err(err, err_len, "no source image");
-        return 0;
-    }
-    if (s->crop_h == 0 || s->crop_w == 0 || s->out_h == 0 || s->out_w == 0) {
-        set_err(err, err_len, "empty crop %ux%u or output %ux%u", s->crop_h, s->crop_w,
-                s->out_h, s->out_w);
-        return 0;
-    }
-    if ((uint64_t)s->crop_top + s->crop_h > s->src_h ||
-        (uint64_t)s->crop_left + s->crop_w > s->src_w) {
-        set_err(err, err_len, "crop box top %u left %u height %u width %u is not inside the "
-                "%ux%u %simage", s->crop_top, s->crop_left, s->crop_h, s->crop_w, s->src_h,
-                s->src_w, padded ? "padded " : "");
-        return 0;
-    }
-    if (e != NULL && (!check_padding(s, e, err, err_len) || !check_colour(s, e, err, err_len)))
-        return 0;
-    /* the pixels in memory: the decoded image (inside the padded one, when padded) */
-    const uint32_t image_h = padded ? e->image_h : s->src_h;
-    const uint32_t image_w = padded ? e->image_w : s->src_w;
-    if ((uint64_t)s->src_stride < (uint64_t)image_w * s->channels) {
-        set_err(err, err_len, "row stride %u is shorter than a %u-pixel row", s->src_stride,
-                image_w);
-        return 0;
-    }
-    if (src_bytes != NULL) {
-        const uint64_t end = s->src_offset + (uint64_t)(image_h - 1) * s->src_stride +
-                             (uint64_t)image_w * s->channels;
-        if (end > src_bytes[i]) {
-            set_err(err, err_len, "image (%llu bytes from its base) does not fit its %llu-byte "
-                    "source", (unsigned long long)end, (unsigned long long)src_bytes[i]);
-            return 0;
-        }
-    }
-    uint64_t out_bytes;
-    if (!check_pitch(s, e, slot_pitch(s, e, pitch), &out_bytes, err, err_len))
-        return 0;
-    if (s->dst_offset % s->out_esize != 0 || s->dst_offset > dst_bytes ||
-        out_bytes > dst_bytes - s->dst_offset) {
-        set_err(err, err_len, "output slot at %llu (%llu bytes) is misaligned or outside the "
-                "%llu-byte output", (unsigned long long)s->dst_offset,
-                (unsigned long long)out_bytes, (unsigned long long)dst_bytes);
-        return 0;
-    }
-    if (!pim_check_axis(tables, tables_bytes, s->xtab_offset, s->crop_w, s->out_w,
-                        "horizontal", err, err_len))
-        return 0;
-    if (!pim_check_axis(tables, tables_bytes, s->ytab_offset, s->crop_h, s->out_h, "vertical",
-                        err, err_len))
-        return 0;
-    return 1;
-}
 
 /* ---- row loops ----------------------------------------------------------------------
  * The horizontal and vertical passes below compute exactly pim_resample.h's sums (int32
@@ -256,6 +45,9 @@ static int detect_simd(void)
 {
 #ifdef PIM_HAVE_X86
     __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vbmi"))
+        return 3;
     if (__builtin_cpu_supports("avx2"))
         return 2;
     if (__builtin_cpu_supports("ssse3"))
@@ -585,10 +377,13 @@ static void stream_fence(void)
 #endif
 
 /* One finished row into the output: pim_emit_row into `converted` (a scratch row, channel
- * rows back to back), then streamed to its place in the slot. */
-static void emit(const uint8_t *row, uint32_t n, uint32_t channels, int hflip, int nhwc,
-                 uint32_t esize, const void *lut, uint8_t *dst, size_t plane_bytes,
-                 uint8_t *converted)
+ * rows back to back), then streamed to its place in the slot. Kept out of line: inlined
+ * into emit, its float16 loop spilled registers and ran about 1.5x slower. */
+__attribute__((noinline)) static void emit_converted(const uint8_t *row, uint32_t n,
+                                                     uint32_t channels, int hflip, int nhwc,
+                                                     uint32_t esize, const void *lut,
+                                                     uint8_t *dst, size_t plane_bytes,
+                                                     uint8_t *converted)
 {
     const size_t channel_row = (size_t)n * esize;
     if (esize == 1 && !hflip && (nhwc || channels == 1)) {
@@ -602,6 +397,19 @@ static void emit(const uint8_t *row, uint32_t n, uint32_t channels, int hflip, i
     }
     for (uint32_t c = 0; c < channels; c++)
         stream_copy(dst + c * plane_bytes, converted + c * channel_row, channel_row);
+}
+
+/* One finished row into the output: with AVX2 straight into its place in the slot (and
+ * with AVX-512 VBMI when `wide` holds the tables), else by emit_converted. */
+static void emit(const uint8_t *row, uint32_t n, uint32_t channels, int hflip, int nhwc,
+                 uint32_t esize, const void *lut, uint8_t *dst, size_t plane_bytes,
+                 uint8_t *converted, const pim_emit_tables_t *wide)
+{
+    const int copy = esize == 1 && !hflip && (nhwc || channels == 1);
+    if (!copy && g_simd >= 2 &&
+        pim_emit_row_avx2(row, n, channels, hflip, nhwc, esize, lut, wide, dst, plane_bytes))
+        return;
+    emit_converted(row, n, channels, hflip, nhwc, esize, lut, dst, plane_bytes, converted);
 }
 
 typedef struct scratch {
@@ -620,6 +428,7 @@ typedef struct scratch {
     uint8_t *image;      /* a coloured sample's resampled image, 3 channels of room */
     uint8_t *source_row; /* one row of a source-coloured image, 3 channels of room */
     uint8_t *gray;       /* contrast's grayscale of a whole (source or resampled) image */
+    const pim_emit_tables_t *wide; /* the lookup table for the VBMI emitter, or NULL */
 } scratch_t;
 
 /* Resamples sample s; each finished row is flipped/converted into dst, or, when `staging` is
@@ -662,7 +471,7 @@ static void run_sample(const pim_sample_t *s, const uint8_t *src, const uint8_t 
         } else {                                                                     \
             const uint32_t yy = vflip ? oh - 1 - (y) : (y);                          \
             emit((resampled), ow, C, hflip, nhwc, es, lut, dst + yy * pitch.row,     \
-                 pitch.plane, sc->converted);                                        \
+                 pitch.plane, sc->converted, sc->wide);                              \
         }                                                                            \
     } while (0)
 
@@ -706,7 +515,8 @@ static void run_sample(const pim_sample_t *s, const uint8_t *src, const uint8_t 
 
 /* A finished uint8 image (out_h x out_w x channels, unflipped) into the output slot. */
 static void emit_image(const pim_sample_t *s, const uint8_t *image, uint32_t channels,
-                       const void *lut, uint8_t *dst, pim_out_pitch_t pitch, uint8_t *converted)
+                       const void *lut, uint8_t *dst, pim_out_pitch_t pitch,
+                       const scratch_t *sc)
 {
     const uint32_t oh = s->out_h, ow = s->out_w, es = s->out_esize;
     const int hflip = (s->flags & PIM_FLAG_HFLIP) != 0;
@@ -715,7 +525,7 @@ static void emit_image(const pim_sample_t *s, const uint8_t *image, uint32_t cha
     for (uint32_t y = 0; y < oh; y++) {
         const uint32_t yy = vflip ? oh - 1 - y : y;
         emit(image + (size_t)y * ow * channels, ow, channels, hflip, nhwc, es, lut,
-             dst + yy * pitch.row, pitch.plane, converted);
+             dst + yy * pitch.row, pitch.plane, sc->converted, sc->wide);
     }
 }
 
@@ -842,7 +652,7 @@ static void run_one(const pim_sample_t *s, const pim_extra_t *e, const uint8_t *
                          pim_cpu_simd_level());
     view = *s;
     view.flags &= (uint8_t)~(PIM_FLAG_HFLIP | PIM_FLAG_VFLIP);
-    emit_image(&view, sc->image, channels, lut, dst, pitch, sc->converted);
+    emit_image(&view, sc->image, channels, lut, dst, pitch, sc);
 }
 
 static int has_contrast(const pim_extra_t *e, uint32_t first, uint32_t end)
@@ -886,6 +696,20 @@ static void extra_scratch(const pim_sample_t *samples, const pim_extra_t *extras
     }
 }
 
+/* The VBMI emitter's tables for this call's lookup table, in *tables; NULL where it does
+ * not run (below SIMD level 3, uint8 or 1-channel outputs). */
+static const pim_emit_tables_t *wide_tables(const pim_sample_t *samples,
+                                            const pim_extra_t *extras, const void *lut,
+                                            pim_emit_tables_t *tables)
+{
+    const uint32_t channels = pim_cpu_out_channels(&samples[0], extras);
+    const uint32_t esize = samples[0].out_esize;
+    if (g_simd < 3 || lut == NULL || esize == 1 || channels != 3)
+        return NULL;
+    pim_emit_prepare(lut, channels, esize, tables);
+    return tables;
+}
+
 int pim_cpu_crop_resize(const pim_sample_t *samples, const pim_extra_t *extras,
                         uint32_t n_samples, const uint8_t *const *srcs,
                         const uint64_t *src_bytes, const uint8_t *tables,
@@ -906,8 +730,9 @@ int pim_cpu_crop_resize(const pim_sample_t *samples, const pim_extra_t *extras,
     for (uint32_t i = 0; i < n_samples; i++) {
         const pim_sample_t *s = &samples[i];
         char msg[256];
-        if (!check_sample(s, extras != NULL ? &extras[i] : NULL, srcs[i], src_bytes, i, tables,
-                          tables_bytes, lut, dst_bytes, pitch, msg, sizeof msg)) {
+        if (!pim_cpu_check_sample(s, extras != NULL ? &extras[i] : NULL, srcs[i], src_bytes, i,
+                                  tables, tables_bytes, lut, dst_bytes, pitch, msg,
+                                  sizeof msg)) {
             set_err(err, err_len, "sample %u: %s", i, msg);
             return (int)i + 1;
         }
@@ -960,10 +785,12 @@ int pim_cpu_crop_resize(const pim_sample_t *samples, const pim_extra_t *extras,
     sc.image = sc.box + box_bytes;
     sc.source_row = sc.image + image_bytes;
     sc.gray = sc.source_row + source_row_bytes;
+    pim_emit_tables_t wide;
+    sc.wide = wide_tables(samples, extras, lut, &wide);
     for (uint32_t i = 0; i < n_samples; i++) {
         const pim_extra_t *e = extras != NULL ? &extras[i] : NULL;
         run_one(&samples[i], e, srcs[i], tables, lut, dst + samples[i].dst_offset,
-                slot_pitch(&samples[i], e, pitch), &sc);
+                pim_cpu_slot_pitch(&samples[i], e, pitch), &sc);
     }
     stream_fence();
     free(mem);

@@ -82,7 +82,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2^20 colours, 3 factors")
     parser.add_argument("--simd", type=int, default=-1,
-                        help="kernel SIMD level: 0 scalar, 1 SSSE3, 2 AVX2 (default: best)")
+                        help="kernel SIMD level: 0 scalar, 1 SSSE3, 2 AVX2, 3 AVX2 + "
+                             "AVX-512 VBMI output (default: best)")
     args = parser.parse_args(argv)
     print(f"kernel SIMD level {K.lib.pim_cpu_simd(args.simd)}")
     factors = (-0.31, 0.013, 0.5) if args.quick else FACTORS

@@ -46,7 +46,8 @@ int pim_cpu_crop_resize(const pim_sample_t *samples, const pim_extra_t *extras,
 
 /* Which implementation of the row loops pim_cpu_crop_resize uses: 0 = the portable code of
  * pim_resample.h alone, 1 = SSSE3, 2 = AVX2 row loops (same integer sums, so the same
- * bytes). request -1 picks the best the CPU supports, 0..2 asks for at most that level.
+ * bytes), 3 = those and an AVX-512 VBMI output step (the same table entries). request -1
+ * picks the best the CPU supports, 0..3 asks for at most that level.
  * Returns the level now in use. Process-wide. */
 int pim_cpu_simd(int request);
 
