@@ -74,6 +74,7 @@ def static_server(root, tmp, limit_rate: str | None = None, prefer: str = "nginx
     Python's http.server when nginx is absent or prefer="python"."""
     port = free_port()
     if NGINX and prefer == "nginx":
+        tmp = os.path.abspath(tmp)   # nginx takes relative paths from its prefix (-p)
         os.makedirs(tmp, exist_ok=True)
         conf = os.path.join(tmp, "nginx.conf")
         limit = f"limit_rate {limit_rate};" if limit_rate else ""

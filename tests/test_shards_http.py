@@ -67,6 +67,18 @@ def test_items_over_http_equal_local(served, tmp_path, kind, leak_check):
     leak_check.assert_clean(what=f"TarShards over {kind}")
 
 
+def test_nginx_takes_a_relative_folder_for_its_files(served, tmp_path, monkeypatch):
+    """The benchmarks pass `--data` as given: a relative folder for nginx's config and logs
+    works from any working directory (nginx would read it from its prefix)."""
+    if NGINX is None:
+        pytest.skip("nginx is not installed (scripts/system-deps.sh installs it)")
+    root, names, want = served
+    monkeypatch.chdir(tmp_path)
+    with static_server(root, "relative/server") as server:
+        with TarShards(shard_urls(server.url, names), cache_dir=None, **FAST) as dataset:
+            assert [dataset[i] for i in range(len(dataset))] == want
+
+
 def test_reads_stream_and_member_lists_are_cached(served, tmp_path):
     root, names, want = served
     with FaultServer(root) as server:
