@@ -14,7 +14,8 @@ The index (shard, key, per field the member's offset and size) is built once, in
 process that makes the dataset, from the tar headers (shard_members.py: seeks on local
 files, one streaming pass, a sidecar `<shard>.idx` or the local cache over HTTP), and kept in
 numpy arrays. Members are read in the process that asks for them (shard_reader.py), over
-files and connections opened there on first use, never pickled. A member whose bytes cannot
+files and connections opened there on first use, never pickled; `prefetch(indices)` (the
+loader calls it with each chunk of a batch) fetches an HTTP batch's members ahead in runs. A member whose bytes cannot
 be read whole (a shard cut short) is a `ShardMemberError` (a DecodeError: the loader's
 on_error="skip" drops and counts it) naming "<shard url>#<key>"; an HTTP server that
 fails past the retries is an `HttpShardError` (http.py), raised whatever on_error says.
@@ -144,6 +145,12 @@ class TarShards(Dataset):
                 self.name(index), "truncated tar")
         return data
 
+    def prefetch(self, indices) -> None:
+        """Fetch the members of samples `indices` (about to be read by this thread) ahead:
+        over HTTP, runs of adjacent members in one bounded request each, held for the reads
+        until the next prefetch. Errors are raised by the reads they concern."""
+        self.reader().prefetch(self.index.spans(indices))
+
     def reader(self) -> ShardReader:
         """This thread's reader (a forked or spawned worker, another thread, makes its own:
         a reader's streams are read by one thread)."""
@@ -196,6 +203,9 @@ class TarShardSource(Source):
         targets = [self.dataset.field(index, f) for f in range(1, len(self.dataset.fields))]
         target = None if not targets else targets[0] if len(targets) == 1 else tuple(targets)
         return target, self.dataset.name(index)
+
+    def prefetch(self, indices) -> None:
+        self.dataset.prefetch(indices)
 
     def read(self, index: int) -> EncodedSample:
         target, name = self.metadata(index)
