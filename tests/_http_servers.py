@@ -55,7 +55,7 @@ class _FaultHandler(http.server.BaseHTTPRequestHandler):
             data = file.read()
         start, end = 0, len(data)
         ranged = self.headers.get("Range")
-        if ranged:
+        if ranged and action != "whole":
             first, _, last = ranged.split("=", 1)[1].partition("-")
             start, end = int(first), min(int(last) + 1 if last else len(data), len(data))
             if start >= len(data):
@@ -87,8 +87,9 @@ class _FaultHandler(http.server.BaseHTTPRequestHandler):
 class FaultServer(http.server.ThreadingHTTPServer):
     """Serves files of `root` (with Range), each request of a path answered by the next
     action planned for it: "ok", a status ("404", "500"), "slow:S" (answer after S
-    seconds), "reset:N" (N bytes of the body, then a connection reset), "close" (the answer,
-    then the connection closed though its headers said it was kept)."""
+    seconds), "whole" (the whole body, as a server that ignores Range), "reset:N" (N bytes
+    of the body, then a connection reset), "close" (the answer, then the connection closed
+    though its headers said it was kept)."""
 
     daemon_threads = True
 

@@ -141,6 +141,36 @@ def test_reset_mid_run_is_resumed(shards, leak_check):
     leak_check.assert_clean(what="a reset mid-run")
 
 
+def test_a_server_that_ignores_range_is_read_as_a_stream(shards):
+    """Each run from such a server would send the shard from byte 0: after the first, the
+    shard's reads go back to one stream."""
+    folder, names, local = shards
+    with FaultServer(folder) as server:
+        with TarShards([f"{server.url}/{name}" for name in names], **FAST) as remote:
+            server.plan(f"/{names[0]}", ["whole"])
+            del server.log[:]
+            remote.prefetch(range(8))    # shard 0's run answered whole, shard 1's as asked
+            assert [remote[i] for i in range(8)] == [local[i] for i in range(8)]
+            assert ranges(server.log) == [runs_of(remote, 0), runs_of(remote, 1)]
+            del server.log[:]
+            remote.prefetch(range(8))
+            assert ranges(server.log) == [runs_of(remote, 1)]
+            del server.log[:]
+            assert [remote[i] for i in range(4)] == [local[i] for i in range(4)]
+            first, second = (remote.index.member(i, 0) for i in range(2))
+            assert ranges(server.log) == [(first[0], first[0] + first[1]), (second[0], None)]
+
+
+def test_prefetch_leaves_bad_indices_to_the_reads(shards):
+    folder, names, local = shards
+    with FaultServer(folder) as server:
+        with TarShards([f"{server.url}/{name}" for name in names], **FAST) as remote:
+            for bad in ([99], ["a"], [None]):
+                remote.prefetch(bad)
+            with pytest.raises(IndexError):
+                remote[99]
+
+
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_shard_cut_after_indexing_follows_on_error(shards, tmp_path, workers, leak_check):
     folder, names, local = shards

@@ -36,6 +36,7 @@ class ShardReader:
         self.streams: OrderedDict = OrderedDict()   # url -> HttpStream
         self.last_end: dict = {}                    # url -> where the last read ended
         self.held = HeldRuns()                      # what the last prefetch fetched
+        self.unranged: set = set()                  # URLs whose server ignores Range
 
     def read(self, url: str, offset: int, size: int) -> bytes:
         if is_http(url):
@@ -49,8 +50,8 @@ class ShardReader:
         self.held.clear()
         budget = RUN_BYTES
         for url, members in spans.items():
-            if not is_http(url):
-                continue
+            if not is_http(url) or url in self.unranged:
+                continue   # (a server that ignores Range sends each run from byte 0)
             for start, end in member_runs(members):
                 budget -= end - start
                 if budget < 0:
@@ -67,6 +68,8 @@ class ShardReader:
             return error
         finally:
             run.close()
+            if run.ranges_ignored:
+                self.unranged.add(url)
 
     def close(self) -> None:
         """Close the files and connections. In a process that inherited the reader (fork),

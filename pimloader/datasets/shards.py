@@ -149,7 +149,11 @@ class TarShards(Dataset):
         """Fetch the members of samples `indices` (about to be read by this thread) ahead:
         over HTTP, runs of adjacent members in one bounded request each, held for the reads
         until the next prefetch. Errors are raised by the reads they concern."""
-        self.reader().prefetch(self.index.spans(indices))
+        try:
+            spans = self.index.spans(indices)
+        except (TypeError, ValueError, IndexError):
+            return   # indices that the reads refuse, each with its own error
+        self.reader().prefetch(spans)
 
     def reader(self) -> ShardReader:
         """This thread's reader (a forked or spawned worker, another thread, makes its own:
