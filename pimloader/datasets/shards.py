@@ -15,10 +15,11 @@ process that makes the dataset, from the tar headers (shard_members.py: seeks on
 files, one streaming pass, a sidecar `<shard>.idx` or the local cache over HTTP), and kept in
 numpy arrays. Members are read in the process that asks for them (shard_reader.py), over
 files and connections opened there on first use, never pickled; `prefetch(indices)` (the
-loader calls it with each chunk of a batch) fetches an HTTP batch's members ahead in runs. A member whose bytes cannot
-be read whole (a shard cut short) is a `ShardMemberError` (a DecodeError: the loader's
-on_error="skip" drops and counts it) naming "<shard url>#<key>"; an HTTP server that
-fails past the retries is an `HttpShardError` (http.py), raised whatever on_error says.
+loader calls it with each chunk of a batch) fetches their members ahead, in runs, over HTTP.
+A member whose bytes cannot be read whole (a shard cut short) is a `ShardMemberError` (a
+DecodeError: the loader's on_error="skip" drops and counts it) naming "<shard url>#<key>";
+an HTTP server that fails past the retries is an `HttpShardError` (http.py), raised
+whatever on_error says.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from pimloader.decode.errors import DecodeError
 
 from .http import HttpClient, RetryPolicy
 from .shard_index import ShardIndex, decode_target, parse_fields
-from .shard_members import member_list
+from .shard_members import is_http, member_list
 from .shard_reader import ShardReader
 from .source import EncodedSample, Source, register_source
 
@@ -101,6 +102,7 @@ class TarShards(Dataset):
         finally:
             client.close()
         self.index = ShardIndex.build(self.urls, lists, self.fields, missing)
+        self.remote = any(is_http(url) for url in self.urls)
         self._readers: dict = {}   # (process id, thread id) -> ShardReader
 
     def __len__(self) -> int:
@@ -149,6 +151,8 @@ class TarShards(Dataset):
         """Fetch the members of samples `indices` (about to be read by this thread) ahead:
         over HTTP, runs of adjacent members in one bounded request each, held for the reads
         until the next prefetch. Errors are raised by the reads they concern."""
+        if not self.remote:
+            return
         try:
             spans = self.index.spans(indices)
         except (TypeError, ValueError, IndexError):
