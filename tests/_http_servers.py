@@ -1,6 +1,7 @@
 """HTTP servers for the shard tests: the benchmarks' static store (benchmarks/http_store.py:
 nginx from a generated config, or `python -m http.server` where nginx is absent), and a
-fault-injecting server in a thread.
+fault-injecting server in a thread (Range as nginx answers it: cut at the file's end, 416
+past it).
 
     with static_server(root, tmp, limit_rate="1m") as server:   # server.url, server.kind
     with FaultServer(root) as faults:                       # faults.url
@@ -54,9 +55,14 @@ class _FaultHandler(http.server.BaseHTTPRequestHandler):
             data = file.read()
         start, end = 0, len(data)
         ranged = self.headers.get("Range")
-        if ranged:
+        if ranged and action != "whole":
             first, _, last = ranged.split("=", 1)[1].partition("-")
-            start, end = int(first), (int(last) + 1 if last else len(data))
+            start, end = int(first), min(int(last) + 1 if last else len(data), len(data))
+            if start >= len(data):
+                self.send_response(416)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             self.send_response(206)
             self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
         else:
@@ -81,8 +87,9 @@ class _FaultHandler(http.server.BaseHTTPRequestHandler):
 class FaultServer(http.server.ThreadingHTTPServer):
     """Serves files of `root` (with Range), each request of a path answered by the next
     action planned for it: "ok", a status ("404", "500"), "slow:S" (answer after S
-    seconds), "reset:N" (N bytes of the body, then a connection reset), "close" (the answer,
-    then the connection closed though its headers said it was kept)."""
+    seconds), "whole" (the whole body, as a server that ignores Range), "reset:N" (N bytes
+    of the body, then a connection reset), "close" (the answer, then the connection closed
+    though its headers said it was kept)."""
 
     daemon_threads = True
 

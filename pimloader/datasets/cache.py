@@ -24,7 +24,7 @@ import torch
 
 from pimloader._sample_cache import ffi, lib
 
-from .source import EncodedSample, Source
+from .source import EncodedSample, Source, prefetch
 
 
 class SampleCache:
@@ -86,6 +86,10 @@ class SampleCache:
         if length < 0:
             return None
         return data[offset[0]:offset[0] + length].tobytes()
+
+    def has(self, index: int) -> bool:
+        data, entries, _ = self._views()
+        return lib.pim_cache_lookup(self._entry(entries, index), ffi.new("int64_t *")) >= 0
 
     def put(self, index: int, value: bytes) -> bool:
         """Copy `value` in, if it fits in what is left and no one cached it yet."""
@@ -155,6 +159,10 @@ class CachedReader(Source):
 
     def key(self, index: int) -> bytes:
         return self.reader.key(index)
+
+    def prefetch(self, indices) -> None:
+        """The wrapped source's prefetch of the samples the cache does not hold."""
+        prefetch(self.reader, [index for index in indices if not self.cache.has(index)])
 
     def read(self, index: int) -> EncodedSample:
         data = self.cache.get(index)

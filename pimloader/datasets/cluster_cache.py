@@ -118,6 +118,11 @@ class ClusterReader(CachedReader):
     node cache (CachedReader: hits, misses and their bytes counted), the others from the
     staging its main process fills (counted there, as the epoch's cluster_received)."""
 
+    def prefetch(self, indices) -> None:
+        """Prefetch the samples of this node's part (the others come from the staging)."""
+        node, owners = self.cache.scope.node, self.cache.owners
+        super().prefetch([index for index in indices if owners[index] == node])
+
     def read(self, index: int) -> EncodedSample:
         cache = self.cache
         if cache.owners[index] == cache.scope.node:

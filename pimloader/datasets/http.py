@@ -190,6 +190,7 @@ class HttpStream:
         self.client, self.url, self.position, self.end = client, url, start, end
         self.connection = self.response = None
         self.resource_end: Optional[int] = None   # where the server said the body ends
+        self.ranges_ignored = False   # the server answered a Range with the whole body
 
     def read(self, size: int) -> bytes:
         """`size` bytes, fewer only where the resource ends."""
@@ -268,6 +269,7 @@ class HttpStream:
                                      f"not {self.position}", self.url, 206, 1)
             self.resource_end = None if length is None else self.position + int(length)
         else:   # 200: the whole body (the server ignores Range): skip to the position
+            self.ranges_ignored = "Range" in headers
             self.resource_end = None if length is None else int(length)
             self._discard(self.position)
 

@@ -3,6 +3,7 @@
     index = ShardIndex.build(urls, [member lists], fields=[("jpg", "png"), ("cls",)])
     index.shard_bounds      # samples of shard s: shard_bounds[s]:shard_bounds[s + 1]
     index.member(i, f)      # (offset, size, extension) of field f of sample i; None if missing
+    index.spans([i, j])     # {url: [(offset, size)]} of the members those samples read
 
 webdataset's rule: a member's key is its path up to the first dot of its base name, the rest
 (lower-cased) its extension ("a/b/0001.seg.png" -> key "a/b/0001", extension "seg.png");
@@ -98,6 +99,18 @@ class ShardIndex:
         if not self.is_inline[index, field]:
             return None
         return self.inline[index * len(self.fields) + field]
+
+    def spans(self, indices) -> dict:
+        """{url: [(offset, size), ...]} of the members that reading samples `indices` reads
+        from their shards (present and not held inline)."""
+        rows = np.asarray(indices, dtype=np.int64)
+        read = (self.sizes[rows] >= 0) & ~self.is_inline[rows]
+        spans: dict = {}
+        for row, field in zip(*np.nonzero(read)):
+            index = int(rows[row])
+            spans.setdefault(self.url(index), []).append(
+                (int(self.offsets[index, field]), int(self.sizes[index, field])))
+        return spans
 
     @property
     def nbytes(self) -> int:

@@ -14,10 +14,12 @@ The index (shard, key, per field the member's offset and size) is built once, in
 process that makes the dataset, from the tar headers (shard_members.py: seeks on local
 files, one streaming pass, a sidecar `<shard>.idx` or the local cache over HTTP), and kept in
 numpy arrays. Members are read in the process that asks for them (shard_reader.py), over
-files and connections opened there on first use, never pickled. A member whose bytes cannot
-be read whole (a shard cut short) is a `ShardMemberError` (a DecodeError: the loader's
-on_error="skip" drops and counts it) naming "<shard url>#<key>"; an HTTP server that
-fails past the retries is an `HttpShardError` (http.py), raised whatever on_error says.
+files and connections opened there on first use, never pickled; `prefetch(indices)` (the
+loader calls it with each chunk of a batch) fetches their members ahead, in runs, over HTTP.
+A member whose bytes cannot be read whole (a shard cut short) is a `ShardMemberError` (a
+DecodeError: the loader's on_error="skip" drops and counts it) naming "<shard url>#<key>";
+an HTTP server that fails past the retries is an `HttpShardError` (http.py), raised
+whatever on_error says.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ from pimloader.decode.errors import DecodeError
 
 from .http import HttpClient, RetryPolicy
 from .shard_index import ShardIndex, decode_target, parse_fields
-from .shard_members import member_list
+from .shard_members import is_http, member_list
 from .shard_reader import ShardReader
 from .source import EncodedSample, Source, register_source
 
@@ -100,6 +102,7 @@ class TarShards(Dataset):
         finally:
             client.close()
         self.index = ShardIndex.build(self.urls, lists, self.fields, missing)
+        self.remote = any(is_http(url) for url in self.urls)
         self._readers: dict = {}   # (process id, thread id) -> ShardReader
 
     def __len__(self) -> int:
@@ -143,6 +146,18 @@ class TarShards(Dataset):
                 f"{offset}..{offset + size} but the shard ends at byte {offset + len(data)}",
                 self.name(index), "truncated tar")
         return data
+
+    def prefetch(self, indices) -> None:
+        """Fetch the members of samples `indices` (about to be read by this thread) ahead:
+        over HTTP, runs of adjacent members in one bounded request each, held for the reads
+        until the next prefetch. Errors are raised by the reads they concern."""
+        if not self.remote:
+            return
+        try:
+            spans = self.index.spans(indices)
+        except (TypeError, ValueError, IndexError):
+            return   # indices that the reads refuse, each with its own error
+        self.reader().prefetch(spans)
 
     def reader(self) -> ShardReader:
         """This thread's reader (a forked or spawned worker, another thread, makes its own:
@@ -196,6 +211,9 @@ class TarShardSource(Source):
         targets = [self.dataset.field(index, f) for f in range(1, len(self.dataset.fields))]
         target = None if not targets else targets[0] if len(targets) == 1 else tuple(targets)
         return target, self.dataset.name(index)
+
+    def prefetch(self, indices) -> None:
+        self.dataset.prefetch(indices)
 
     def read(self, index: int) -> EncodedSample:
         target, name = self.metadata(index)

@@ -9,6 +9,7 @@ runs with them. Any source feeds any task whose fields it carries.
     source.read(i)                   # EncodedSample(data, target, name); source(i) is the same
     source.metadata(i)               # (target, name), without reading the file
     source.key(i)                    # bytes naming sample i's bytes, stable across processes
+    source.prefetch([i, j, ...])     # a hint: these are read next (tar shards over HTTP)
     source.transform                 # the dataset's own transform, which the loader takes over
     source.encoded_items             # the dataset's items are the encoded bytes (Decode first)
 
@@ -66,8 +67,20 @@ class Source:
         run over the same data (a path): what a cache of encoded samples may key on."""
         return os.fsencode(self.metadata(index)[1])
 
+    def prefetch(self, indices) -> None:
+        """A hint that samples `indices` are read next, by this thread: a source may fetch
+        their bytes together (TarShardSource: in runs over HTTP). Errors are left to the
+        reads. Nothing by default."""
+
     def __call__(self, index: int) -> EncodedSample:
         return self.read(index)
+
+
+def prefetch(reader, indices) -> None:
+    """`reader.prefetch(indices)` where the reader has one (a plain callable has not)."""
+    hook = getattr(reader, "prefetch", None)
+    if hook is not None:
+        hook(indices)
 
 
 def read_file(path) -> bytes:

@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 from pimloader import decode
 from pimloader.backends.select import CPU, Backends, resolve
-from pimloader.datasets.source import AUDIO_LABEL
+from pimloader.datasets.source import AUDIO_LABEL, prefetch
 from pimloader.loader.fetch import Fetcher
 from pimloader.loader.produce import BatchProducer
 
@@ -99,6 +99,7 @@ class AudioFetcher(Fetcher):
             self.current = f"sample {index!r}"
             return self._finished([self.pipeline.prepared(index)])[0]
         samples = []
+        prefetch(self.pipeline.reader, index)
         for sample_index in index:
             self.current = f"sample {sample_index!r}"
             try:

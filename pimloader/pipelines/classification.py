@@ -17,7 +17,7 @@ import torch
 
 from pimloader import decode
 from pimloader.backends.select import Backends, native_available, resolve
-from pimloader.datasets.source import IMAGE_LABEL
+from pimloader.datasets.source import IMAGE_LABEL, prefetch
 from pimloader.transforms.registry import op_of
 from pimloader.loader.bad_samples import all_dropped
 from pimloader.loader.fetch import Fetcher
@@ -76,6 +76,7 @@ class ImageFetcher(Fetcher):
             self.current = f"sample {index!r}"
             return self.pipeline.transformed(index, self.router, self.decodes)
         samples = []
+        prefetch(self.pipeline.reader, index)
         for sample_index in index:
             self.current = f"sample {sample_index!r}"
             try:
@@ -185,8 +186,10 @@ class DirectImageProducer:
 
     def _load_all(self, index: list, first: int, stop: int) -> list:
         """(position in the batch, index, encoded sample, drawn parameters) of each
-        readable sample of index[first:stop], in order."""
+        readable sample of index[first:stop], in order (fetched together where the source
+        can: tar shards over HTTP)."""
         loaded = []
+        prefetch(self.pipeline.reader, index[first:stop])
         for position in range(first, min(stop, len(index))):
             sample_index = index[position]
             self.current = f"sample {sample_index!r}"

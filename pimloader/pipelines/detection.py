@@ -37,7 +37,7 @@ from pimloader.backends.base import IMAGES
 from pimloader.backends.select import BackendSpec, Backends, native_available, resolve
 from pimloader.datasets.coco import CocoSource
 from pimloader.datasets.items import BoxedItems
-from pimloader.datasets.source import IMAGE_BOXES, IMAGE_COCO
+from pimloader.datasets.source import IMAGE_BOXES, IMAGE_COCO, prefetch
 from pimloader.loader.arena import output_tensors
 from pimloader.loader.fetch import Fetcher, TransformingFetcher
 from pimloader.loader.produce import BatchProducer, Pipeline
@@ -242,6 +242,7 @@ class DetectionFetcher(Fetcher):
 
     def _fetch(self, indices) -> list:
         samples, pending, places = [], [], []
+        prefetch(self.pipeline.read, indices)
         for sample_index in indices:
             self.current = f"sample {sample_index!r}"
             try:
