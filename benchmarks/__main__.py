@@ -1,10 +1,9 @@
 """The benchmark job run by `make bench`: every benchmark with its default settings.
 
-    python -m benchmarks            # full run, about 20 minutes on two cores (19 min 24 s
-                                    # measured from a fresh clone, 2026-12-01; the DPU
-                                    # figures are PROJECTED, no hardware needed), before
-                                    # shards and cluster_cache joined it: about 5 minutes
-                                    # more)
+    python -m benchmarks            # full run, about 20-25 minutes on two cores (`make
+                                    # bench` from a fresh clone, installs included: 22 min,
+                                    # 2026-12-02; the DPU figures are PROJECTED, no
+                                    # hardware needed)
     python -m benchmarks --quick    # smoke run, about 2 minutes (measured at load 4-5; the
                                     # quick coordinated_prep adds about 20 s)
     python -m benchmarks --refresh  # the full run, written over the committed results
