@@ -376,6 +376,12 @@ static void stream_fence(void)
 }
 #endif
 
+/* Whether a finished row goes out as it is: uint8 output, unflipped, and already laid out. */
+static inline int emits_as_is(uint32_t esize, int hflip, int nhwc, uint32_t channels)
+{
+    return esize == 1 && !hflip && (nhwc || channels == 1);
+}
+
 /* One finished row into the output: pim_emit_row into `converted` (a scratch row, channel
  * rows back to back), then streamed to its place in the slot. Kept out of line: inlined
  * into emit, its float16 loop spilled registers and ran about 1.5x slower. */
@@ -386,7 +392,7 @@ __attribute__((noinline)) static void emit_converted(const uint8_t *row, uint32_
                                                      uint8_t *converted)
 {
     const size_t channel_row = (size_t)n * esize;
-    if (esize == 1 && !hflip && (nhwc || channels == 1)) {
+    if (emits_as_is(esize, hflip, nhwc, channels)) {
         stream_copy(dst, row, (size_t)n * channels);
         return;
     }
@@ -405,8 +411,7 @@ static void emit(const uint8_t *row, uint32_t n, uint32_t channels, int hflip, i
                  uint32_t esize, const void *lut, uint8_t *dst, size_t plane_bytes,
                  uint8_t *converted, const pim_emit_tables_t *wide)
 {
-    const int copy = esize == 1 && !hflip && (nhwc || channels == 1);
-    if (!copy && g_simd >= 2 &&
+    if (!emits_as_is(esize, hflip, nhwc, channels) && g_simd >= 2 &&
         pim_emit_row_avx2(row, n, channels, hflip, nhwc, esize, lut, wide, dst, plane_bytes))
         return;
     emit_converted(row, n, channels, hflip, nhwc, esize, lut, dst, plane_bytes, converted);

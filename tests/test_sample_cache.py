@@ -17,7 +17,8 @@ from _helpers import Snapshot, TensorDS
 from benchmarks.make_dataset import make_imagenet_like
 from pimloader import PIMDataLoader, WorkerDiedError
 from pimloader.datasets import ImageFolder
-from pimloader.datasets.cache import SampleCache
+from pimloader.datasets.cache import CachedReader, SampleCache
+from pimloader.datasets.source import Source, prefetch
 from pimloader.decode import DecodeError
 from test_image_pipeline import photos_with_a_truncated_file  # noqa: F401  (fixture, over this file's photos)
 
@@ -213,6 +214,34 @@ def test_indices_are_checked_as_a_list_checks_them():
             cache.put(bad, b"x")
     assert not cache.put(0, bytes(98)) and cache.put(0, bytes(97))  # 3 + 98 > 100 >= 3 + 97
     assert cache.cached() == {0: 97, 2: 3} and cache.filled_bytes() == 100
+    cache.close()
+
+
+class _Hinted(Source):
+    """A source that records the prefetch hints it is given (`prefetches` as told)."""
+
+    def __init__(self, prefetches: bool) -> None:
+        self.prefetches, self.hints = prefetches, []
+
+    def prefetch(self, indices) -> None:
+        self.hints.append(list(indices))
+
+
+def test_a_cached_reader_hints_only_the_samples_it_misses():
+    """The cache passes on the prefetch hint for the samples it does not hold, and the hint
+    reaches no source that would ignore it (so the cache is not even looked up)."""
+    cache = SampleCache(budget=100, size=5)
+    cache.open()
+    assert cache.put(1, b"a") and cache.put(3, b"b")
+    assert [cache.has(i) for i in range(5)] == [False, True, False, True, False]
+    hinted = _Hinted(prefetches=True)
+    prefetch(CachedReader(hinted, cache), [0, 1, 2, 3, 4])
+    assert hinted.hints == [[0, 2, 4]]
+    ignoring = _Hinted(prefetches=False)
+    reader = CachedReader(ignoring, cache)
+    assert not reader.prefetches
+    prefetch(reader, [0, 1, 2])
+    assert ignoring.hints == []
     cache.close()
 
 

@@ -28,7 +28,8 @@ void pim_emit_prepare(const void *lut, uint32_t channels, uint32_t esize,
  * CPUs with AVX2 (callers check). `wide`: NULL, or tables made for this lut on a CPU with
  * AVX-512 VBMI, which then does most of an NCHW row of their esize. Returns 1 when it wrote
  * the row, 0 when it did nothing (channels other than 3, 2-byte NCHW entries without `wide`,
- * or no x86-64 SIMD in this build): the caller then runs pim_emit_row. `lut`: as pim_emit_row's (unused for esize 1). */
+ * or no x86-64 SIMD in this build): the caller then runs pim_emit_row. `lut`: as
+ * pim_emit_row's (unused for esize 1). */
 int pim_emit_row_avx2(const uint8_t *row, uint32_t n, uint32_t channels, int hflip, int nhwc,
                       uint32_t esize, const void *lut, const pim_emit_tables_t *wide,
                       uint8_t *dst, size_t plane_bytes);

@@ -160,6 +160,10 @@ class CachedReader(Source):
     def key(self, index: int) -> bytes:
         return self.reader.key(index)
 
+    @property
+    def prefetches(self) -> bool:
+        return getattr(self.reader, "prefetches", False)
+
     def prefetch(self, indices) -> None:
         """The wrapped source's prefetch of the samples the cache does not hold."""
         prefetch(self.reader, [index for index in indices if not self.cache.has(index)])

@@ -18,7 +18,7 @@ import glob
 import io
 import os
 import tarfile
-from collections import deque
+from collections import Counter, deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
@@ -90,8 +90,9 @@ def shard_paths(shards) -> list:
 
 def _targets(paths: list, destination: str) -> list:
     targets = [os.path.join(destination, os.path.basename(path)) for path in paths]
+    named = Counter(targets)
     for path, target in zip(paths, targets):
-        if targets.count(target) > 1:
+        if named[target] > 1:
             raise ValueError(f"{CALLER}: two shards named {os.path.basename(path)!r}: their "
                              f"copies would both be {target!r}")
         if os.path.exists(target) and os.path.samefile(path, target):

@@ -41,14 +41,12 @@ class HeldRuns:
     def __init__(self) -> None:
         self.starts: dict = {}   # url -> sorted run starts
         self.runs: dict = {}     # url -> [(start, end, bytes or HttpShardError)]
-        self.nbytes = 0
 
     def hold(self, url: str, start: int, end: int, data) -> None:
         starts, runs = self.starts.setdefault(url, []), self.runs.setdefault(url, [])
         place = bisect.bisect(starts, start)
         starts.insert(place, start)
         runs.insert(place, (start, end, data))
-        self.nbytes += len(data) if isinstance(data, bytes) else 0
 
     def take(self, url: str, offset: int, size: int):
         """The bytes at `offset` (fewer where the run came back short); None when no run
@@ -69,4 +67,3 @@ class HeldRuns:
     def clear(self) -> None:
         self.starts.clear()
         self.runs.clear()
-        self.nbytes = 0

@@ -212,6 +212,10 @@ class TarShardSource(Source):
         target = None if not targets else targets[0] if len(targets) == 1 else tuple(targets)
         return target, self.dataset.name(index)
 
+    @property
+    def prefetches(self) -> bool:
+        return self.dataset.remote
+
     def prefetch(self, indices) -> None:
         self.dataset.prefetch(indices)
 

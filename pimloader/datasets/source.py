@@ -10,6 +10,7 @@ runs with them. Any source feeds any task whose fields it carries.
     source.metadata(i)               # (target, name), without reading the file
     source.key(i)                    # bytes naming sample i's bytes, stable across processes
     source.prefetch([i, j, ...])     # a hint: these are read next (tar shards over HTTP)
+    source.prefetches                # whether that hint does anything (skipped if not)
     source.transform                 # the dataset's own transform, which the loader takes over
     source.encoded_items             # the dataset's items are the encoded bytes (Decode first)
 
@@ -67,20 +68,22 @@ class Source:
         run over the same data (a path): what a cache of encoded samples may key on."""
         return os.fsencode(self.metadata(index)[1])
 
+    prefetches = False   # whether prefetch does anything: callers skip the hint if not
+
     def prefetch(self, indices) -> None:
         """A hint that samples `indices` are read next, by this thread: a source may fetch
-        their bytes together (TarShardSource: in runs over HTTP). Errors are left to the
-        reads. Nothing by default."""
+        their bytes together (TarShardSource: in runs over HTTP), and then says so with
+        `prefetches`. Errors are left to the reads. Nothing by default."""
 
     def __call__(self, index: int) -> EncodedSample:
         return self.read(index)
 
 
 def prefetch(reader, indices) -> None:
-    """`reader.prefetch(indices)` where the reader has one (a plain callable has not)."""
-    hook = getattr(reader, "prefetch", None)
-    if hook is not None:
-        hook(indices)
+    """`reader.prefetch(indices)` where the reader prefetches (a plain callable does not):
+    the hint costs nothing on the hot path of a source that would ignore it."""
+    if getattr(reader, "prefetches", False):
+        reader.prefetch(indices)
 
 
 def read_file(path) -> bytes:

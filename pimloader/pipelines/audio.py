@@ -47,7 +47,7 @@ class AudioClips(SourcedPipeline):
 
     def make_producer(self, context):
         """A producer of this loader's batches; over an IterableDataset of (bytes, label)
-        items, one over each batch of them (None: an unbatched loader takes torch's path)."""
+        items, one over each batch of them (IteratedBatches)."""
         if context.is_iterable:
             return self.iterated_batches(context, lambda items: self.producer_over(
                 context, dataclasses.replace(self, reader=items)))

@@ -36,8 +36,8 @@ class EncodedImages(SourcedPipeline):
     images: ImagePipeline
 
     def make_producer(self, context):
-        """A producer of this loader's batches (None for torch's path: an IterableDataset
-        that is not of encoded items under Decode, or an unbatched one)."""
+        """A producer of this loader's batches; over an IterableDataset of encoded items,
+        one over each batch of them (IteratedBatches)."""
         if context.is_iterable:
             return self.iterated_batches(context, lambda items: self.producer_over(
                 context, dataclasses.replace(self.images, reader=items)))

@@ -68,7 +68,7 @@ class Detection(SourcedPipeline):
 
     def make_producer(self, context):
         """A producer of this loader's batches; over an IterableDataset of (bytes, target)
-        items, one over each batch of them (None: an unbatched loader takes torch's path)."""
+        items, one over each batch of them (IteratedBatches)."""
         if context.is_iterable:
             return self.iterated_batches(context, lambda items: self.producer_over(
                 context, replace(self, source=self.source.with_items(items), read=items)))

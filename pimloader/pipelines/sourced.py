@@ -155,8 +155,8 @@ class SourcedPipeline(Pipeline):
     def iterated_batches(self, context, make: Callable[[BatchItems], Any]):
         """The producer of a loader over an IterableDataset: IteratedBatches, `make(items)`
         being the task's map-style producer over a BatchItems of its reader's fields; None
-        (torch's path) when the reader is not an IterableDataset's items (IteratedItems)
-        or the loader is unbatched."""
+        (torch's path) when the reader is not an IterableDataset's items (IteratedItems).
+        (An unbatched loader over such items is refused when it is made: reader_for.)"""
         reader = self.source_reader()
         if not getattr(reader, "iterated", False):
             return None
