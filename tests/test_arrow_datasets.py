@@ -230,3 +230,29 @@ def test_a_bad_cell_is_named(photos, tmp_path):
         wrapper[2]
     with pytest.raises(IndexError):
         wrapper[3]
+
+
+def test_cells_read_as_views_across_chunks_of_bytes_and_paths(photos):
+    """Rows spread over several Arrow chunks, some holding bytes and some only a path (a
+    null bytes cell), a sliced (shuffled, selected) view, float and int labels: every read
+    is the cell's bytes (or its file's) and the label is the very value `datasets` gives,
+    of the same Python type."""
+    paths, labels = photos
+    image = hf.Image(decode=False)
+    with_bytes = hf.Dataset.from_dict(
+        {"image": [{"bytes": file_bytes(path), "path": None} for path in paths],
+         "label": labels, "weight": [label / 4 for label in labels]}).cast_column("image", image)
+    with_paths = hf.Dataset.from_dict(
+        {"image": paths, "label": labels, "weight": [label / 4 for label in labels]}
+    ).cast_column("image", image)
+    joined = hf.concatenate_datasets([with_bytes, with_paths, with_bytes])
+    shuffled = joined.shuffle(seed=3).select(range(len(joined) - 5))
+    sliced = joined.select(range(3, len(joined) - 2))   # contiguous: chunks sliced, no indices
+    assert len(joined.data.column("image").chunks) > 1
+    for table, label in [(shuffled, "label"), (shuffled, "weight"), (sliced, "label")]:
+        source = source_of(ArrowColumns(table, "image", label))
+        for i in range(len(table)):
+            sample = source.read(i)
+            assert bytes(sample.data) == expected_bytes(table[i]["image"])
+            assert sample.target == table[i][label]
+            assert type(sample.target) is type(table[i][label])

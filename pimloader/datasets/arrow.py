@@ -80,7 +80,7 @@ class ArrowColumns(torch.utils.data.Dataset):
 
     def __getitem__(self, index: int) -> tuple:
         sample = self.source.read(index)
-        return sample.data, sample.target
+        return bytes(sample.data), sample.target
 
     def __repr__(self) -> str:
         return (f"{type(self).__name__}({len(self)} rows, column={self.column!r}, "
@@ -112,8 +112,9 @@ class ArrowSource(Source):
     def read(self, index: int) -> EncodedSample:
         row = self._row(index)
         cells = self._open()
-        data, path = cells.encoded(row)
-        name = self._name(row, None if data is not None else path)
+        data = cells.encoded(row)
+        path = None if data is not None else cells.path_only(row)
+        name = self._name(row, path)
         if data is None:
             if path is None:
                 raise ValueError(f"{name}: the {self.column!r} cell has neither bytes nor "
@@ -173,7 +174,8 @@ class Origins:
 
     def locate(self, row: int) -> tuple:
         """(path or None, the row within that file, or within the table when None)."""
-        block = int(np.searchsorted(self.starts, row, side="right")) - 1
+        block = 0 if len(self.starts) == 1 else int(
+            np.searchsorted(self.starts, row, side="right")) - 1
         path = self.paths[block]
         return (path, row - int(self.starts[block])) if path is not None else (None, row)
 
@@ -192,44 +194,85 @@ class Origins:
 
 
 class Cells:
-    """One process's view of the table's two columns: each chunk of the encoded column
-    flattened once into its `bytes` and `path` arrays, cells read one at a time."""
+    """One process's view of the table's two columns, made once per chunk: the encoded
+    column's bytes as views of the table's own buffers (a cell is a memoryview slice: no
+    copy, no Arrow scalar per read), its paths, and numeric labels as numpy arrays."""
 
     def __init__(self, table, column: str, label: str) -> None:
         encoded = table.column(column)
-        self.encoded_chunks = [chunk.flatten() for chunk in encoded.chunks]
-        self.encoded_starts = _starts(encoded.chunks)
         struct = encoded.type   # struct<bytes: binary, path: string>
-        self.bytes_at = struct.get_field_index("bytes")
-        self.path_at = struct.get_field_index("path")
+        bytes_at = struct.get_field_index("bytes")
+        path_at = struct.get_field_index("path")
+        flattened = [chunk.flatten() for chunk in encoded.chunks]
+        self.encoded_chunks = [BinaryCells(fields[bytes_at]) for fields in flattened]
+        self.path_chunks = [fields[path_at] for fields in flattened]
+        self.encoded_starts = _starts(encoded.chunks)
         labels = table.column(label)
-        self.label_chunks = labels.chunks
+        self.label_chunks = [_label_values(chunk) for chunk in labels.chunks]
         self.label_starts = _starts(labels.chunks)
 
-    def encoded(self, row: int) -> tuple:
-        """(bytes or None, path or None) of the row's cell."""
-        fields, at = _locate(self.encoded_chunks, self.encoded_starts, row)
-        return fields[self.bytes_at][at].as_py(), fields[self.path_at][at].as_py()
+    def encoded(self, row: int) -> memoryview | None:
+        """The bytes of the row's cell (None when it holds a path instead)."""
+        chunk, at = _chunk_of(self.encoded_starts, row)
+        return self.encoded_chunks[chunk].cell(at)
 
     def path_only(self, row: int) -> str | None:
         """The cell's path when it holds no bytes (None when it holds bytes)."""
-        fields, at = _locate(self.encoded_chunks, self.encoded_starts, row)
-        if fields[self.bytes_at][at].is_valid:
+        chunk, at = _chunk_of(self.encoded_starts, row)
+        if self.encoded_chunks[chunk].has_bytes(at):
             return None
-        return fields[self.path_at][at].as_py()
+        return self.path_chunks[chunk][at].as_py()
 
     def target(self, row: int) -> Any:
-        chunk, at = _locate(self.label_chunks, self.label_starts, row)
-        return chunk[at].as_py()
+        chunk, at = _chunk_of(self.label_starts, row)
+        values = self.label_chunks[chunk]
+        return values[at].item() if isinstance(values, np.ndarray) else values[at].as_py()
+
+
+class BinaryCells:
+    """The cells of one binary (or large_binary) Arrow array, read as views of its data
+    buffer through its offsets."""
+
+    def __init__(self, array) -> None:
+        import pyarrow
+        validity, offsets, data = array.buffers()
+        kind = np.int64 if pyarrow.types.is_large_binary(array.type) else np.int32
+        self.offsets = np.frombuffer(offsets, kind)[array.offset:array.offset + len(array) + 1]
+        self.data = memoryview(data) if data is not None else memoryview(b"")
+        self.valid = None if validity is None else array.is_valid().to_numpy(
+            zero_copy_only=False)
+
+    def has_bytes(self, at: int) -> bool:
+        return self.valid is None or bool(self.valid[at])
+
+    def cell(self, at: int) -> memoryview | None:
+        if not self.has_bytes(at):
+            return None
+        return self.data[self.offsets[at]:self.offsets[at + 1]]
+
+
+def _label_values(chunk):
+    """A label chunk as numpy when its values are plain numbers without nulls (read with
+    .item(): the same Python int, float or bool as Arrow's as_py), else the Arrow array."""
+    import pyarrow
+    kind = chunk.type
+    plain = (pyarrow.types.is_integer(kind) or pyarrow.types.is_boolean(kind)
+             or kind in (pyarrow.float32(), pyarrow.float64()))
+    if plain and chunk.null_count == 0:
+        return chunk.to_numpy(zero_copy_only=False)
+    return chunk
 
 
 def _starts(chunks) -> np.ndarray:
     return np.cumsum([0] + [len(chunk) for chunk in chunks], dtype=np.int64)
 
 
-def _locate(chunks, starts: np.ndarray, row: int) -> tuple:
+def _chunk_of(starts: np.ndarray, row: int) -> tuple:
+    """(chunk, row within it) of a table row, given the chunks' first rows."""
+    if len(starts) == 2:   # one chunk
+        return 0, row
     chunk = int(np.searchsorted(starts, row, side="right")) - 1
-    return chunks[chunk], row - int(starts[chunk])
+    return chunk, row - int(starts[chunk])
 
 
 def _row_order(dataset) -> np.ndarray | None:

@@ -80,6 +80,8 @@ def decode_audio(data: bytes, name: str | None = None, downmix: bool = False
     Raises DecodeError naming `name` for an empty, truncated, corrupt or unsupported file,
     or one with no audio frames."""
     where = name if name is not None else "the audio data"
+    if not isinstance(data, bytes):   # a memoryview, bytearray or uint8 array: its bytes
+        data = memoryview(data).cast("B").tobytes()
     if len(data) == 0:
         raise DecodeError(f"{where}: the file is empty", name, "empty")
     chunks = _wav_chunks(data)
