@@ -396,14 +396,16 @@ def test_a_truncated_file_raises_naming_it(photos_with_a_truncated_file, num_wor
         list(loader)
 
 
-@pytest.fixture
-def photos_with_a_half_file(photos, tmp_path):
-    """A JPEG cut in half: its header reads (its crop is drawn), its pixels do not decode."""
+@pytest.fixture(params=["half", "headless"])
+def photos_with_a_half_file(photos, tmp_path, request):
+    """A JPEG cut in half: its header reads (its crop is drawn), its pixels do not decode;
+    or ("headless") one whose header does not read: nothing is drawn for it."""
     root = tmp_path / "half"
     shutil.copytree(photos, root)
     victim = sorted(root.glob("class001/*.JPEG"))[1]
     data = victim.read_bytes()
-    victim.write_bytes(data[:len(data) // 2])
+    victim.write_bytes(data[:len(data) // 2] if request.param == "half"
+                       else b"\xff\xd8\xff\xe0" + bytes(200))
     return root
 
 

@@ -187,19 +187,26 @@ class DirectImageProducer:
     def _load_all(self, index: list, first: int, stop: int) -> list:
         """(position in the batch, index, encoded sample, drawn parameters) of each
         readable sample of index[first:stop], in order (fetched together where the source
-        can: tar shards over HTTP)."""
-        loaded = []
+        can: tar shards over HTTP), drawn together once read (Plan.draw_many: the draws
+        one by one would give). Should a sample fail to read (on_error="raise"), those
+        before it are drawn before the error leaves, as loading one by one draws them."""
+        read = []
         prefetch(self.pipeline.reader, index[first:stop])
-        for position in range(first, min(stop, len(index))):
-            sample_index = index[position]
-            self.current = f"sample {sample_index!r}"
-            try:
-                loaded.append((position, sample_index, *self.pipeline.load(sample_index)))
-            except decode.DecodeError as error:
-                if not self.pipeline.skip_errors:
-                    raise
-                self._drop(error)
-        return loaded
+        try:
+            for position in range(first, min(stop, len(index))):
+                sample_index = index[position]
+                self.current = f"sample {sample_index!r}"
+                try:
+                    read.append((position, sample_index, *self.pipeline.read_sized(sample_index)))
+                except decode.DecodeError as error:
+                    if not self.pipeline.skip_errors:
+                        raise
+                    self._drop(error)
+        finally:
+            drawn = self.pipeline.plan.draw_many([size for *_, size in read],
+                                                 self.pipeline.channels)
+        return [(position, sample_index, sample, params)
+                for (position, sample_index, sample, _), params in zip(read, drawn)]
 
     def _drop(self, error: decode.DecodeError) -> None:
         self.skipped += 1

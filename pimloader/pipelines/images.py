@@ -70,11 +70,16 @@ class ImagePipeline:
 
     def load(self, index: int):
         """(encoded sample, drawn parameters) for dataset index `index`."""
+        sample, (height, width) = self.read_sized(index)
+        return sample, self.plan.draw(height, width, self.channels)
+
+    def read_sized(self, index: int):
+        """(encoded sample, its image's (height, width)) for dataset index `index`: what
+        `load` reads before it draws (`plan.draw_many` draws many at once)."""
         sample = self.reader(index)
         # refuses a decompression bomb before anything is drawn; its decode warns (once)
         # for an image over the limit
-        height, width = decode.image_size(sample.data, name=sample.name, warn=False)
-        return sample, self.plan.draw(height, width, self.channels)
+        return sample, decode.image_size(sample.data, name=sample.name, warn=False)
 
     def render(self, sample, params: SampleParams, out: torch.Tensor, router,
                layout: str | None = None, decodes: "DecodeCounts | None" = None) -> float:

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ._batched_draws import draw_many as draw_batch
 from ._draw import colour_output_channels, draw_sample
 from .params import SampleParams
 
@@ -38,6 +39,15 @@ class Plan:
     def draw(self, height: int, width: int, channels: int = 3) -> SampleParams:
         """One sample's draw for an image of `height` x `width` with `channels` channels."""
         return draw_sample(self, height, width, channels)
+
+    def draw_many(self, sizes: list, channels: int = 3) -> list:
+        """`draw` for each (height, width) of `sizes`, in order: the same draws, and torch's
+        generator left where they leave it, made at once where the steps allow it."""
+        if not sizes:
+            return []
+        drawn = draw_batch(self, sizes, channels)
+        return drawn if drawn is not None else [draw_sample(self, height, width, channels)
+                                                for height, width in sizes]
 
     def output_channels(self, channels: int = 3) -> int:
         """Channels of the output for an input of `channels` (Grayscale changes them)."""
