@@ -10,6 +10,12 @@ Protocol (one index queue per worker, one result queue shared by all):
                    (ResumeIteration, snapshot) acknowledges a ResumeIteration
 A batch (or its error) carries the worker's state after making it (_resume.attach): the
 main process keeps the one of the last batch it delivers from each worker, for state_dict().
+Look-ahead: having taken a batch, the worker takes the next message too if one is waiting
+(the main process keeps about prefetch_factor batches queued per worker) and keeps it to
+handle next, in order, as if it were read then (a None or a ResumeIteration included);
+when it is a batch, the producer is given this batch's indices then the next's as hints
+(`prefetch`) before it makes this one, so that a source that fetches ahead (tar shards over
+HTTP) fetches the next batch while this one is computed.
 Seeding, `get_worker_info()` and the handling of `worker_init_fn` follow torch's worker loop
 so that a dataset sees exactly what it would see under torch's DataLoader.
 """
@@ -36,6 +42,7 @@ from .resources import ProcessResources
 from .slots import SlotBatch, SlotWriter
 
 STATUS_CHECK_INTERVAL = 0.5
+_NONE_WAITING = object()   # no message was waiting behind the batch taken
 
 
 @dataclass(frozen=True)
@@ -156,6 +163,17 @@ class _Worker:
         except Exception:  # exiting anyway: a DPU set that fails to close is freed with us
             pass
 
+    def hint(self, index) -> None:
+        """Tell the producer that batch `index` comes soon (a hint: its errors are left to
+        the batch's own reads)."""
+        prefetch = getattr(self.producer, "prefetch", None)
+        if prefetch is None or self.pending_error is not None:
+            return
+        try:
+            prefetch(index)
+        except Exception:
+            pass
+
     def handle(self, index):
         if self.pending_error is not None:
             return self.pending_error  # every batch fails until a restart succeeds
@@ -221,6 +239,20 @@ def _allocate_shared(nbytes: int) -> torch.Tensor:
         raise RuntimeError(f"{TOO_MANY_OPEN_FILES} (a new batch slot: {error})") from error
 
 
+def _look_ahead(worker: _Worker, index_queue, index):
+    """The message waiting behind batch `index` (_NONE_WAITING: none yet); when it is a
+    batch, the producer is told of this batch and then of that one, in the order they are
+    to be fetched."""
+    try:
+        waiting = index_queue.get_nowait()
+    except queue.Empty:
+        return _NONE_WAITING
+    if isinstance(waiting, tuple):
+        worker.hint(index)
+        worker.hint(waiting[1])
+    return waiting
+
+
 def worker_loop(config: WorkerConfig, dataset_holder: list, index_queue, result_queue,
                 done_event, flags: torch.Tensor, inherited_slots: list,
                 arena: tuple | None = None) -> None:
@@ -231,13 +263,17 @@ def worker_loop(config: WorkerConfig, dataset_holder: list, index_queue, result_
         torch.set_num_threads(1)
         worker = _Worker(config, dataset_holder.pop(), flags, inherited_slots, arena)
         worker.start()
+        waiting = _NONE_WAITING   # the message after the current one, taken early
         while os.getppid() == parent:
-            try:
-                message = index_queue.get(timeout=STATUS_CHECK_INTERVAL)
-            except queue.Empty:
-                if done_event.is_set():
-                    break  # shutting down, even if the final None cannot reach us
-                continue
+            if waiting is not _NONE_WAITING:
+                message, waiting = waiting, _NONE_WAITING
+            else:
+                try:
+                    message = index_queue.get(timeout=STATUS_CHECK_INTERVAL)
+                except queue.Empty:
+                    if done_event.is_set():
+                        break  # shutting down, even if the final None cannot reach us
+                    continue
             if message is None:
                 break
             if isinstance(message, ResumeIteration):
@@ -247,6 +283,7 @@ def worker_loop(config: WorkerConfig, dataset_holder: list, index_queue, result_
             if worker.iteration_end or done_event.is_set():
                 continue
             send_idx, index = message
+            waiting = _look_ahead(worker, index_queue, index)
             result_queue.put((send_idx, worker.with_snapshot(worker.handle(index))))
             del message, index
     except KeyboardInterrupt:

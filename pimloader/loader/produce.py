@@ -33,6 +33,12 @@ class Produced:
 
 
 class BatchProducer:
+    """Makes a batch with a fetcher's samples, then a slot or `collate_fn`. Every producer
+    offers what this one does: `produce(index)`, `current` (what it is making, for error
+    messages) and `prefetch(index)`, a hint that batch `index` comes next, so that a
+    source that fetches ahead (tar shards over HTTP) fetches it while this batch is made
+    (nothing where there is nothing to fetch)."""
+
     def __init__(self, fetcher, collate_fn, auto_collation: bool,
                  writer: SlotWriter | None) -> None:
         self.fetcher = fetcher
@@ -43,6 +49,11 @@ class BatchProducer:
     @property
     def current(self) -> str:
         return self.fetcher.current
+
+    def prefetch(self, index) -> None:
+        """A hint that batch `index` comes next (the worker gives it while it makes the
+        batch before): passed on to the fetcher."""
+        self.fetcher.prefetch(index)
 
     def produce(self, index) -> Produced:
         start = time.perf_counter()

@@ -94,6 +94,10 @@ class AudioFetcher(Fetcher):
         self.pipeline = pipeline
         self.router = router
 
+    def prefetch(self, index) -> None:
+        if self.auto_collation:
+            prefetch(self.pipeline.reader, index)
+
     def fetch(self, index, each=None):
         if not self.auto_collation:
             self.current = f"sample {index!r}"

@@ -71,6 +71,10 @@ class ImageFetcher(Fetcher):
     def take_decode_counts(self) -> dict:
         return self.decodes.take()
 
+    def prefetch(self, index) -> None:
+        if self.auto_collation:
+            prefetch(self.pipeline.reader, index)
+
     def fetch(self, index):
         if not self.auto_collation:
             self.current = f"sample {index!r}"
@@ -109,8 +113,13 @@ class DirectImageProducer:
         self.buffers = DecodeBuffers()
         self.decodes = DecodeCounts()
 
+    def prefetch(self, index) -> None:
+        """The hint that batch `index` comes next, passed on to the source (BatchProducer)."""
+        prefetch(self.pipeline.reader, index)
+
     def produce(self, index) -> Produced:
         start = time.perf_counter()
+        prefetch(self.pipeline.reader, index)   # the whole batch, ahead of its reads
         if self.layout is None:
             self.layout = self.pipeline.slot_layout(capacity=len(index))
         timing = {"fetch": 0.0, "decode": 0.0}
@@ -186,10 +195,9 @@ class DirectImageProducer:
 
     def _load_all(self, index: list, first: int, stop: int) -> list:
         """(position in the batch, index, encoded sample, drawn parameters) of each
-        readable sample of index[first:stop], in order (fetched together where the source
-        can: tar shards over HTTP)."""
+        readable sample of index[first:stop], in order (fetched ahead where the source can:
+        produce asked for the whole batch)."""
         loaded = []
-        prefetch(self.pipeline.reader, index[first:stop])
         for position in range(first, min(stop, len(index))):
             sample_index = index[position]
             self.current = f"sample {sample_index!r}"
