@@ -291,16 +291,6 @@ class HttpStream:
 
     _drop = abandon
 
-    def interrupt(self) -> None:
-        """From another thread: make the read in flight fail at once (its socket shut
-        down); the reading thread still closes the stream."""
-        sock = getattr(self.connection, "sock", None)
-        if sock is not None:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
     def __del__(self):
         self.abandon()
 

@@ -17,13 +17,14 @@ runs are held, and for how long, is shard_runs.py's HeldRuns.
 
 The thread ends after IDLE_S with nothing to fetch (closing its connection), so a dropped
 dataset leaves no thread behind. `close()` stops it: the fetch in flight is abandoned (its
-socket shut down, no new request made) and the thread joined for at most JOIN_S. In a
+sockets shut down, no new request made) and the thread joined for at most JOIN_S. In a
 process that inherited the fetcher (fork), the thread, its lock and its connections are the
 parent's: close() leaves them alone, and the process makes a reader of its own (shards.py).
 """
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import time
 from collections import deque
@@ -37,14 +38,33 @@ JOIN_S = 2.0    # close() waits this long for the fetch thread to end
 
 
 class _StoppableClient(HttpClient):
-    """A fetch thread's client: once stopped, it makes no request."""
+    """A fetch thread's client, which another thread can stop: no request is made after,
+    and the one in flight fails at once (its connections' sockets shut down)."""
 
-    stopped = False
+    def __init__(self, policy: RetryPolicy) -> None:
+        super().__init__(policy)
+        self.stopped = False
+        self.connections: list = []   # every connection it opened (a thread's few)
 
     def request(self, method: str, url: str, headers: dict):
         if self.stopped:
             raise HttpShardError(f"{method} {url}: the shard reader was closed", url)
         return super().request(method, url, headers)
+
+    def stop(self) -> None:
+        self.stopped = True
+        for connection in self.connections[:]:
+            sock = connection.sock
+            if sock is not None:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def _connect(self, parts):
+        connection = super()._connect(parts)
+        self.connections.append(connection)
+        return connection
 
 
 class _FetchThread:
@@ -54,13 +74,6 @@ class _FetchThread:
         self.client = _StoppableClient(policy)
         self.stream: HttpStream | None = None
         self.thread: threading.Thread | None = None
-
-    def stop(self) -> None:
-        """From another thread: make no more requests, and abandon the one in flight."""
-        self.client.stopped = True
-        stream = self.stream
-        if stream is not None:
-            stream.interrupt()
 
 
 class RunFetcher:
@@ -110,7 +123,7 @@ class RunFetcher:
             self._fail_queued(HttpShardError("the shard reader was closed"))
             self.held.clear()
             if fetching is not None:
-                fetching.stop()
+                fetching.client.stop()
             self.changed.notify_all()
         if fetching is not None and fetching.thread is not threading.current_thread():
             fetching.thread.join(JOIN_S)

@@ -17,8 +17,8 @@ have.
 
 A run is held from when it is asked for (queued, then fetched: run_fetcher.py) until each
 member it was asked for has been read once; a member asked for again while a run holds it
-is not fetched again (unless its run failed: then it is asked again), and a new run never
-spans a held one. Held and queued runs stay
+is not fetched again (unless a read has raised its run's error: then it is fetched again),
+and a new run never spans a held one. Held and queued runs stay
 within RUN_BYTES: the oldest fetched runs are evicted to make room (their members are then
 read as they come), and a run that still does not fit is not fetched ahead.
 """
@@ -42,21 +42,18 @@ class Run:
     """Bytes start..end of a shard, the members they were asked for that are still to be
     read, and, once fetched (`done`), the bytes or the error its request ended with."""
 
-    __slots__ = ("url", "start", "end", "wanted", "data", "done")
+    __slots__ = ("url", "start", "end", "wanted", "data", "done", "raised")
 
     def __init__(self, url: str, start: int, end: int, wanted) -> None:
         self.url, self.start, self.end = url, start, end
         self.wanted = set(wanted)     # (offset, size) of the members not read yet
         self.data = None
         self.done = False
+        self.raised = False           # a read has raised its request's error
 
     @property
     def size(self) -> int:
         return self.end - self.start
-
-    @property
-    def failed(self) -> bool:
-        return self.done and isinstance(self.data, HttpShardError)
 
     def covers(self, offset: int, size: int) -> bool:
         return self.start <= offset and offset + size <= self.end
@@ -65,6 +62,7 @@ class Run:
         """The bytes at `offset` (fewer where the run came back short), or its error."""
         data = self.data
         if isinstance(data, HttpShardError):
+            self.raised = True
             raise HttpShardError(str(data), data.url, data.status, data.attempts)
         return data[offset - self.start:offset - self.start + size]
 
@@ -98,7 +96,7 @@ class HeldRuns:
         fresh: list = []
         for offset, size in sorted(set(members)):
             held = self.find(url, offset, size)
-            if held is not None and held.failed:   # asked for again: its request too
+            if held is not None and held.raised:   # its error told: asked again, fetched again
                 self.drop(held)
                 held = None
             if held is not None:
