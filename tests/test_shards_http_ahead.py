@@ -153,24 +153,29 @@ def test_a_forked_child_does_not_use_the_parents_fetch_thread(shards):
 # ---------------------------------------------------------------- through the loader
 
 def test_the_next_batch_is_fetched_while_this_one_is_made(shards, tmp_path):
-    """One worker, one shard per batch: sample 2 of batch 0 is read only once the server
-    has been asked for batch 1's shard. A worker that fetched batch 1 after making batch 0
-    would wait 20 s there and fail the batch."""
+    """One worker, one shard per batch, the next batch always queued (prefetch_factor=3):
+    sample 2 of each batch k is read only once the server has been asked for shard k + 1.
+    A worker that fetched batch k + 1 after making batch k would wait 20 s there and fail
+    the batch."""
     folder, names, local = shards
-    released = multiprocessing.get_context("fork").Event()
+    asked = [multiprocessing.get_context("fork").Event() for _ in names]
 
     class Gated(TarShards):
         def field(self, index, field):
-            if index == 2 and field == 0 and not released.wait(20):
-                raise RuntimeError("batch 1 was not fetched while batch 0 was made")
+            batch = index // 4
+            if index % 4 == 2 and field == 0 and batch + 1 < len(asked) \
+                    and not asked[batch + 1].wait(20):
+                raise RuntimeError(f"batch {batch + 1} was not fetched while batch {batch} "
+                                   f"was made")
             return super().field(index, field)
 
     with SlowServer(folder) as server:
         remote = Gated([f"{server.url}/{name}" for name in names], **FAST)
         del server.log[:]
-        server.seen[f"/{names[1]}"] = released
+        server.seen.update({f"/{name}": event for name, event in zip(names, asked)})
         loader = PIMDataLoader(remote, transform=TRANSFORM, batch_size=4, num_workers=1,
-                               worker_init_fn=sleep_a_little, multiprocessing_context="fork")
+                               prefetch_factor=3, worker_init_fn=sleep_a_little,
+                               multiprocessing_context="fork")
         got = [labels.tolist() for _, labels in loader]
         loader.close()
         spans = ranges(server.log)

@@ -10,12 +10,13 @@ Protocol (one index queue per worker, one result queue shared by all):
                    (ResumeIteration, snapshot) acknowledges a ResumeIteration
 A batch (or its error) carries the worker's state after making it (_resume.attach): the
 main process keeps the one of the last batch it delivers from each worker, for state_dict().
-Look-ahead: having taken a batch, the worker takes the next message too if one is waiting
-(the main process keeps about prefetch_factor batches queued per worker) and keeps it to
-handle next, in order, as if it were read then (a None or a ResumeIteration included);
-when it is a batch, the producer is given this batch's indices then the next's as hints
-(`prefetch`) before it makes this one, so that a source that fetches ahead (tar shards over
-HTTP) fetches the next batch while this one is computed.
+Look-ahead: having taken a batch, the worker hints it to its producer (`prefetch`); where
+that hint went to a source that fetches ahead (tar shards over HTTP: else nothing more is
+done), it also takes the next message, waiting up to LOOK_AHEAD_WAIT for it (the main
+process sends it as it receives the worker's last batch, about prefetch_factor batches
+being queued per worker), keeps it to handle next, in order, as if it were read then (a
+None or a ResumeIteration included) and, when it is a batch, hints it too: the source
+fetches the next batch while this one is computed, after this one's members.
 Seeding, `get_worker_info()` and the handling of `worker_init_fn` follow torch's worker loop
 so that a dataset sees exactly what it would see under torch's DataLoader.
 """
@@ -42,6 +43,7 @@ from .resources import ProcessResources
 from .slots import SlotBatch, SlotWriter
 
 STATUS_CHECK_INTERVAL = 0.5
+LOOK_AHEAD_WAIT = 0.01     # seconds a worker whose source fetches ahead waits for the next
 _NONE_WAITING = object()   # no message was waiting behind the batch taken
 
 
@@ -163,16 +165,16 @@ class _Worker:
         except Exception:  # exiting anyway: a DPU set that fails to close is freed with us
             pass
 
-    def hint(self, index) -> None:
+    def hint(self, index) -> bool:
         """Tell the producer that batch `index` comes soon (a hint: its errors are left to
-        the batch's own reads)."""
+        the batch's own reads); whether it went to a source that fetches ahead."""
         prefetch = getattr(self.producer, "prefetch", None)
         if prefetch is None or self.pending_error is not None:
-            return
+            return False
         try:
-            prefetch(index)
+            return bool(prefetch(index))
         except Exception:
-            pass
+            return False
 
     def handle(self, index):
         if self.pending_error is not None:
@@ -240,15 +242,16 @@ def _allocate_shared(nbytes: int) -> torch.Tensor:
 
 
 def _look_ahead(worker: _Worker, index_queue, index):
-    """The message waiting behind batch `index` (_NONE_WAITING: none yet); when it is a
-    batch, the producer is told of this batch and then of that one, in the order they are
-    to be fetched."""
+    """Hint batch `index` to the producer; where the hint goes to a source that fetches
+    ahead, the message behind it (_NONE_WAITING: none within LOOK_AHEAD_WAIT), its batch
+    hinted too, after this one."""
+    if not worker.hint(index):
+        return _NONE_WAITING
     try:
-        waiting = index_queue.get_nowait()
+        waiting = index_queue.get(timeout=LOOK_AHEAD_WAIT)
     except queue.Empty:
         return _NONE_WAITING
     if isinstance(waiting, tuple):
-        worker.hint(index)
         worker.hint(waiting[1])
     return waiting
 

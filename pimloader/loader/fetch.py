@@ -42,9 +42,10 @@ class Fetcher:
     def fetch(self, index, each=_as_is) -> Any:
         raise NotImplementedError
 
-    def prefetch(self, index) -> None:
+    def prefetch(self, index) -> bool:
         """A hint that batch `index` is fetched soon: a fetcher whose source fetches ahead
-        (tar shards over HTTP) passes it on. Nothing by default."""
+        (tar shards over HTTP) passes it on, and says so (True). Nothing by default."""
+        return False
 
     def take_skipped(self) -> int:
         skipped, self.skipped = self.skipped, 0

@@ -36,8 +36,9 @@ class BatchProducer:
     """Makes a batch with a fetcher's samples, then a slot or `collate_fn`. Every producer
     offers what this one does: `produce(index)`, `current` (what it is making, for error
     messages) and `prefetch(index)`, a hint that batch `index` comes next, so that a
-    source that fetches ahead (tar shards over HTTP) fetches it while this batch is made
-    (nothing where there is nothing to fetch)."""
+    source that fetches ahead (tar shards over HTTP) fetches it while this batch is made;
+    it returns whether the hint went to such a source (False: nothing to fetch, nothing
+    done)."""
 
     def __init__(self, fetcher, collate_fn, auto_collation: bool,
                  writer: SlotWriter | None) -> None:
@@ -50,10 +51,10 @@ class BatchProducer:
     def current(self) -> str:
         return self.fetcher.current
 
-    def prefetch(self, index) -> None:
+    def prefetch(self, index) -> bool:
         """A hint that batch `index` comes next (the worker gives it while it makes the
         batch before): passed on to the fetcher."""
-        self.fetcher.prefetch(index)
+        return self.fetcher.prefetch(index)
 
     def produce(self, index) -> Produced:
         start = time.perf_counter()

@@ -94,9 +94,8 @@ class AudioFetcher(Fetcher):
         self.pipeline = pipeline
         self.router = router
 
-    def prefetch(self, index) -> None:
-        if self.auto_collation:
-            prefetch(self.pipeline.reader, index)
+    def prefetch(self, index) -> bool:
+        return self.auto_collation and prefetch(self.pipeline.reader, index)
 
     def fetch(self, index, each=None):
         if not self.auto_collation:

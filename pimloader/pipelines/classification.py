@@ -71,9 +71,8 @@ class ImageFetcher(Fetcher):
     def take_decode_counts(self) -> dict:
         return self.decodes.take()
 
-    def prefetch(self, index) -> None:
-        if self.auto_collation:
-            prefetch(self.pipeline.reader, index)
+    def prefetch(self, index) -> bool:
+        return self.auto_collation and prefetch(self.pipeline.reader, index)
 
     def fetch(self, index):
         if not self.auto_collation:
@@ -113,9 +112,9 @@ class DirectImageProducer:
         self.buffers = DecodeBuffers()
         self.decodes = DecodeCounts()
 
-    def prefetch(self, index) -> None:
+    def prefetch(self, index) -> bool:
         """The hint that batch `index` comes next, passed on to the source (BatchProducer)."""
-        prefetch(self.pipeline.reader, index)
+        return prefetch(self.pipeline.reader, index)
 
     def produce(self, index) -> Produced:
         start = time.perf_counter()

@@ -201,8 +201,8 @@ class CacheCountingProducer:
     def current(self) -> str:
         return self.producer.current
 
-    def prefetch(self, index) -> None:
-        self.producer.prefetch(index)
+    def prefetch(self, index) -> bool:
+        return self.producer.prefetch(index)
 
     def produce(self, index) -> Produced:
         produced = self.producer.produce(index)
@@ -237,8 +237,9 @@ class IteratedBatches:
     def current(self) -> str:
         return self.producer.current if self.items.items else self.fetcher.current
 
-    def prefetch(self, index) -> None:
+    def prefetch(self, index) -> bool:
         """Nothing: a batch's items are known only once the iterator gives them."""
+        return False
 
     def produce(self, index) -> Produced:
         self.items.hold([], self.fetcher.fetched)
