@@ -71,7 +71,7 @@ class Source:
     prefetches = False   # whether prefetch does anything: callers skip the hint if not
 
     def prefetch(self, indices) -> None:
-        """A hint that samples `indices` are read next, by this thread: a source may fetch
+        """A hint that samples `indices` are read soon, by this thread: a source may fetch
         their bytes together (TarShardSource: in runs over HTTP), and then says so with
         `prefetches`. Errors are left to the reads. Nothing by default."""
 
