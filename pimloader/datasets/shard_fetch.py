@@ -44,7 +44,7 @@ class _StoppableClient(HttpClient):
     def __init__(self, policy: RetryPolicy) -> None:
         super().__init__(policy)
         self.stopped = False
-        self.connections: list = []   # every connection it opened (a thread's few)
+        self.connections: list = []   # the connections it opened that are still open
 
     def request(self, method: str, url: str, headers: dict):
         if self.stopped:
@@ -63,7 +63,7 @@ class _StoppableClient(HttpClient):
 
     def _connect(self, parts):
         connection = super()._connect(parts)
-        self.connections.append(connection)
+        self.connections = [*(c for c in self.connections if c.sock is not None), connection]
         return connection
 
 
