@@ -1,7 +1,7 @@
 """Reading members' bytes out of shards, in the process that reads them.
 
     reader = ShardReader(policy)            # made lazily in each process and thread, never pickled
-    reader.prefetch({url: [(offset, size), ...]})   # fetch these members ahead, in runs
+    reader.prefetch({url: [(offset, size), ...]})   # returns at once: fetched ahead, in runs
     reader.read(url, offset, size)          # the bytes; fewer only if the shard is cut short
     reader.close()
 
@@ -10,18 +10,19 @@ HTTP shards: the reader keeps a few streaming GETs open, one per shard; a read a
 after where a shard's stream stands continues it (consecutive samples of a shard cost no new
 request), a read elsewhere in a shard that was just read forward opens a new stream from
 there, and a lone read is one bounded Range request over a kept-alive connection.
-`prefetch` fetches the members a batch is about to read as runs of adjacent members, one
-bounded Range request each over a kept-alive connection (shard_runs.py), and holds them
-until the next prefetch; the reads they cover open no stream.
+`prefetch` queues the members a batch is about to read (then the next batch's) as runs of
+adjacent members (shard_runs.py), which a thread of the reader's own fetches one after the
+other, one bounded Range request each, while this thread computes (shard_fetch.py); a read
+those runs cover waits for its run if need be, and opens no stream.
 """
 from __future__ import annotations
 
 import os
 from collections import OrderedDict
 
-from .http import HttpClient, HttpShardError, HttpStream, RetryPolicy
+from .http import HttpClient, HttpStream, RetryPolicy
+from .shard_fetch import RunFetcher
 from .shard_members import is_http, local_path
-from .shard_runs import RUN_BYTES, HeldRuns, member_runs
 
 OPEN_FILES = 8
 OPEN_STREAMS = 4
@@ -35,51 +36,29 @@ class ShardReader:
         self.files: OrderedDict = OrderedDict()     # path -> fd
         self.streams: OrderedDict = OrderedDict()   # url -> HttpStream
         self.last_end: dict = {}                    # url -> where the last read ended
-        self.held = HeldRuns()                      # what the last prefetch fetched
-        self.unranged: set = set()                  # URLs whose server ignores Range
+        self.runs = RunFetcher(policy)              # members asked for ahead, in runs
 
     def read(self, url: str, offset: int, size: int) -> bytes:
         if is_http(url):
-            held = self.held.take(url, offset, size)
-            return self._read_http(url, offset, size) if held is None else held
+            fetched = self.runs.take(url, offset, size)
+            return self._read_http(url, offset, size) if fetched is None else fetched
         return os.pread(self._fd(local_path(url)), size, offset)
 
     def prefetch(self, spans: dict) -> None:
-        """Fetch the members {url: [(offset, size)]} of HTTP shards ahead, in runs (up to
-        RUN_BYTES in all; the rest are read as they come), dropping the last prefetch's."""
-        self.held.clear()
-        budget = RUN_BYTES
-        for url, members in spans.items():
-            if not is_http(url) or url in self.unranged:
-                continue   # (a server that ignores Range sends each run from byte 0)
-            for start, end in member_runs(members):
-                budget -= end - start
-                if budget < 0:
-                    return
-                self.held.hold(url, start, end, self._fetch_run(url, start, end))
-
-    def _fetch_run(self, url: str, start: int, end: int):
-        """The bytes from `start` to `end` (fewer if the shard ends first), or the error
-        that the request ended with."""
-        run = HttpStream(self.client, url, start, end)
-        try:
-            return run.read(end - start)
-        except HttpShardError as error:
-            return error
-        finally:
-            run.close()
-            if run.ranges_ignored:
-                self.unranged.add(url)
+        """Fetch the members {url: [(offset, size)]} of HTTP shards ahead, in runs, in a
+        thread of the reader's own (returns at once); members already asked for are not
+        fetched again."""
+        self.runs.ask(spans)
 
     def close(self) -> None:
         """Close the files and connections. In a process that inherited the reader (fork),
         only this process's copies of their descriptors: a stream's rest is the parent's
         to read, never drained here."""
         inherited = os.getpid() != self.pid
+        self.runs.close()   # (inherited: the parent's fetch thread, left to it)
         for fd in self.files.values():
             os.close(fd)
         self.files.clear()
-        self.held.clear()
         for stream in self.streams.values():
             stream.abandon() if inherited else stream.close()
         self.streams.clear()

@@ -15,7 +15,8 @@ process that makes the dataset, from the tar headers (shard_members.py: seeks on
 files, one streaming pass, a sidecar `<shard>.idx` or the local cache over HTTP), and kept in
 numpy arrays. Members are read in the process that asks for them (shard_reader.py), over
 files and connections opened there on first use, never pickled; `prefetch(indices)` (the
-loader calls it with each chunk of a batch) fetches their members ahead, in runs, over HTTP.
+loader calls it with each batch, and with the next batch while it makes this one) has
+their members fetched ahead over HTTP, in runs, by a thread of the reader's own.
 A member whose bytes cannot be read whole (a shard cut short) is a `ShardMemberError` (a
 DecodeError: the loader's on_error="skip" drops and counts it) naming "<shard url>#<key>";
 an HTTP server that fails past the retries is an `HttpShardError` (http.py), raised
@@ -148,9 +149,10 @@ class TarShards(Dataset):
         return data
 
     def prefetch(self, indices) -> None:
-        """Fetch the members of samples `indices` (about to be read by this thread) ahead:
-        over HTTP, runs of adjacent members in one bounded request each, held for the reads
-        until the next prefetch. Errors are raised by the reads they concern."""
+        """Fetch the members of samples `indices` (to be read by this thread) ahead:
+        over HTTP, runs of adjacent members in one bounded request each, fetched in the
+        background in the order asked and held until each member has been read once.
+        Returns at once; errors are raised by the reads they concern."""
         if not self.remote:
             return
         try:

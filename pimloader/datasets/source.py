@@ -71,7 +71,7 @@ class Source:
     prefetches = False   # whether prefetch does anything: callers skip the hint if not
 
     def prefetch(self, indices) -> None:
-        """A hint that samples `indices` are read next, by this thread: a source may fetch
+        """A hint that samples `indices` are read soon, by this thread: a source may fetch
         their bytes together (TarShardSource: in runs over HTTP), and then says so with
         `prefetches`. Errors are left to the reads. Nothing by default."""
 
@@ -79,11 +79,14 @@ class Source:
         return self.read(index)
 
 
-def prefetch(reader, indices) -> None:
+def prefetch(reader, indices) -> bool:
     """`reader.prefetch(indices)` where the reader prefetches (a plain callable does not):
-    the hint costs nothing on the hot path of a source that would ignore it."""
-    if getattr(reader, "prefetches", False):
-        reader.prefetch(indices)
+    the hint costs nothing on the hot path of a source that would ignore it. Whether the
+    reader prefetches."""
+    if not getattr(reader, "prefetches", False):
+        return False
+    reader.prefetch(indices)
+    return True
 
 
 def read_file(path) -> bytes:

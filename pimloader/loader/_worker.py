@@ -10,6 +10,13 @@ Protocol (one index queue per worker, one result queue shared by all):
                    (ResumeIteration, snapshot) acknowledges a ResumeIteration
 A batch (or its error) carries the worker's state after making it (_resume.attach): the
 main process keeps the one of the last batch it delivers from each worker, for state_dict().
+Look-ahead: having taken a batch, the worker hints it to its producer (`prefetch`); where
+that hint went to a source that fetches ahead (tar shards over HTTP: else nothing more is
+done), it also takes the next message, waiting up to LOOK_AHEAD_WAIT for it (the main
+process sends it as it receives the worker's last batch, about prefetch_factor batches
+being queued per worker), keeps it to handle next, in order, as if it were read then (a
+None or a ResumeIteration included) and, when it is a batch, hints it too: the source
+fetches the next batch while this one is computed, after this one's members.
 Seeding, `get_worker_info()` and the handling of `worker_init_fn` follow torch's worker loop
 so that a dataset sees exactly what it would see under torch's DataLoader.
 """
@@ -36,6 +43,8 @@ from .resources import ProcessResources
 from .slots import SlotBatch, SlotWriter
 
 STATUS_CHECK_INTERVAL = 0.5
+LOOK_AHEAD_WAIT = 0.01     # seconds a worker whose source fetches ahead waits for the next
+_NONE_WAITING = object()   # no message was waiting behind the batch taken
 
 
 @dataclass(frozen=True)
@@ -156,6 +165,17 @@ class _Worker:
         except Exception:  # exiting anyway: a DPU set that fails to close is freed with us
             pass
 
+    def hint(self, index) -> bool:
+        """Tell the producer that batch `index` comes soon (a hint: its errors are left to
+        the batch's own reads); whether it went to a source that fetches ahead."""
+        prefetch = getattr(self.producer, "prefetch", None)
+        if prefetch is None or self.pending_error is not None:
+            return False
+        try:
+            return bool(prefetch(index))
+        except Exception:
+            return False
+
     def handle(self, index):
         if self.pending_error is not None:
             return self.pending_error  # every batch fails until a restart succeeds
@@ -221,6 +241,21 @@ def _allocate_shared(nbytes: int) -> torch.Tensor:
         raise RuntimeError(f"{TOO_MANY_OPEN_FILES} (a new batch slot: {error})") from error
 
 
+def _look_ahead(worker: _Worker, index_queue, index):
+    """Hint batch `index` to the producer; where the hint goes to a source that fetches
+    ahead, the message behind it (_NONE_WAITING: none within LOOK_AHEAD_WAIT), its batch
+    hinted too, after this one."""
+    if not worker.hint(index):
+        return _NONE_WAITING
+    try:
+        waiting = index_queue.get(timeout=LOOK_AHEAD_WAIT)
+    except queue.Empty:
+        return _NONE_WAITING
+    if isinstance(waiting, tuple):
+        worker.hint(waiting[1])
+    return waiting
+
+
 def worker_loop(config: WorkerConfig, dataset_holder: list, index_queue, result_queue,
                 done_event, flags: torch.Tensor, inherited_slots: list,
                 arena: tuple | None = None) -> None:
@@ -231,13 +266,17 @@ def worker_loop(config: WorkerConfig, dataset_holder: list, index_queue, result_
         torch.set_num_threads(1)
         worker = _Worker(config, dataset_holder.pop(), flags, inherited_slots, arena)
         worker.start()
+        waiting = _NONE_WAITING   # the message after the current one, taken early
         while os.getppid() == parent:
-            try:
-                message = index_queue.get(timeout=STATUS_CHECK_INTERVAL)
-            except queue.Empty:
-                if done_event.is_set():
-                    break  # shutting down, even if the final None cannot reach us
-                continue
+            if waiting is not _NONE_WAITING:
+                message, waiting = waiting, _NONE_WAITING
+            else:
+                try:
+                    message = index_queue.get(timeout=STATUS_CHECK_INTERVAL)
+                except queue.Empty:
+                    if done_event.is_set():
+                        break  # shutting down, even if the final None cannot reach us
+                    continue
             if message is None:
                 break
             if isinstance(message, ResumeIteration):
@@ -247,6 +286,7 @@ def worker_loop(config: WorkerConfig, dataset_holder: list, index_queue, result_
             if worker.iteration_end or done_event.is_set():
                 continue
             send_idx, index = message
+            waiting = _look_ahead(worker, index_queue, index)
             result_queue.put((send_idx, worker.with_snapshot(worker.handle(index))))
             del message, index
     except KeyboardInterrupt:

@@ -18,8 +18,8 @@ def _as_is(sample):
 
 
 class Fetcher:
-    """What every fetcher offers its producer: `fetch(index)`, `auto_collation`, `current`
-    (what is being fetched, for error messages), and the counts of the samples it dropped
+    """What every fetcher offers its producer: `fetch(index)`, `prefetch(index)` (a hint),
+    `auto_collation`, `current` (what is being fetched, for error messages), and the counts of the samples it dropped
     (on_error="skip") and rendered with the fused kernel since they were last taken."""
 
     current = ""
@@ -41,6 +41,11 @@ class Fetcher:
 
     def fetch(self, index, each=_as_is) -> Any:
         raise NotImplementedError
+
+    def prefetch(self, index) -> bool:
+        """A hint that batch `index` is fetched soon: a fetcher whose source fetches ahead
+        (tar shards over HTTP) passes it on, and says so (True). Nothing by default."""
+        return False
 
     def take_skipped(self) -> int:
         skipped, self.skipped = self.skipped, 0

@@ -33,6 +33,13 @@ class Produced:
 
 
 class BatchProducer:
+    """Makes a batch with a fetcher's samples, then a slot or `collate_fn`. Every producer
+    offers what this one does: `produce(index)`, `current` (what it is making, for error
+    messages) and `prefetch(index)`, a hint that batch `index` comes next, so that a
+    source that fetches ahead (tar shards over HTTP) fetches it while this batch is made;
+    it returns whether the hint went to such a source (False: nothing to fetch, nothing
+    done)."""
+
     def __init__(self, fetcher, collate_fn, auto_collation: bool,
                  writer: SlotWriter | None) -> None:
         self.fetcher = fetcher
@@ -43,6 +50,11 @@ class BatchProducer:
     @property
     def current(self) -> str:
         return self.fetcher.current
+
+    def prefetch(self, index) -> bool:
+        """A hint that batch `index` comes next (the worker gives it while it makes the
+        batch before): passed on to the fetcher."""
+        return self.fetcher.prefetch(index)
 
     def produce(self, index) -> Produced:
         start = time.perf_counter()

@@ -94,6 +94,9 @@ class AudioFetcher(Fetcher):
         self.pipeline = pipeline
         self.router = router
 
+    def prefetch(self, index) -> bool:
+        return self.auto_collation and prefetch(self.pipeline.reader, index)
+
     def fetch(self, index, each=None):
         if not self.auto_collation:
             self.current = f"sample {index!r}"

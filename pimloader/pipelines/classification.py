@@ -71,6 +71,9 @@ class ImageFetcher(Fetcher):
     def take_decode_counts(self) -> dict:
         return self.decodes.take()
 
+    def prefetch(self, index) -> bool:
+        return self.auto_collation and prefetch(self.pipeline.reader, index)
+
     def fetch(self, index):
         if not self.auto_collation:
             self.current = f"sample {index!r}"
@@ -109,8 +112,13 @@ class DirectImageProducer:
         self.buffers = DecodeBuffers()
         self.decodes = DecodeCounts()
 
+    def prefetch(self, index) -> bool:
+        """The hint that batch `index` comes next, passed on to the source (BatchProducer)."""
+        return prefetch(self.pipeline.reader, index)
+
     def produce(self, index) -> Produced:
         start = time.perf_counter()
+        prefetch(self.pipeline.reader, index)   # the whole batch, ahead of its reads
         if self.layout is None:
             self.layout = self.pipeline.slot_layout(capacity=len(index))
         timing = {"fetch": 0.0, "decode": 0.0}
@@ -186,12 +194,11 @@ class DirectImageProducer:
 
     def _load_all(self, index: list, first: int, stop: int) -> list:
         """(position in the batch, index, encoded sample, drawn parameters) of each
-        readable sample of index[first:stop], in order (fetched together where the source
-        can: tar shards over HTTP), drawn together once read (Plan.draw_many: the draws
-        one by one would give). Should a sample fail to read (on_error="raise"), those
-        before it are drawn before the error leaves, as loading one by one draws them."""
+        readable sample of index[first:stop], in order (fetched ahead where the source can:
+        produce asked for the whole batch), drawn together once read (Plan.draw_many: the
+        draws one by one would give). Should a sample fail to read (on_error="raise"),
+        those before it are drawn before the error leaves, as loading one by one draws them."""
         read = []
-        prefetch(self.pipeline.reader, index[first:stop])
         try:
             for position in range(first, min(stop, len(index))):
                 sample_index = index[position]

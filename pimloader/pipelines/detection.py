@@ -230,6 +230,9 @@ class DetectionFetcher(Fetcher):
         self.router = router
         self.padding = collate_fn if isinstance(collate_fn, PaddedBatch) else None
 
+    def prefetch(self, index) -> bool:
+        return self.auto_collation and prefetch(self.pipeline.read, index)
+
     def fetch(self, index):
         if not self.auto_collation:
             self.current = f"sample {index!r}"

@@ -201,6 +201,9 @@ class CacheCountingProducer:
     def current(self) -> str:
         return self.producer.current
 
+    def prefetch(self, index) -> bool:
+        return self.producer.prefetch(index)
+
     def produce(self, index) -> Produced:
         produced = self.producer.produce(index)
         (produced.cache_hits, produced.cache_misses, produced.cache_hit_bytes,
@@ -233,6 +236,10 @@ class IteratedBatches:
     @property
     def current(self) -> str:
         return self.producer.current if self.items.items else self.fetcher.current
+
+    def prefetch(self, index) -> bool:
+        """Nothing: a batch's items are known only once the iterator gives them."""
+        return False
 
     def produce(self, index) -> Produced:
         self.items.hold([], self.fetcher.fetched)
