@@ -14,15 +14,18 @@ each, keys the sample's number) and OUT/arrow (`datasets.Dataset` with the file'
 `Image(decode=False)` or `Audio(decode=False)` column and the label, or for COCO the
 annotations as a JSON string; `save_to_disk`); with `--seekable`, also
 OUT/shards-seekable, the shards' copy by `pimloader.datasets.make_seekable_shards` (JPEG
-members with restart markers, the same pixels). A folder written before is kept (a `done`
-file marks it). The makers of the sets themselves are make_dataset.py,
+members with restart markers, the same pixels). A folder written before from the same
+files is kept (its `done` file records what it was written from); one written from other
+files is written again. The makers of the sets themselves are make_dataset.py,
 make_speech_dataset.py and make_detection_dataset.py.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 from benchmarks.progress import bar, reporter
@@ -59,48 +62,82 @@ def member(kind: str, path: str, target) -> dict:
     return {suffix: data, "cls": str(target).encode()}
 
 
+def fingerprint(*parts) -> str:
+    """What a folder is written from: the parts' text, and each file's path, size and
+    modification time (a folder made from other photos, or from photos made again, is
+    written again)."""
+    digest = hashlib.sha256()
+    for part in parts:
+        if isinstance(part, (str, os.PathLike)) and os.path.isfile(part):
+            stat = os.stat(part)
+            part = (os.fspath(part), stat.st_size, stat.st_mtime_ns)
+        digest.update(repr(part).encode())
+    return digest.hexdigest()
+
+
+def is_written(out: Path, made_from: str) -> bool:
+    """Whether `out` holds what `made_from` (a fingerprint) describes; if not, `out` is
+    removed, to be written afresh (no stale shard is left among new ones)."""
+    done = out / "done"
+    if done.exists() and done.read_text() == made_from:
+        return True
+    if out.exists():
+        shutil.rmtree(out)
+    return False
+
+
+def mark_written(out: Path, made_from: str) -> None:
+    (out / "done").write_text(made_from)
+
+
 def write_shards(kind: str, samples: list[tuple], out: Path, shard_size: int) -> list[str]:
-    """The samples as webdataset shards under `out` (written once); their paths."""
+    """The samples as webdataset shards under `out` (written once for these samples and
+    shard size); their paths."""
     import webdataset as wds
-    if not (out / "done").exists():
-        out.mkdir(parents=True, exist_ok=True)
+    made_from = fingerprint(kind, shard_size, *(part for sample in samples for part in sample))
+    if not is_written(out, made_from):
+        out.mkdir(parents=True)
         with wds.ShardWriter(str(out / "shard-%04d.tar"), maxcount=shard_size,
                              verbose=0) as writer:
             for number, (path, target) in enumerate(
                     bar(samples, desc=f"{kind} -> shards", unit="sample")):
                 writer.write({"__key__": f"{number:07d}", **member(kind, path, target)})
-        (out / "done").touch()
+        mark_written(out, made_from)
     return sorted(str(path) for path in out.glob("shard-*.tar"))
 
 
 def write_seekable_shards(urls: list[str], out: Path) -> list[str]:
-    """The seekable copy of the shards `urls` under `out` (written once); its paths, in the
-    same order."""
+    """The seekable copy of the shards `urls` under `out` (written once for these shards);
+    its paths, in the same order."""
     from pimloader.datasets import make_seekable_shards
-    if not (out / "done").exists():
+    made_from = fingerprint(*urls)
+    if not is_written(out, made_from):
         progress, close_bar = reporter("seekable shards", unit="member")
         try:
             make_seekable_shards(urls, out, overwrite=True, progress=progress)
         finally:
             close_bar()
-        (out / "done").touch()
+        mark_written(out, made_from)
     return [str(out / Path(url).name) for url in urls]
 
 
 def write_seekable_arrow(source: Path, out: Path) -> Path:
     """The seekable copy of the Arrow dataset at `source` (JPEG cells with restart
-    markers) at `out`, written once."""
+    markers) at `out`, written once for that dataset."""
     from pimloader.datasets import make_seekable_arrow
-    if not (out / "done").exists():
+    made_from = fingerprint(*sorted(str(path) for path in Path(source).iterdir()))
+    if not is_written(out, made_from):
         make_seekable_arrow(source, out, overwrite=True)
-        (out / "done").touch()
+        mark_written(out, made_from)
     return out
 
 
 def write_arrow(kind: str, samples: list[tuple], out: Path) -> Path:
-    """The samples as a Hugging Face Arrow dataset at `out`, bytes embedded (written once)."""
+    """The samples as a Hugging Face Arrow dataset at `out`, bytes embedded (written once
+    for these samples)."""
     import datasets
-    if (out / "dataset_info.json").exists():
+    made_from = fingerprint(kind, *(part for sample in samples for part in sample))
+    if is_written(out, made_from):
         return out
     paths = [path for path, _ in bar(samples, desc=f"{kind} -> arrow", unit="sample")]
     if kind == "coco":
@@ -115,6 +152,7 @@ def write_arrow(kind: str, samples: list[tuple], out: Path) -> Path:
     if kind != "coco":
         table = table.rename_column("file", "audio" if kind == "speech" else "image")
     table.save_to_disk(str(out))
+    mark_written(out, made_from)
     return out
 
 

@@ -4,6 +4,7 @@ folder datasets and pycocotools give them)."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -81,3 +82,23 @@ def test_seekable_shards(tmp_path):
                                     seekable=True)
     assert again["seekable_shards"] == made["seekable_shards"]
     assert (tmp_path / "out" / "shards-seekable" / "done").stat().st_mtime_ns == stamp
+
+
+def test_a_set_made_again_with_another_count_is_written_again_with_nothing_stale(tmp_path):
+    """The photos made again with another count (the benchmark's --count) into the same
+    folder: the shards, their seekable copy and the Arrow table are written again from
+    them, and no shard of the first set is left among the new ones."""
+    import datasets
+
+    first = make_imagenet_like(tmp_path / "photos", count=8, classes=2)
+    make_shards.make_shards("images", first, tmp_path / "out", shard_size=2, seekable=True)
+    photos = make_imagenet_like(tmp_path / "photos", count=5, classes=2)
+    made = make_shards.make_shards("images", photos, tmp_path / "out", shard_size=2,
+                                   seekable=True)
+    assert len(made["shards"]) == len(made["seekable_shards"]) == 3
+    assert sorted(path.name for path in (tmp_path / "out" / "shards").glob("*.tar")) == \
+        [os.path.basename(path) for path in made["shards"]]
+    assert len(TarShards(made["shards"])) == len(TarShards(made["seekable_shards"])) == 5
+    assert len(datasets.load_from_disk(str(made["arrow"]))) == 5
+    arrow = make_shards.write_seekable_arrow(made["arrow"], tmp_path / "out" / "arrow-seekable")
+    assert len(datasets.load_from_disk(str(arrow))) == 5
