@@ -32,7 +32,8 @@ and "arrow seekable" does the same for the Arrow dataset
 
 Over HTTP the shards are served by nginx (Debian's package; `python -m http.server` where it
 is absent) on a loopback port with `limit_rate` per connection (`--rate`, nginx's only
-bandwidth limit: each worker's stream is limited, not their sum).
+bandwidth limit: each worker's stream is limited, not their sum), files sent in 256 KB
+pieces so that the limit holds (http_store.py).
 
 Contenders of one storage run in one process, one epoch each in rotating order, after
 `--warmup` epochs; figures are medians over `--epochs` epochs, with the load average, and
