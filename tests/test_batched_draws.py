@@ -33,6 +33,13 @@ PLANS = {
 }
 
 
+def batched(plan, sizes):
+    """The batched draws themselves (never the one-by-one fallback of Plan.draw_many)."""
+    drawn = _batched_draws.draw_many(plan, sizes, 3)
+    assert drawn is not None, "the batched draws declined this plan or this process"
+    return drawn
+
+
 def torchvision_draws(plan, sizes):
     """(box, flipped) per size, drawn by torchvision's own calls in order."""
     crop, *flip = plan.native_steps
@@ -61,7 +68,7 @@ def test_draws_are_torchvisions_and_leave_the_generator_where_it_does(name):
         expected = torchvision_draws(plan, sizes)
         expected_next = torch.rand(4)
         torch.manual_seed(seed)
-        drawn = plan.draw_many(sizes)
+        drawn = batched(plan, sizes)
         assert torch.equal(torch.rand(4), expected_next)
         crop, *flip = plan.native_steps
         for params, (box, flipped) in zip(drawn, expected, strict=True):
@@ -79,7 +86,7 @@ def test_params_and_geometry_are_the_per_sample_paths(name):
     torch.manual_seed(11)
     expected = [draw_sample(plan, height, width, 3) for height, width in sizes]
     torch.manual_seed(11)
-    drawn = plan.draw_many(sizes)
+    drawn = batched(plan, sizes)
     for params, one in zip(drawn, expected, strict=True):
         assert params.steps == one.steps
         assert params.geometry == one.geometry
@@ -96,7 +103,7 @@ def test_a_long_run_crosses_the_generators_refills():
     expected_next = torch.rand(4)
     torch.manual_seed(0)
     torch.rand(100)
-    drawn = plan.draw_many(sizes)
+    drawn = batched(plan, sizes)
     assert torch.equal(torch.rand(4), expected_next)
     assert [tuple(p.steps[0][1].values()) for p in drawn] == [box for box, _ in expected]
 
@@ -184,3 +191,19 @@ def test_a_double_sum_halfway_between_float32s_rounds_the_exact_way():
         for total, value in zip(halfway, got):
             from fractions import Fraction
             assert value == _nearest_float32(Fraction(float(total)) + Fraction(error))
+
+
+def test_a_process_with_other_threads_draws_one_by_one():
+    """Another thread could draw from the generator between the state read and the state
+    written back: outside a loader worker, threads of its own mean one by one."""
+    import threading
+    plan = PLANS["crop+flip"]()
+    assert _batched_draws.draw_many(plan, [(50, 60)], 3) is not None
+    release = threading.Event()
+    other = threading.Thread(target=release.wait)
+    other.start()
+    try:
+        assert _batched_draws.draw_many(plan, [(50, 60)], 3) is None
+    finally:
+        release.set()
+        other.join()

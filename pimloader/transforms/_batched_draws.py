@@ -14,8 +14,9 @@ What "as ATen does it" means is checked against torch on this machine before the
 (`agrees_with_torch`): the state layout, uniform_'s rounding (a fused multiply-add, or
 not), randint's modulo, and that `torch.exp` over many values gives each value's `exp_` of
 one element. Where any check fails, or the default dtype is not float32, or the plan is not
-exactly these steps with their own draws, `draw_many` answers None and the caller draws
-sample by sample as before.
+exactly these steps with their own draws, or another thread of the process could draw in
+between (the main process with threads of its own: num_workers=0), `draw_many` answers None
+and the caller draws sample by sample as before.
 """
 from __future__ import annotations
 
@@ -196,13 +197,24 @@ def draw_many(plan, sizes: list, channels: int) -> list | None:
     `plan.draw` would draw them one by one; None when this plan or machine needs that."""
     steps = plan.native_steps
     if not _batchable(tuple(steps)) or torch.get_default_dtype() != torch.float32 \
-            or not agrees_with_torch():
+            or not _generator_is_ours() or not agrees_with_torch():
         return None
     crop, flip = steps[0], (steps[1] if len(steps) > 1 else None)
     walk = Walk(crop, flip, len(sizes), rounding() == "fused")
     drawn = [walk.sample(crop, flip, height, width, channels) for height, width in sizes]
     walk.stream.commit(walk.used)
     return drawn
+
+
+def _generator_is_ours() -> bool:
+    """Whether no other thread may draw from the default generator between reading its
+    state and writing it back: in a loader worker (its threads are the loader's, which draw
+    nothing), or in a process with one thread (else, numbers another thread drew in between
+    would be drawn again)."""
+    import threading
+
+    from torch.utils.data import get_worker_info
+    return get_worker_info() is not None or threading.active_count() == 1
 
 
 def _batchable(steps: tuple) -> bool:
