@@ -17,6 +17,16 @@ from pimloader.transforms import _batched_draws, lower
 from pimloader.transforms._draw import draw_sample
 
 
+REAL_GENERATOR_CHECK = _batched_draws._generator_is_ours
+
+
+@pytest.fixture(autouse=True)
+def generator_is_ours(monkeypatch):
+    """As in a loader worker: the suite's own threads (servers, timeouts of other tests)
+    never draw, so the batched draws may run here whatever threads are alive."""
+    monkeypatch.setattr(_batched_draws, "_generator_is_ours", lambda: True)
+
+
 def plan_of(*steps):
     return lower(T.Compose([*steps, v2.ToDtype(torch.float32, scale=True)]))
 
@@ -193,17 +203,22 @@ def test_a_double_sum_halfway_between_float32s_rounds_the_exact_way():
             assert value == _nearest_float32(Fraction(float(total)) + Fraction(error))
 
 
-def test_a_process_with_other_threads_draws_one_by_one():
+def test_a_process_with_other_threads_draws_one_by_one(monkeypatch):
     """Another thread could draw from the generator between the state read and the state
-    written back: outside a loader worker, threads of its own mean one by one."""
+    written back: outside a loader worker, threads of its own mean one by one; in a worker
+    (get_worker_info() set) the threads are the loader's, and the draws are batched."""
     import threading
+
+    import torch.utils.data
+    monkeypatch.setattr(_batched_draws, "_generator_is_ours", REAL_GENERATOR_CHECK)
     plan = PLANS["crop+flip"]()
-    assert _batched_draws.draw_many(plan, [(50, 60)], 3) is not None
     release = threading.Event()
     other = threading.Thread(target=release.wait)
     other.start()
     try:
         assert _batched_draws.draw_many(plan, [(50, 60)], 3) is None
+        monkeypatch.setattr(torch.utils.data, "get_worker_info", lambda: object())
+        assert _batched_draws.draw_many(plan, [(50, 60)], 3) is not None
     finally:
         release.set()
         other.join()
