@@ -18,27 +18,16 @@ import torchvision.transforms.v2 as v2
 
 from _helpers import assert_same_batches, seeded_batches as batches
 from _http_servers import FaultServer
-from benchmarks.make_dataset import make_imagenet_like
 from pimloader import PIMDataLoader, TarShards
 from pimloader import transforms as T
-from pimloader.datasets import HttpShardError, ImageFolder, shard_fetch
+from pimloader.datasets import HttpShardError, shard_fetch
 from pimloader.datasets.shard_runs import HeldRuns, Run
 from test_shards_http import sockets
-from test_shards_http_runs import FAST, fetched, ranges, runs_of
-from test_tar_shards_loader import write_shards
+from test_shards_http_runs import FAST, fetched, ranges, runs_of, shards  # noqa: F401
 
 TRANSFORM = T.Compose([T.Decode(), v2.RandomResizedCrop(32), v2.RandomHorizontalFlip(),
                        v2.ToDtype(torch.float32, scale=True)])
 FETCH_THREAD = "pimloader-shard-fetch"
-
-
-@pytest.fixture(scope="module")
-def shards(tmp_path_factory):
-    """4 shards of 4 photos each: (their folder, their names, the local TarShards)."""
-    photos = make_imagenet_like(tmp_path_factory.mktemp("photos") / "set", count=16, classes=2)
-    urls = write_shards(ImageFolder(photos).samples, tmp_path_factory.mktemp("shards"),
-                        per_shard=4)
-    return os.path.dirname(urls[0]), [os.path.basename(url) for url in urls], TarShards(urls)
 
 
 class SlowServer(FaultServer):
