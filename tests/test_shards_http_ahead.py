@@ -239,3 +239,73 @@ def test_a_404_ahead_fails_its_own_batch_naming_url_status_and_sample(shards, on
         assert got == [[local[i][1] for i in range(s * 4, s * 4 + 4)] for s in range(2)]
         assert ranges(server.log, path) == [runs_of(remote, 2)]   # fetched ahead, once
         remote.close()
+
+
+class _Hints:
+    """A producer that records the batches hinted to it (a source that fetches ahead)."""
+
+    def __init__(self) -> None:
+        self.hinted = []
+
+    def prefetch(self, index) -> bool:
+        self.hinted.append(list(index))
+        return True
+
+
+def _looking_worker():
+    """A worker's look-ahead state over a thread queue, its producer recording hints."""
+    import queue
+
+    from pimloader.loader import _worker
+    worker = object.__new__(_worker._Worker)
+    worker.producer, worker.pending_error = _Hints(), None
+    worker.index_queue, worker.waiting = queue.Queue(), _worker._NONE_WAITING
+    worker.fetching_ahead, worker.asked_mid_batch = False, False
+    return worker, _worker
+
+
+def test_a_producer_asking_mid_batch_gets_the_next_batch_hinted_once_it_has_come():
+    """The main process sends the next batch while this one is made: the producer's call
+    between chunks takes it (kept for the loop, in order) and hints it; a second message
+    waits in the queue; once the producer has asked, a batch's start no longer waits."""
+    worker, _worker = _looking_worker()
+    _worker._look_ahead(worker, [0, 1])            # nothing queued: waits, then goes on
+    assert worker.producer.hinted == [[0, 1]] and worker.waiting is _worker._NONE_WAITING
+    worker.look_ahead()                             # mid-batch: still nothing
+    assert worker.next_waiting() is _worker._NONE_WAITING
+    worker.index_queue.put((5, [2, 3]))
+    worker.index_queue.put(None)
+    worker.look_ahead()
+    assert worker.producer.hinted == [[0, 1], [2, 3]]
+    worker.look_ahead()                             # one message held at a time
+    assert worker.next_waiting() == (5, [2, 3]) and worker.index_queue.get() is None
+    waits = []
+    worker.take_next = waits.append
+    _worker._look_ahead(worker, [2, 3])
+    assert waits == [0.0]
+
+
+def test_no_look_ahead_where_the_source_does_not_fetch_ahead():
+    worker, _worker = _looking_worker()
+    worker.producer.prefetch = lambda index: False   # local shards, folders
+    worker.index_queue.put((1, [4]))
+    _worker._look_ahead(worker, [0])
+    worker.look_ahead()
+    assert worker.next_waiting() is _worker._NONE_WAITING and worker.index_queue.qsize() == 1
+
+
+def test_the_image_producer_asks_after_each_chunk_it_reads(shards, monkeypatch):
+    """DirectImageProducer calls its context's look_ahead after reading each chunk of a
+    batch (LOAD_AHEAD samples): a batch of 8 in chunks of 3 asks three times."""
+    from pimloader.pipelines import classification
+    monkeypatch.setattr(classification.DirectImageProducer, "LOAD_AHEAD", 3)
+    asked = []
+    real_init = classification.DirectImageProducer.__init__
+
+    def counting_init(self, *args, **kwargs):
+        real_init(self, *args, **kwargs)
+        self.look_ahead = lambda: asked.append(1)
+    monkeypatch.setattr(classification.DirectImageProducer, "__init__", counting_init)
+    loader = PIMDataLoader(shards[2], batch_size=8, transform=TRANSFORM)
+    next(iter(loader))
+    assert len(asked) == 3

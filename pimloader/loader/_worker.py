@@ -12,11 +12,14 @@ A batch (or its error) carries the worker's state after making it (_resume.attac
 main process keeps the one of the last batch it delivers from each worker, for state_dict().
 Look-ahead: having taken a batch, the worker hints it to its producer (`prefetch`); where
 that hint went to a source that fetches ahead (tar shards over HTTP: else nothing more is
-done), it also takes the next message, waiting up to LOOK_AHEAD_WAIT for it (the main
-process sends it as it receives the worker's last batch, about prefetch_factor batches
-being queued per worker), keeps it to handle next, in order, as if it were read then (a
-None or a ResumeIteration included) and, when it is a batch, hints it too: the source
-fetches the next batch while this one is computed, after this one's members.
+done), it also takes the next message early, keeps it to handle next, in order, as if it
+were read then (a None or a ResumeIteration included) and, when it is a batch, hints it too:
+the source fetches the next batch while this one is computed, after this one's members. The
+main process sends that message as it receives the worker's batch before (about
+prefetch_factor batches are queued per worker), often while this one is being made: a
+producer that can (the image producer, between chunks of a batch) asks again through
+`look_ahead` (ProducerContext), and then the worker takes only what has come when a batch
+starts; for others it waits up to LOOK_AHEAD_WAIT for it there.
 Seeding, `get_worker_info()` and the handling of `worker_init_fn` follow torch's worker loop
 so that a dataset sees exactly what it would see under torch's DataLoader.
 """
@@ -108,6 +111,10 @@ class _Worker:
         self.pending_error: WorkerError | None = None
         self.iteration_end = False
         self.fetches, self.last_index = 0, None  # this epoch's, for state snapshots
+        self.index_queue = None                # set by worker_loop: where messages come from
+        self.waiting = _NONE_WAITING           # the message after the current one, taken early
+        self.fetching_ahead = False            # the last hint went to a source fetching ahead
+        self.asked_mid_batch = False           # the producer calls look_ahead while it works
 
     def start(self) -> None:
         config = self.config
@@ -145,7 +152,8 @@ class _Worker:
         config = self.config
         self.producer = make_producer(ProducerContext(
             self.dataset, config.is_iterable, config.auto_collation, config.collate_fn,
-            config.drop_last, self.writer, self.resources, config.on_error), config.pipeline)
+            config.drop_last, self.writer, self.resources, config.on_error,
+            look_ahead=self.look_ahead), config.pipeline)
 
     def resume(self, seed) -> None:
         self.iteration_end = False
@@ -175,6 +183,31 @@ class _Worker:
             return bool(prefetch(index))
         except Exception:
             return False
+
+    def look_ahead(self) -> None:
+        """The producer's call while it makes a batch: the next message, if it has come."""
+        self.asked_mid_batch = True
+        self.take_next(0.0)
+
+    def take_next(self, wait: float) -> None:
+        """Where the source fetches ahead: take the next message if it has come (within
+        `wait` seconds), keep it for the loop and hint its batch, after the current one."""
+        if not self.fetching_ahead or self.waiting is not _NONE_WAITING or \
+                self.index_queue is None:
+            return
+        try:
+            message = self.index_queue.get(timeout=wait) if wait else \
+                self.index_queue.get_nowait()
+        except queue.Empty:
+            return
+        self.waiting = message
+        if isinstance(message, tuple):
+            self.hint(message[1])
+
+    def next_waiting(self):
+        """The message taken early (_NONE_WAITING: none), now the loop's to handle."""
+        message, self.waiting = self.waiting, _NONE_WAITING
+        return message
 
     def handle(self, index):
         if self.pending_error is not None:
@@ -241,19 +274,12 @@ def _allocate_shared(nbytes: int) -> torch.Tensor:
         raise RuntimeError(f"{TOO_MANY_OPEN_FILES} (a new batch slot: {error})") from error
 
 
-def _look_ahead(worker: _Worker, index_queue, index):
+def _look_ahead(worker: _Worker, index) -> None:
     """Hint batch `index` to the producer; where the hint goes to a source that fetches
-    ahead, the message behind it (_NONE_WAITING: none within LOOK_AHEAD_WAIT), its batch
-    hinted too, after this one."""
-    if not worker.hint(index):
-        return _NONE_WAITING
-    try:
-        waiting = index_queue.get(timeout=LOOK_AHEAD_WAIT)
-    except queue.Empty:
-        return _NONE_WAITING
-    if isinstance(waiting, tuple):
-        worker.hint(waiting[1])
-    return waiting
+    ahead, take the message behind it (waiting up to LOOK_AHEAD_WAIT for it unless the
+    producer asks again while it works) and hint its batch too, after this one."""
+    worker.fetching_ahead = worker.hint(index)
+    worker.take_next(0.0 if worker.asked_mid_batch else LOOK_AHEAD_WAIT)
 
 
 def worker_loop(config: WorkerConfig, dataset_holder: list, index_queue, result_queue,
@@ -265,12 +291,11 @@ def worker_loop(config: WorkerConfig, dataset_holder: list, index_queue, result_
         torch._C._set_worker_signal_handlers()
         torch.set_num_threads(1)
         worker = _Worker(config, dataset_holder.pop(), flags, inherited_slots, arena)
+        worker.index_queue = index_queue
         worker.start()
-        waiting = _NONE_WAITING   # the message after the current one, taken early
         while os.getppid() == parent:
-            if waiting is not _NONE_WAITING:
-                message, waiting = waiting, _NONE_WAITING
-            else:
+            message = worker.next_waiting()
+            if message is _NONE_WAITING:
                 try:
                     message = index_queue.get(timeout=STATUS_CHECK_INTERVAL)
                 except queue.Empty:
@@ -286,7 +311,7 @@ def worker_loop(config: WorkerConfig, dataset_holder: list, index_queue, result_
             if worker.iteration_end or done_event.is_set():
                 continue
             send_idx, index = message
-            waiting = _look_ahead(worker, index_queue, index)
+            _look_ahead(worker, index)
             result_queue.put((send_idx, worker.with_snapshot(worker.handle(index))))
             del message, index
     except KeyboardInterrupt:

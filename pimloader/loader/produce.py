@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from torch.utils.data import default_collate
 
@@ -131,6 +131,9 @@ class ProducerContext:
     writer: SlotWriter | None   # the process's slots (None: collate only)
     resources: ProcessResources  # what the process keeps open for its producers (backends)
     on_error: str = "raise"     # the loader's: "skip" drops bad samples (bad_samples.py)
+    # a worker's: call it now and then while making a batch, so that the next batch's
+    # indices reach a source that fetches ahead early (loader/_worker.py); else nothing
+    look_ahead: Callable[[], None] = field(default=lambda: None, repr=False)
 
     def plain_fetcher(self):
         """torch's fetch semantics over the dataset (uncollated samples), with the loader's

@@ -49,7 +49,8 @@ class EncodedImages(SourcedPipeline):
         fallback = BatchProducer(ImageFetcher(images, context.auto_collation, router),
                                  context.collate_fn, context.auto_collation, context.writer)
         if images.direct and fallback.writer is not None:
-            return DirectImageProducer(images, context.writer, fallback, router)
+            return DirectImageProducer(images, context.writer, fallback, router,
+                                       context.look_ahead)
         return fallback
 
     def kernel_backend(self) -> tuple[str, bool]:
@@ -100,8 +101,10 @@ class DirectImageProducer:
     # the caches, few enough that a large batch of large files is never all in memory
     LOAD_AHEAD = 32
 
-    def __init__(self, pipeline: ImagePipeline, writer, fallback, router) -> None:
+    def __init__(self, pipeline: ImagePipeline, writer, fallback, router,
+                 look_ahead=lambda: None) -> None:
         self.pipeline = pipeline
+        self.look_ahead = look_ahead   # the worker's: called after each chunk is read
         self.writer = writer
         self.fallback = fallback  # a BatchProducer over an ImageFetcher, when no slot is free
         self.router = router
@@ -149,6 +152,7 @@ class DirectImageProducer:
         for first in range(0, len(index), self.LOAD_AHEAD):
             started = time.perf_counter()
             loaded = self._load_all(index, first, first + self.LOAD_AHEAD)
+            self.look_ahead()   # the next batch's indices, once they have come
             timing["fetch"] += time.perf_counter() - started
             for position, sample_index, sample, params in loaded:
                 self.current = f"sample {sample_index!r}"
