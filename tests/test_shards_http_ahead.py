@@ -309,3 +309,25 @@ def test_the_image_producer_asks_after_each_chunk_it_reads(shards, monkeypatch):
     loader = PIMDataLoader(shards[2], batch_size=8, transform=TRANSFORM)
     next(iter(loader))
     assert len(asked) == 3
+
+
+def test_a_hinted_batch_is_asked_of_the_source_once(shards, monkeypatch):
+    """The worker hints the batch it takes (and the next): the producer then does not ask
+    the source for it again when it makes it; a batch nobody hinted it asks for itself."""
+    from pimloader.pipelines import classification
+    asked = []
+
+    def counting(reader, indices):
+        asked.append(list(indices))
+        return True   # as a source that fetches ahead
+    monkeypatch.setattr(classification, "prefetch", counting)
+    loader = PIMDataLoader(shards[2], batch_size=4, transform=TRANSFORM)
+    iterator = iter(loader)
+    producer = iterator._producer
+    while not isinstance(producer, classification.DirectImageProducer):
+        producer = producer.producer
+    assert producer.prefetch([4, 5, 6, 7])
+    next(iterator)                                     # batch 0, not hinted: asked
+    next(iterator)                                     # batch 1, hinted: not asked again
+    next(iterator)                                     # batch 2, not hinted: asked
+    assert asked == [[4, 5, 6, 7], [0, 1, 2, 3], [8, 9, 10, 11]]

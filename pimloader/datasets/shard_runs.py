@@ -15,11 +15,10 @@ cut after it was indexed) gives its reads what it has, as a read past the end wo
 whose request failed raises its error, once per read, as that read's own request would
 have.
 
-A run is held from when it is asked for (queued, then fetched: run_fetcher.py) until each
+A run is held from when it is asked for (queued, then fetched: shard_fetch.py) until each
 member it was asked for has been read once; a member asked for again while a run holds it
 is not fetched again (unless a read has raised its run's error: then it is fetched again),
-and a new run never spans a held one. Held and queued runs stay
-within RUN_BYTES: the oldest fetched runs are evicted to make room (their members are then
+and a new run never spans a held one. Held and queued runs stay within RUN_BYTES: the oldest fetched runs are evicted to make room (their members are then
 read as they come), and a run that still does not fit is not fetched ahead.
 """
 from __future__ import annotations

@@ -19,8 +19,9 @@ def _as_is(sample):
 
 class Fetcher:
     """What every fetcher offers its producer: `fetch(index)`, `prefetch(index)` (a hint),
-    `auto_collation`, `current` (what is being fetched, for error messages), and the counts of the samples it dropped
-    (on_error="skip") and rendered with the fused kernel since they were last taken."""
+    `auto_collation`, `current` (what is being fetched, for error messages), and the counts
+    of the samples it dropped (on_error="skip") and rendered with the fused kernel since
+    they were last taken."""
 
     current = ""
     last_dropped = None   # the error of the last sample `drop` counted

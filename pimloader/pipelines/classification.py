@@ -105,6 +105,7 @@ class DirectImageProducer:
                  look_ahead=lambda: None) -> None:
         self.pipeline = pipeline
         self.look_ahead = look_ahead   # the worker's: called after each chunk is read
+        self.hinted: set = set()       # batches hinted to the source, not made yet
         self.writer = writer
         self.fallback = fallback  # a BatchProducer over an ImageFetcher, when no slot is free
         self.router = router
@@ -117,11 +118,20 @@ class DirectImageProducer:
 
     def prefetch(self, index) -> bool:
         """The hint that batch `index` comes next, passed on to the source (BatchProducer)."""
-        return prefetch(self.pipeline.reader, index)
+        fetching = prefetch(self.pipeline.reader, index)
+        if fetching:
+            if len(self.hinted) > 4:   # hinted and never made (an epoch cut short)
+                self.hinted.clear()
+            self.hinted.add(tuple(index))
+        return fetching
 
     def produce(self, index) -> Produced:
         start = time.perf_counter()
-        prefetch(self.pipeline.reader, index)   # the whole batch, ahead of its reads
+        hinted = bool(self.hinted) and tuple(index) in self.hinted
+        if hinted:   # the worker hinted it: asked for already
+            self.hinted.discard(tuple(index))
+        else:        # (one process, or the hint missed): the whole batch, ahead of its reads
+            prefetch(self.pipeline.reader, index)
         if self.layout is None:
             self.layout = self.pipeline.slot_layout(capacity=len(index))
         timing = {"fetch": 0.0, "decode": 0.0}

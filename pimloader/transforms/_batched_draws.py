@@ -5,8 +5,8 @@ Per sample, torchvision's RandomResizedCrop calls `uniform_` twice per attempt (
 scale, a log aspect ratio, then `exp_`), `randint` twice for the accepted box, and a flip
 calls `torch.rand(1)`: about 30 us of dispatch for a few 32-bit numbers of the default
 generator's MT19937 stream. Here the generator's state is read once per chunk of samples
-(`torch.get_rng_state()`), its stream continued by numpy's MT19937 (the same engine), each
-number turned into a draw as ATen does it, the samples' draws walked through in Python in
+(`torch.get_rng_state()`), its MT19937 stream continued here in numpy (the twist and the
+tempering over whole arrays), each number turned into a draw as ATen does it, the samples' draws walked through in Python in
 torchvision's order, and the state after the numbers they used written back, so that
 torch's generator stands where the per-sample calls would have left it.
 
@@ -26,7 +26,6 @@ from functools import lru_cache
 import numpy as np
 import torch
 import torchvision.transforms.v2 as v2
-
 from torchvision.transforms.v2 import InterpolationMode
 
 from .params import Geometry, SampleParams, _replace
@@ -194,14 +193,15 @@ def _one_by_one_agrees(fused: bool) -> bool:
 
 def draw_many(plan, sizes: list, channels: int) -> list | None:
     """[SampleParams] of images of `sizes` [(height, width)] drawn in order, as
-    `plan.draw` would draw them one by one; None when this plan or machine needs that."""
+    `plan.draw` would draw them one by one; None when this plan or machine needs that.
+    (`channels`: as plan.draw's; the steps drawn here do not depend on it.)"""
     steps = plan.native_steps
     if not _batchable(tuple(steps)) or torch.get_default_dtype() != torch.float32 \
             or not _generator_is_ours() or not agrees_with_torch():
         return None
     crop, flip = steps[0], (steps[1] if len(steps) > 1 else None)
     walk = Walk(crop, flip, len(sizes), rounding() == "fused")
-    drawn = [walk.sample(crop, flip, height, width, channels) for height, width in sizes]
+    drawn = [walk.sample(height, width) for height, width in sizes]
     walk.stream.commit(walk.used)
     return drawn
 
@@ -233,9 +233,9 @@ class Walk:
     ratio (its exp) and as a flip test, computed for the whole stream at once."""
 
     def __init__(self, crop, flip, samples: int, fused: bool) -> None:
-        self.crop, self.fused = crop, fused
+        self.crop, self.flip, self.fused = crop, flip, fused
         self.template = _template(crop)
-        self.flip_p = None if flip is None else np.float32(flip.p)
+        self.flip_p = None if flip is None else np.float32(flip.p)   # torch compares in float32
         self.stream = Stream(6 * samples + MAX_DRAWS_PER_SAMPLE)
         self.used = 0
         self._values()
@@ -257,13 +257,14 @@ class Walk:
         self.used += 1
         return getattr(self, values)[self.used - 1]
 
-    def sample(self, crop, flip, height: int, width: int, channels: int) -> SampleParams:
+    def sample(self, height: int, width: int) -> SampleParams:
+        """The next sample's draw, for an image of height x width."""
         box = self._box(height, width)
-        steps = [(crop, dict(zip(("top", "left", "height", "width"), box)))]
+        steps = [(self.crop, dict(zip(("top", "left", "height", "width"), box)))]
         flipped = False
-        if flip is not None:
+        if self.flip is not None:
             flipped = not self.take("units") >= self.flip_p
-            steps.append((flip, {} if flipped else None))
+            steps.append((self.flip, {} if flipped else None))
         return SampleParams(steps, _geometry(self.template, height, width, box, flipped))
 
     def _box(self, height: int, width: int) -> tuple:
