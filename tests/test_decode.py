@@ -333,6 +333,25 @@ def test_decode_into_grows_and_reuses_its_buffer():
     assert same is grown
     full = D.decode_jpeg(data)
     assert np.array_equal(again, full[0:80, 300:500])
+    taller, same = D.decode_jpeg_into(data, (0, 0, 375, 500), grown)   # room for any box
+    assert same is grown and np.array_equal(taller, full)
+
+
+def test_decode_buffers_grow_to_the_largest_needed():
+    """The producer's buffers: a new one has the largest size a decode has needed, and
+    smaller ones given back are dropped, so that a tall box does not find a short one."""
+    from pimloader.pipelines.images import DecodeBuffers
+    buffers = DecodeBuffers()
+    data = enc("500x375-420")
+    first = buffers.take()
+    assert first.nbytes == 0
+    small, grown = D.decode_jpeg_into(data, (0, 0, 10, 10), first)
+    buffers.lend(grown)
+    old = np.empty(1000, np.uint8)
+    buffers.lend(old)
+    buffers.give_back([small, old[:10]])
+    assert buffers.take() is grown                     # kept
+    assert buffers.take().nbytes == grown.nbytes       # a new one, as large
 
 
 def test_decode_into_greyscale_channels_and_errors():

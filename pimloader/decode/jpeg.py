@@ -365,7 +365,8 @@ def decode_jpeg_into(data, box: Sequence[int], buffer: np.ndarray, *, channels: 
     is returned as a view with strided rows.  Same pixels as decode_jpeg.
 
     Returns (box view, buffer): `buffer` itself, or a larger one when it could not hold the
-    rows (box height x image width x channels bytes); pass that one next time."""
+    rows (box height x image width x channels bytes), with room for the whole image; pass
+    that one next time."""
     if channels not in (1, 3):
         raise ValueError(f"channels must be 3 or 1, not {channels!r}")
     data, buf, size = _buffer(data, name)
@@ -381,7 +382,9 @@ def decode_jpeg_into(data, box: Sequence[int], buffer: np.ndarray, *, channels: 
     rc = lib.pl_jpeg_decode(buf, size, req, _pointer(buffer), 0, buffer.nbytes, res)
     needed = height * res.scaled_width * channels
     if rc == lib.PL_JPEG_EARG and needed > buffer.nbytes:  # (a bomb is PL_JPEG_EBOMB)
-        buffer = np.empty(needed, np.uint8)
+        # room for any box of this image: a buffer sized to this box alone would be too
+        # small again for the next, taller one
+        buffer = np.empty(res.scaled_height * res.scaled_width * channels, np.uint8)
         rc = lib.pl_jpeg_decode(buf, size, req, _pointer(buffer), 0, buffer.nbytes, res)
     _check_result(rc, res, name, stacklevel=3, limit=limit)
     decoded_width = res.decoded_width

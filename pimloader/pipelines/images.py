@@ -191,18 +191,23 @@ class DecodeBuffers:
     def __init__(self) -> None:
         self._free: list[np.ndarray] = []
         self._lent: dict[int, np.ndarray] = {}
+        self._size = 0   # the largest buffer a decode has needed: the size of new ones
 
     def take(self) -> np.ndarray:
-        return self._free.pop() if self._free else np.empty(0, np.uint8)
+        return self._free.pop() if self._free else np.empty(self._size, np.uint8)
 
     def lend(self, buffer: np.ndarray) -> None:
         self._lent[id(buffer)] = buffer
+        if self._size < buffer.nbytes <= self.MAX_KEPT:
+            self._size = buffer.nbytes
 
     def give_back(self, sources) -> None:
-        """Take back the buffers of these decoded crops (others are ignored)."""
+        """Take back the buffers of these decoded crops (others are ignored); those smaller
+        than the largest needed so far are dropped, so that the buffers kept grow to the
+        largest image's instead of each being too small for the next large one."""
         for source in sources:
             buffer = self._lent.pop(id(getattr(source, "base", None)), None)
-            if buffer is not None and buffer.nbytes <= self.MAX_KEPT:
+            if buffer is not None and self._size <= buffer.nbytes <= self.MAX_KEPT:
                 self._free.append(buffer)
 
 
