@@ -20,7 +20,7 @@ from _helpers import assert_same_batches, seeded_batches as batches
 from _http_servers import FaultServer
 from pimloader import PIMDataLoader, TarShards
 from pimloader import transforms as T
-from pimloader.datasets import HttpShardError, shard_fetch
+from pimloader.datasets import HttpShardError, shard_fetch, shard_runs
 from pimloader.datasets.shard_runs import HeldRuns, Run
 from test_shards_http import sockets
 from test_shards_http_runs import FAST, fetched, ranges, runs_of, shards  # noqa: F401
@@ -121,6 +121,21 @@ def test_reads_wait_for_their_run_and_each_range_is_asked_once(shards):
             assert [remote[i] for i in range(12)] == [local[i] for i in range(12)]
             assert ranges(server.log) == [runs_of(remote, s) for s in range(3)]
             assert remote.reader().runs.held.bytes == 0   # each member read: none held
+
+
+def test_runs_are_fetched_in_the_order_their_members_are_read(shards, monkeypatch):
+    """A batch's first sample is fetched first, wherever it lies in its shard: runs go in
+    the order of their first member read, not shard by shard, offset by offset."""
+    folder, names, local = shards
+    monkeypatch.setattr(shard_runs, "RUN_GAP", 0)        # a run per member
+    order = [5, 1, 9, 0, 14]                             # shards 1, 0, 2, 0, 3
+    with SlowServer(folder, delay=0) as server:
+        with TarShards([f"{server.url}/{name}" for name in names], **FAST) as remote:
+            del server.log[:]
+            remote.prefetch(order)
+            assert [remote[i] for i in order] == [local[i] for i in order]
+            members = [remote.index.member(i, 0) for i in order]
+            assert ranges(server.log) == [(offset, offset + size) for offset, size, _ in members]
 
 
 def test_a_forked_child_does_not_use_the_parents_fetch_thread(shards):

@@ -88,16 +88,23 @@ class RunFetcher:
         self.fetching: _FetchThread | None = None
         self.unranged: set = set()               # URLs whose server ignores Range
 
-    def ask(self, spans: dict) -> None:
-        """Queue runs over the members {url: [(offset, size)]} of HTTP shards that no held
-        or queued run covers (within RUN_BYTES: the rest are read as they come)."""
+    def ask(self, members) -> None:
+        """Queue runs over the members [(url, offset, size)] of HTTP shards, listed in the
+        order they are to be read, that no held or queued run covers (within RUN_BYTES: the
+        rest are read as they come). The runs go in the order of their first member read:
+        a batch's first sample comes first, not the lowest offset of its first shard."""
+        wanted: dict = {}    # url -> {(offset, size): its first place in `members`}
+        for place, (url, offset, size) in enumerate(members):
+            wanted.setdefault(url, {}).setdefault((offset, size), place)
         with self.changed:
-            for url, members in spans.items():
-                if not is_http(url) or url in self.unranged:
-                    continue   # (a server that ignores Range sends each run from byte 0)
-                for run in self.held.plan(url, members):
-                    if self.held.add(run):
-                        self.queue.append(run)
+            fresh = []   # (the place of its first member, run)
+            for url, places in wanted.items():
+                if is_http(url) and url not in self.unranged:  # (a server that ignores
+                    fresh += [(min(places[member] for member in run.wanted), run)  # Range
+                              for run in self.held.plan(url, places)]  # sends runs from 0)
+            for _, run in sorted(fresh, key=lambda first: first[0]):
+                if self.held.add(run):
+                    self.queue.append(run)
             if self.queue and self.fetching is None:
                 self._start()
             self.changed.notify_all()

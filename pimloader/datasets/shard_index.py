@@ -100,17 +100,13 @@ class ShardIndex:
             return None
         return self.inline[index * len(self.fields) + field]
 
-    def spans(self, indices) -> dict:
-        """{url: [(offset, size), ...]} of the members that reading samples `indices` reads
-        from their shards (present and not held inline)."""
+    def spans(self, indices) -> list:
+        """[(url, offset, size)] of the members that reading samples `indices` reads from
+        their shards (present and not held inline), in the order they are read."""
         rows = np.asarray(indices, dtype=np.int64)
         read = (self.sizes[rows] >= 0) & ~self.is_inline[rows]
-        spans: dict = {}
-        for row, field in zip(*np.nonzero(read)):
-            index = int(rows[row])
-            spans.setdefault(self.url(index), []).append(
-                (int(self.offsets[index, field]), int(self.sizes[index, field])))
-        return spans
+        return [(self.url(int(rows[row])), int(self.offsets[rows[row], field]),
+                 int(self.sizes[rows[row], field])) for row, field in zip(*np.nonzero(read))]
 
     @property
     def nbytes(self) -> int:

@@ -1,7 +1,7 @@
 """Reading members' bytes out of shards, in the process that reads them.
 
     reader = ShardReader(policy)            # made lazily in each process and thread, never pickled
-    reader.prefetch({url: [(offset, size), ...]})   # returns at once: fetched ahead, in runs
+    reader.prefetch([(url, offset, size), ...])     # returns at once: fetched ahead, in runs
     reader.read(url, offset, size)          # the bytes; fewer only if the shard is cut short
     reader.close()
 
@@ -44,11 +44,11 @@ class ShardReader:
             return self._read_http(url, offset, size) if fetched is None else fetched
         return os.pread(self._fd(local_path(url)), size, offset)
 
-    def prefetch(self, spans: dict) -> None:
-        """Fetch the members {url: [(offset, size)]} of HTTP shards ahead, in runs, in a
-        thread of the reader's own (returns at once); members already asked for are not
-        fetched again."""
-        self.runs.ask(spans)
+    def prefetch(self, members) -> None:
+        """Fetch the members [(url, offset, size)] of HTTP shards ahead, in runs, in a
+        thread of the reader's own (returns at once), the run of the first member listed
+        first; members already asked for are not fetched again."""
+        self.runs.ask(members)
 
     def close(self) -> None:
         """Close the files and connections. In a process that inherited the reader (fork),

@@ -156,10 +156,10 @@ class TarShards(Dataset):
         if not self.remote:
             return
         try:
-            spans = self.index.spans(indices)
+            members = self.index.spans(indices)
         except (TypeError, ValueError, IndexError):
             return   # indices that the reads refuse, each with its own error
-        self.reader().prefetch(spans)
+        self.reader().prefetch(members)
 
     def reader(self) -> ShardReader:
         """This thread's reader (a forked or spawned worker, another thread, makes its own:
