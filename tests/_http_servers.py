@@ -1,7 +1,7 @@
 """HTTP servers for the shard tests: the benchmarks' static store (benchmarks/http_store.py:
 nginx from a generated config, or `python -m http.server` where nginx is absent), and a
 fault-injecting server in a thread (Range as nginx answers it: cut at the file's end, 416
-past it).
+past it, several ranges as multipart/byteranges in the order asked).
 
     with static_server(root, tmp, limit_rate="1m") as server:   # server.url, server.kind
     with FaultServer(root) as faults:                       # faults.url
@@ -18,6 +18,8 @@ import sys
 import threading
 
 from benchmarks.http_store import NGINX, free_port, static_server  # noqa: F401 (re-exported)
+
+BOUNDARY = b"0000000000000001"
 
 
 class _FaultHandler(http.server.BaseHTTPRequestHandler):
@@ -53,35 +55,52 @@ class _FaultHandler(http.server.BaseHTTPRequestHandler):
             return
         with open(path, "rb") as file:
             data = file.read()
-        start, end = 0, len(data)
         ranged = self.headers.get("Range")
+        spans = [(0, len(data))]
         if ranged and action != "whole":
-            first, _, last = ranged.split("=", 1)[1].partition("-")
-            start, end = int(first), min(int(last) + 1 if last else len(data), len(data))
-            if start >= len(data):
+            spans = [_span(asked, len(data)) for asked in ranged.split("=", 1)[1].split(",")]
+            if spans[0][0] >= len(data):
                 self.send_response(416)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
                 return
             self.send_response(206)
-            self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
         else:
             self.send_response(200)
-        self.send_header("Content-Length", str(end - start))
+        if len(spans) == 1:
+            start, end = spans[0]
+            payload = data[start:end]
+            if ranged and action != "whole":
+                self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
+        else:   # several ranges: multipart/byteranges, as nginx answers them
+            payload = b"".join(
+                b"\r\n--" + BOUNDARY + b"\r\nContent-Type: application/x-tar\r\n"
+                + f"Content-Range: bytes {start}-{end - 1}/{len(data)}".encode()
+                + b"\r\n\r\n" + data[start:end] for start, end in spans) \
+                + b"\r\n--" + BOUNDARY + b"--\r\n"
+            self.send_header("Content-Type",
+                             f"multipart/byteranges; boundary={BOUNDARY.decode()}")
+        self.send_header("Content-Length", str(len(payload)))
         self.send_header("ETag", f'"{os.stat(path).st_mtime_ns}-{len(data)}"')
         self.end_headers()
         if not body:
             return
         if action.startswith("reset:"):   # send some of the body, then reset the connection
-            self.wfile.write(data[start:start + int(action[6:])])
+            self.wfile.write(payload[:int(action[6:])])
             self.wfile.flush()
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
                                        struct.pack("ii", 1, 0))
             self.close_connection = True
             return
-        self.wfile.write(data[start:end])
+        self.wfile.write(payload)
         if action == "close":   # close the connection after the answer, without saying so
             self.close_connection = True
+
+
+def _span(asked: str, size: int) -> tuple:
+    """(start, end) of one range of a Range header ("100-199", "100-"), cut at the end."""
+    first, _, last = asked.strip().partition("-")
+    return int(first), min(int(last) + 1 if last else size, size)
 
 
 class FaultServer(http.server.ThreadingHTTPServer):

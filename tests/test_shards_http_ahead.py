@@ -125,7 +125,8 @@ def test_reads_wait_for_their_run_and_each_range_is_asked_once(shards):
 
 def test_runs_are_fetched_in_the_order_their_members_are_read(shards, monkeypatch):
     """A batch's first sample is fetched first, wherever it lies in its shard: runs go in
-    the order of their first member read, not shard by shard, offset by offset."""
+    the order of their first member read, not shard by shard, offset by offset; the other
+    runs of the same shard queued then are asked for in the same GET (several ranges)."""
     folder, names, local = shards
     monkeypatch.setattr(shard_runs, "RUN_GAP", 0)        # a run per member
     order = [5, 1, 9, 0, 14]                             # shards 1, 0, 2, 0, 3
@@ -134,8 +135,9 @@ def test_runs_are_fetched_in_the_order_their_members_are_read(shards, monkeypatc
             del server.log[:]
             remote.prefetch(order)
             assert [remote[i] for i in order] == [local[i] for i in order]
-            members = [remote.index.member(i, 0) for i in order]
+            members = [remote.index.member(i, 0) for i in (5, 1, 0, 9, 14)]
             assert ranges(server.log) == [(offset, offset + size) for offset, size, _ in members]
+            assert [path for _, path, _, _ in server.log] == [f"/{names[s]}" for s in (1, 0, 2, 3)]
 
 
 def test_a_forked_child_does_not_use_the_parents_fetch_thread(shards):

@@ -36,12 +36,14 @@ def shards(tmp_path_factory):
 
 
 def ranges(log, path=None):
-    """(start, end or None) of the GETs in a server's log (of `path`, if given)."""
+    """(start, end or None) of the ranges the GETs in a server's log asked for (of `path`,
+    if given), in order: a GET of several ranges gives each."""
     spans = []
     for method, where, asked, _ in log:
         if method == "GET" and (path is None or where == path):
-            first, _, last = asked.split("=", 1)[1].partition("-")
-            spans.append((int(first), int(last) + 1 if last else None))
+            for one in asked.split("=", 1)[1].split(","):
+                first, _, last = one.partition("-")
+                spans.append((int(first), int(last) + 1 if last else None))
     return spans
 
 

@@ -1,19 +1,24 @@
 """Runs of shard members fetched ahead by a thread of their own, while the reader computes.
 
     runs = RunFetcher(policy)
-    runs.ask({url: [(offset, size), ...]})   # returns at once: their runs queued, in order
+    runs.ask([(url, offset, size), ...])     # returns at once: their runs queued, in order
     runs.take(url, offset, size)             # the bytes, once their run is fetched; None
                                              # when no run was asked for them
     runs.close()
 
 The reader's thread asks for the members it will read (a batch, then the next) and reads
 them; one fetch thread per fetcher, started when there is something to fetch, fetches the
-queued runs one at a time in the order they were asked for, over an HttpClient of its own
-(never a connection of the reader's thread): one connection at a time, as a remote store
-gives each connection its bandwidth, and the next batch's runs after this batch's. A read
-of a run still queued or in flight waits for it (a Condition); a run whose request failed
-makes each read it covers raise that error, as the read's own request would have. Which
-runs are held, and for how long, is shard_runs.py's HeldRuns.
+queued runs in the order they were asked for, over an HttpClient of its own (never a
+connection of the reader's thread): one connection at a time, as a remote store gives each
+connection its bandwidth, and the next batch's runs after this batch's. A small next run
+(a member or a few, as random access makes them) goes with the other small queued runs of
+its shard (up to MAX_PARTS) in one GET of their ranges (http_ranges.py: a request each
+costs CPU and, from a remote store, a round trip each); what that GET does not bring is
+fetched run by run, and a server that does not answer several ranges in parts is asked
+for one run at a time from then on. A read of a run still queued or in flight waits for it
+(a Condition); a run whose request failed makes each read it covers raise that error, as
+the read's own request would have. Which runs are held, and for how long, is
+shard_runs.py's HeldRuns.
 
 The thread ends after IDLE_S with nothing to fetch (closing its connection), so a dropped
 dataset leaves no thread behind. `close()` stops it: the fetch in flight is abandoned (its
@@ -30,11 +35,15 @@ import time
 from collections import deque
 
 from .http import HttpClient, HttpShardError, HttpStream, RetryPolicy
+from .http_ranges import read_ranges
 from .shard_members import is_http
 from .shard_runs import HeldRuns, Run
 
 IDLE_S = 2.0    # a fetch thread with nothing to fetch for this long ends
 JOIN_S = 2.0    # close() waits this long for the fetch thread to end
+MAX_PARTS = 16  # runs of one shard asked for in one GET (http_ranges.py)
+PART_BYTES = 256 << 10   # runs larger than this (whole stretches of a shard) pay for their
+                         # request already: each is asked for alone, in its turn
 
 
 class _StoppableClient(HttpClient):
@@ -87,6 +96,7 @@ class RunFetcher:
         self.queue: deque = deque()              # runs to fetch, in the order asked
         self.fetching: _FetchThread | None = None
         self.unranged: set = set()               # URLs whose server ignores Range
+        self.unparted: set = set()               # URLs whose server answers no ranges in parts
 
     def ask(self, members) -> None:
         """Queue runs over the members [(url, offset, size)] of HTTP shards, listed in the
@@ -150,14 +160,11 @@ class RunFetcher:
 
     def _fetch_all(self, fetching: _FetchThread) -> None:
         try:
-            while (run := self._next_run(fetching)) is not None:
-                data = _fetched(fetching.stream, run)
-                with self.changed:
-                    if fetching.stream.ranges_ignored:
-                        self.unranged.add(run.url)
-                    fetching.stream = None
-                    run.data, run.done = data, True
-                    self.changed.notify_all()
+            while (runs := self._next_runs(fetching)) is not None:
+                if len(runs) > 1:
+                    runs = self._fetch_parts(fetching, runs)
+                for run in runs:
+                    self._fetch_one(fetching, run)
         finally:
             fetching.client.close()
             with self.changed:
@@ -168,9 +175,42 @@ class RunFetcher:
                     self._fail_queued(HttpShardError("the shard fetch thread ended"))
                 self.changed.notify_all()
 
-    def _next_run(self, fetching: _FetchThread) -> Run | None:
-        """The next run to fetch, its stream made; None when the thread is to end (stopped,
-        or idle for IDLE_S)."""
+    def _fetch_one(self, fetching: _FetchThread, run: Run) -> None:
+        """Fetch `run` over a stream of its own (a stopped client fails it at once)."""
+        with self.changed:
+            fetching.stream = HttpStream(fetching.client, run.url, run.start, run.end)
+        data = _fetched(fetching.stream, run)
+        with self.changed:
+            if fetching.stream.ranges_ignored:
+                self.unranged.add(run.url)
+            fetching.stream = None
+            self._done(run, data)
+
+    def _fetch_parts(self, fetching: _FetchThread, runs: list) -> list:
+        """Fetch the runs of one shard with one GET of their ranges; the runs it did not
+        bring, to fetch one by one (with their retries and errors)."""
+        def deliver(i: int, data: bytes) -> None:
+            with self.changed:
+                self._done(runs[i], data)
+
+        try:
+            left, parted = read_ranges(fetching.client, runs[0].url,
+                                       [(run.start, run.end) for run in runs], deliver)
+        except Exception:   # never leave a read waiting: what is not done is fetched alone
+            return [run for run in runs if not run.done]
+        if not parted:
+            with self.changed:
+                self.unparted.add(runs[0].url)
+        return [runs[i] for i in left]
+
+    def _done(self, run: Run, data) -> None:
+        run.data, run.done = data, True
+        self.changed.notify_all()
+
+    def _next_runs(self, fetching: _FetchThread) -> list | None:
+        """The next run to fetch and, when it is small, up to MAX_PARTS - 1 more small queued
+        runs of its shard, to be asked for together; None when the thread is to end
+        (stopped, or idle for IDLE_S)."""
         with self.changed:
             idle_until = time.monotonic() + IDLE_S
             while not self.queue and self.fetching is fetching:
@@ -183,8 +223,13 @@ class RunFetcher:
                     self.fetching = None
                 return None
             run = self.queue.popleft()
-            fetching.stream = HttpStream(fetching.client, run.url, run.start, run.end)
-            return run
+            if run.url in self.unparted or run.size > PART_BYTES:
+                return [run]
+            more = [queued for queued in self.queue
+                    if queued.url == run.url and queued.size <= PART_BYTES][:MAX_PARTS - 1]
+            for queued in more:
+                self.queue.remove(queued)
+            return [run, *more]
 
     def _fail_queued(self, error: HttpShardError) -> None:
         for run in self.queue:

@@ -11,9 +11,10 @@ after where a shard's stream stands continues it (consecutive samples of a shard
 request), a read elsewhere in a shard that was just read forward opens a new stream from
 there, and a lone read is one bounded Range request over a kept-alive connection.
 `prefetch` queues the members a batch is about to read (then the next batch's) as runs of
-adjacent members (shard_runs.py), which a thread of the reader's own fetches one after the
-other, one bounded Range request each, while this thread computes (shard_fetch.py); a read
-those runs cover waits for its run if need be, and opens no stream.
+adjacent members (shard_runs.py), which a thread of the reader's own fetches in that order,
+a shard's queued runs in one GET of their ranges, while this thread computes
+(shard_fetch.py); a read those runs cover waits for its run if need be, and opens no
+stream.
 """
 from __future__ import annotations
 
