@@ -51,7 +51,8 @@ def test_parts_come_in_the_order_asked_and_the_connection_is_kept(shards):
 @pytest.mark.parametrize("action, delivered, parted", [
     ("reset:200", 1, True),      # the first part, then the connection reset
     ("500", 0, True),            # no answer in parts: read them one by one (with retries)
-    ("404", 0, True),
+    ("416", 0, False),           # several ranges refused (a store that takes one)
+    ("404", 0, False),
     ("whole", 0, False),         # a server that ignores Range: not read, told so
 ])
 def test_what_is_not_delivered_is_left_to_single_reads(shards, action, delivered, parted):
@@ -101,3 +102,20 @@ def test_a_shards_runs_in_one_get_that_breaks_off_still_read_right(shards, monke
             gets = [header.count(",") + 1 for _, _, header, _ in server.log]
             assert gets == [4, 1, 1, 1], server.log   # the 4 parts, then the 3 not brought
             assert remote.reader().runs.held.bytes == 0
+
+
+def test_a_server_that_refuses_several_ranges_is_asked_one_at_a_time(shards, monkeypatch):
+    """A 416 to the GET of several ranges (a store that takes one range a request): those
+    runs are fetched one by one, and the shard's later runs are asked for one at a time."""
+    folder, names, local = shards
+    monkeypatch.setattr(shard_runs, "RUN_GAP", 0)
+    with FaultServer(folder) as server:
+        with TarShards([f"{server.url}/{name}" for name in names], **FAST) as remote:
+            server.plan(f"/{names[0]}", ["416"])
+            del server.log[:]
+            remote.prefetch([3, 0])
+            assert [remote[i] for i in (3, 0)] == [local[i] for i in (3, 0)]
+            remote.prefetch([2, 1])
+            assert [remote[i] for i in (2, 1)] == [local[i] for i in (2, 1)]
+            gets = [header.count(",") + 1 for _, _, header, _ in server.log]
+            assert gets == [2, 1, 1, 1, 1], server.log

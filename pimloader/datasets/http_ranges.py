@@ -10,11 +10,13 @@ header parse, the syscalls: 230-270 us per 44 KB member from nginx on loopback, 
 at a time in a loop, against 60 us asked 16 at a time; through the loader, 2 workers, the
 difference was within the noise of the run, the requests 1,620 -> 175 for 3 epochs).
 One GET whose Range lists them all is answered with a part per range, each with its own
-Content-Range, in the order asked (nginx; a server may also answer 200 with the whole body,
-or one range over them all). `deliver(i, data)` is called as each part arrives, so the
-first member is decoded while the others come. What is not delivered (the server answered
-otherwise, the request failed, the answer broke off) is returned for the caller to read
-range by range, with the retries and the errors of a single read: nothing is retried here.
+Content-Range, in the order asked (nginx). A server may also answer 200 with the whole
+body, or one range over them all, and a store that takes one range a request refuse them
+(Alibaba's OSS answers 416; S3 does not take several either). `deliver(i, data)` is called
+as each part arrives, so the first member is decoded while the others come. What is not
+delivered (the server answered otherwise, the request failed, the answer broke off) is
+returned for the caller to read range by range, with the retries and the errors of a
+single read: nothing is retried here.
 """
 from __future__ import annotations
 
@@ -28,14 +30,16 @@ MAX_LINE = 1024   # a part's delimiter and header lines are short; a longer line
 def read_ranges(client: HttpClient, url: str, spans, deliver) -> tuple[list, bool]:
     """One GET of the ranges `spans` [(start, end)] of `url`, `deliver(i, bytes)` called
     for each part. Returns (the indices of the spans not delivered, in order; whether the
-    server answered in parts)."""
+    server answered in parts, or may: False after a whole body, one range or a 4xx)."""
     left = dict.fromkeys(range(len(spans)))
     place = {(start, end): i for i, (start, end) in enumerate(spans)}
     asked = "bytes=" + ",".join(f"{start}-{end - 1}" for start, end in spans)
     try:
         connection, response = client.request("GET", url, {"Range": asked})
-    except (_Retryable, HttpShardError):
+    except _Retryable:       # a reset, a timeout, a 5xx: the single reads retry
         return list(left), True
+    except HttpShardError:   # a 4xx: the ranges refused (416 from a store that takes one)
+        return list(left), False
     boundary = _boundary(response)
     if boundary is None:   # the whole body, or one range over all: read no further
         connection.close()
