@@ -81,6 +81,33 @@ def test_held_runs_plan_skip_what_is_held_and_never_span_it():
     assert held.find("u", 100, 50) is None and held.bytes == 0
 
 
+def test_held_runs_plan_keeps_tiers_apart():
+    held = HeldRuns(budget=10_000)
+    members = [(0, 10), (10, 10), (20, 10), (30, 10)]
+    [one] = held.plan("u", members)                     # adjacent: one run
+    assert (one.start, one.end) == (0, 40)
+    tiers = {(0, 10): 0, (10, 10): 1, (20, 10): 1, (30, 10): 0}
+    runs = held.plan("u", members, tiers)               # never across tiers
+    assert [(run.start, run.end, run.tier) for run in runs] == [
+        (0, 10, 0), (10, 30, 1), (30, 40, 0)]
+
+
+def test_a_cold_ask_fetches_the_first_places_first(monkeypatch):
+    """Asked with nothing queued or held (an epoch's first batch), members are planned in
+    the tiers of their places (COLD_TIERS): the first chunk's members come before the
+    next chunk's, though the shard's runs would hold both; asked again while runs are
+    held, they are planned as one run."""
+    fetcher = shard_fetch.RunFetcher(shard_fetch.RetryPolicy())
+    monkeypatch.setattr(fetcher, "_start", lambda: None)   # no thread: look at the queue
+    url = "http://example.invalid/a.tar"
+    members = [(url, 100 * i, 100) for i in range(30)]  # adjacent: one run untiered
+    fetcher.ask(members)
+    assert [(run.start, run.end) for run in fetcher.queue] == [(0, 800), (800, 2400),
+                                                               (2400, 3000)]
+    fetcher.ask([(url, 5000 + 100 * i, 100) for i in range(30)])   # runs held: warm
+    assert [(run.start, run.end) for run in fetcher.queue][-1] == (5000, 8000)
+
+
 def test_held_runs_evict_the_oldest_fetched_first():
     held = HeldRuns(budget=300)
     old, queued, new = Run("u", 0, 100, []), Run("u", 200, 300, []), Run("u", 400, 550, [])
@@ -309,6 +336,17 @@ def test_no_look_ahead_where_the_source_does_not_fetch_ahead():
     _worker._look_ahead(worker, [0])
     worker.look_ahead()
     assert worker.next_waiting() is _worker._NONE_WAITING and worker.index_queue.qsize() == 1
+
+
+def test_the_image_producers_chunks_grow():
+    """8 samples first, then twice as many each time up to LOAD_AHEAD (the tiers a cold
+    fetch brings in order)."""
+    from pimloader.pipelines.classification import DirectImageProducer
+    chunks = DirectImageProducer._chunks
+    producer = object.__new__(DirectImageProducer)
+    assert chunks(producer, 64) == [(0, 8), (8, 24), (24, 56), (56, 64)]
+    assert chunks(producer, 5) == [(0, 5)] and chunks(producer, 0) == []
+    assert [stop for _, stop in chunks(producer, 64)][:3] == list(shard_fetch.COLD_TIERS)
 
 
 def test_the_image_producer_asks_after_each_chunk_it_reads(shards, monkeypatch):

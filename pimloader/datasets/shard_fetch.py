@@ -28,6 +28,7 @@ parent's: close() leaves them alone, and the process makes a reader of its own (
 """
 from __future__ import annotations
 
+import bisect
 import os
 import socket
 import threading
@@ -44,6 +45,13 @@ JOIN_S = 2.0    # close() waits this long for the fetch thread to end
 MAX_PARTS = 16  # runs of one shard asked for in one GET (http_ranges.py)
 PART_BYTES = 256 << 10   # runs larger than this (whole stretches of a shard) pay for their
                          # request already: each is asked for alone, in its turn
+# Asked for with nothing queued or held, the members are what the reader waits for now (an
+# epoch's first batch). It reads them in chunks of growing size (the image producer: 8, 16,
+# 32: pipelines/classification.py) and decodes each chunk once it is read: the members of
+# places 0-7, 8-23, 24-55 and after are then fetched as runs of their own tier, in that
+# order, so that each chunk's bytes come while the one before decodes, instead of runs that
+# hold members of every chunk (the first decode waited for most of the batch).
+COLD_TIERS = (8, 24, 56)
 
 
 class _StoppableClient(HttpClient):
@@ -107,11 +115,13 @@ class RunFetcher:
         for place, (url, offset, size) in enumerate(members):
             wanted.setdefault(url, {}).setdefault((offset, size), place)
         with self.changed:
+            cold = not self.queue and not self.held.bytes   # see COLD_TIERS
             fresh = []   # (the place of its first member, run)
             for url, places in wanted.items():
                 if is_http(url) and url not in self.unranged:  # (a server that ignores
-                    fresh += [(min(places[member] for member in run.wanted), run)  # Range
-                              for run in self.held.plan(url, places)]  # sends runs from 0)
+                    tiers = _tiers(places) if cold else None   # Range sends runs from 0)
+                    fresh += [(min(places[member] for member in run.wanted), run)
+                              for run in self.held.plan(url, places, tiers)]
             for _, run in sorted(fresh, key=lambda first: first[0]):
                 if self.held.add(run):
                     self.queue.append(run)
@@ -209,8 +219,8 @@ class RunFetcher:
 
     def _next_runs(self, fetching: _FetchThread) -> list | None:
         """The next run to fetch and, when it is small, up to MAX_PARTS - 1 more small queued
-        runs of its shard, to be asked for together; None when the thread is to end
-        (stopped, or idle for IDLE_S)."""
+        runs of its shard and tier, to be asked for together; None when the thread is to
+        end (stopped, or idle for IDLE_S)."""
         with self.changed:
             idle_until = time.monotonic() + IDLE_S
             while not self.queue and self.fetching is fetching:
@@ -225,8 +235,9 @@ class RunFetcher:
             run = self.queue.popleft()
             if run.url in self.unparted or run.size > PART_BYTES:
                 return [run]
-            more = [queued for queued in self.queue
-                    if queued.url == run.url and queued.size <= PART_BYTES][:MAX_PARTS - 1]
+            more = [queued for queued in self.queue if queued.url == run.url
+                    and queued.tier == run.tier and queued.size <= PART_BYTES]
+            more = more[:MAX_PARTS - 1]
             for queued in more:
                 self.queue.remove(queued)
             return [run, *more]
@@ -247,3 +258,8 @@ def _fetched(stream: HttpStream, run: Run):
         return HttpShardError(f"GET {run.url}: {type(error).__name__}: {error}", run.url)
     finally:
         stream.abandon() if stream.client.stopped else stream.close()
+
+
+def _tiers(places: dict) -> dict:
+    """{member: its COLD_TIERS tier} of members by their place in the reading order."""
+    return {member: bisect.bisect_right(COLD_TIERS, place) for member, place in places.items()}

@@ -41,14 +41,15 @@ class Run:
     """Bytes start..end of a shard, the members they were asked for that are still to be
     read, and, once fetched (`done`), the bytes or the error its request ended with."""
 
-    __slots__ = ("url", "start", "end", "wanted", "data", "done", "raised")
+    __slots__ = ("url", "start", "end", "wanted", "data", "done", "raised", "tier")
 
-    def __init__(self, url: str, start: int, end: int, wanted) -> None:
+    def __init__(self, url: str, start: int, end: int, wanted, tier=None) -> None:
         self.url, self.start, self.end = url, start, end
         self.wanted = set(wanted)     # (offset, size) of the members not read yet
         self.data = None
         self.done = False
         self.raised = False           # a read has raised its request's error
+        self.tier = tier              # its members' tier (HeldRuns.plan), None: untiered
 
     @property
     def size(self) -> int:
@@ -88,24 +89,27 @@ class HeldRuns:
         run = self.runs[url][place]
         return run if run.covers(offset, size) else None
 
-    def plan(self, url: str, members) -> list:
+    def plan(self, url: str, members, tiers=None) -> list:
         """New runs over those of the (offset, size) `members` that no run covers (members
-        at most RUN_GAP apart, with no held run between them, make one run); the covered
-        ones are wanted again from the runs that cover them."""
+        at most RUN_GAP apart, with no held run between them, make one run; with `tiers`,
+        {member: tier}, only members of one tier); the covered ones are wanted again from
+        the runs that cover them."""
         fresh: list = []
-        for offset, size in sorted(set(members)):
+        for member in sorted(set(members)):
+            offset, size = member
+            tier = None if tiers is None else tiers[member]
             held = self.find(url, offset, size)
             if held is not None and held.raised:   # its error told: asked again, fetched again
                 self.drop(held)
                 held = None
             if held is not None:
-                held.wanted.add((offset, size))
-            elif fresh and offset - fresh[-1].end <= RUN_GAP \
+                held.wanted.add(member)
+            elif fresh and fresh[-1].tier == tier and offset - fresh[-1].end <= RUN_GAP \
                     and not self._starts_within(url, fresh[-1].end, offset):
                 fresh[-1].end = max(fresh[-1].end, offset + size)
-                fresh[-1].wanted.add((offset, size))
+                fresh[-1].wanted.add(member)
             else:
-                fresh.append(Run(url, offset, offset + size, [(offset, size)]))
+                fresh.append(Run(url, offset, offset + size, [member], tier))
         return fresh
 
     def add(self, run: Run) -> bool:

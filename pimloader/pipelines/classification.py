@@ -100,6 +100,10 @@ class DirectImageProducer:
     # samples read and drawn ahead of their decode: enough to keep the draws' Python warm in
     # the caches, few enough that a large batch of large files is never all in memory
     LOAD_AHEAD = 32
+    FIRST_CHUNK = 8   # a batch's chunks grow from this to LOAD_AHEAD (8, 16, 32): its
+                      # decode starts once 8 samples are read, and a source that fetches
+                      # over HTTP brings each chunk while the one before decodes
+                      # (datasets/shard_fetch.py, COLD_TIERS)
 
     def __init__(self, pipeline: ImagePipeline, writer, fallback, router,
                  look_ahead=lambda: None) -> None:
@@ -148,9 +152,9 @@ class DirectImageProducer:
                         decode_counts=self.decodes.take())
 
     def _fill(self, index, out: torch.Tensor, timing: dict) -> list:
-        """Reads and draws LOAD_AHEAD samples at a time, then decodes them into runs: the
-        Python of the draws runs warm in the caches instead of after each decode (about
-        60 us less per sample). Should a sample then fail (on_error="raise"), the draws are
+        """Reads and draws a chunk at a time (FIRST_CHUNK, growing to LOAD_AHEAD), then
+        decodes it into runs: the Python of the draws runs warm in the caches instead of
+        after each decode (about 60 us less per sample). Should a sample then fail (on_error="raise"), the draws are
         replayed up to the sample before it, leaving torch's random state where torch's
         DataLoader leaves it: there a dataset decodes, then transforms, so a sample that
         fails to decode draws nothing. (A sample skipped by on_error="skip" for its pixels
@@ -159,9 +163,9 @@ class DirectImageProducer:
         index = list(index)
         skeletons: list = []
         runs = RunBatcher(self.router, len(out), self._submitted)
-        for first in range(0, len(index), self.LOAD_AHEAD):
+        for first, stop in self._chunks(len(index)):
             started = time.perf_counter()
-            loaded = self._load_all(index, first, first + self.LOAD_AHEAD)
+            loaded = self._load_all(index, first, stop)
             self.look_ahead()   # the next batch's indices, once they have come
             timing["fetch"] += time.perf_counter() - started
             for position, sample_index, sample, params in loaded:
@@ -176,6 +180,15 @@ class DirectImageProducer:
         if not skeletons:
             raise all_dropped(index, self.last_dropped)
         return skeletons
+
+    def _chunks(self, count: int) -> list:
+        """(first, stop) of the chunks of a batch of `count`: FIRST_CHUNK samples, then
+        twice as many each time, up to LOAD_AHEAD."""
+        bounds, size = [0], min(self.FIRST_CHUNK, self.LOAD_AHEAD)
+        while bounds[-1] < count:
+            bounds.append(min(bounds[-1] + size, count))
+            size = min(2 * size, self.LOAD_AHEAD)
+        return list(zip(bounds, bounds[1:]))
 
     def _render(self, sample, params, row: int, out, runs: RunBatcher, timing: dict) -> bool:
         """Decode the sample into a run (or render it alone); False if it was skipped. (A
