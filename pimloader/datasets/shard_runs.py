@@ -18,8 +18,10 @@ have.
 A run is held from when it is asked for (queued, then fetched: shard_fetch.py) until each
 member it was asked for has been read once; a member asked for again while a run holds it
 is not fetched again (unless a read has raised its run's error: then it is fetched again),
-and a new run never spans a held one. Held and queued runs stay within RUN_BYTES: the oldest fetched runs are evicted to make room (their members are then
-read as they come), and a run that still does not fit is not fetched ahead.
+and a new run never spans a held one. Held and queued runs stay within RUN_BYTES: the
+oldest fetched runs are evicted to make room (their members are then read as they come),
+and a run that still does not fit is not fetched ahead. A plan may keep tiers of members
+apart (an epoch's first batch: shard_fetch.py's COLD_TIERS).
 """
 from __future__ import annotations
 

@@ -154,11 +154,12 @@ class DirectImageProducer:
     def _fill(self, index, out: torch.Tensor, timing: dict) -> list:
         """Reads and draws a chunk at a time (FIRST_CHUNK, growing to LOAD_AHEAD), then
         decodes it into runs: the Python of the draws runs warm in the caches instead of
-        after each decode (about 60 us less per sample). Should a sample then fail (on_error="raise"), the draws are
-        replayed up to the sample before it, leaving torch's random state where torch's
-        DataLoader leaves it: there a dataset decodes, then transforms, so a sample that
-        fails to decode draws nothing. (A sample skipped by on_error="skip" for its pixels
-        has drawn its parameters; one skipped for an unreadable header has not.)"""
+        after each decode (about 60 us less per sample). Should a sample then fail
+        (on_error="raise"), the draws are replayed up to the sample before it, leaving
+        torch's random state where torch's DataLoader leaves it: there a dataset decodes,
+        then transforms, so a sample that fails to decode draws nothing. (A sample skipped
+        by on_error="skip" for its pixels has drawn its parameters; one skipped for an
+        unreadable header has not.)"""
         rng_state = torch.get_rng_state()
         index = list(index)
         skeletons: list = []
