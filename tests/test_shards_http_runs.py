@@ -18,7 +18,7 @@ from benchmarks.make_dataset import make_imagenet_like
 from pimloader import PIMDataLoader, ShardOrderSampler, TarShards
 from pimloader import transforms as T
 from pimloader.datasets import HttpShardError, ImageFolder, ShardMemberError
-from test_shards_http import sockets
+from test_shards_http import assert_sockets_back_to, sockets
 from test_tar_shards_loader import write_shards
 
 FAST = dict(backoff=0.01, timeout=5.0, cache_dir=None)
@@ -90,7 +90,7 @@ def test_loader_reads_bounded_runs_and_equals_torch(shards, workers):
     served = sum(end - start for start, end in spans)
     assert images <= served <= shard_bytes, (served, images, shard_bytes)   # each byte once
     assert len(spans) < len(local), spans                      # members coalesced into runs
-    assert sockets() == open_sockets
+    assert_sockets_back_to(open_sockets)
     leak_check.assert_clean(what="runs over HTTP")
 
 
@@ -149,7 +149,7 @@ def test_reset_mid_run_is_resumed(shards, leak_check):
             assert [remote[i] for i in range(8, 12)] == [local[i] for i in range(8, 12)]
             start, end = runs_of(remote, 2)
             assert ranges(server.log) == [(start, end), (start + 3000, end)]
-    assert sockets() == open_sockets
+    assert_sockets_back_to(open_sockets)
     leak_check.assert_clean(what="a reset mid-run")
 
 
