@@ -118,8 +118,9 @@ class RunFetcher:
             cold = not self.queue and not self.held.bytes   # see COLD_TIERS
             fresh = []   # (the place of its first member, run)
             for url, places in wanted.items():
-                if is_http(url) and url not in self.unranged:  # (a server that ignores
-                    tiers = _tiers(places) if cold else None   # Range sends runs from 0)
+                # (a server that ignores Range would send each run from byte 0)
+                if is_http(url) and url not in self.unranged:
+                    tiers = _tiers(places) if cold else None
                     fresh += [(min(places[member] for member in run.wanted), run)
                               for run in self.held.plan(url, places, tiers)]
             for _, run in sorted(fresh, key=lambda first: first[0]):
@@ -236,8 +237,7 @@ class RunFetcher:
             if run.url in self.unparted or run.size > PART_BYTES:
                 return [run]
             more = [queued for queued in self.queue if queued.url == run.url
-                    and queued.tier == run.tier and queued.size <= PART_BYTES]
-            more = more[:MAX_PARTS - 1]
+                    and queued.tier == run.tier and queued.size <= PART_BYTES][:MAX_PARTS - 1]
             for queued in more:
                 self.queue.remove(queued)
             return [run, *more]

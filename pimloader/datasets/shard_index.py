@@ -105,8 +105,12 @@ class ShardIndex:
         their shards (present and not held inline), in the order they are read."""
         rows = np.asarray(indices, dtype=np.int64)
         read = (self.sizes[rows] >= 0) & ~self.is_inline[rows]
-        return [(self.url(int(rows[row])), int(self.offsets[rows[row], field]),
-                 int(self.sizes[rows[row], field])) for row, field in zip(*np.nonzero(read))]
+        members = []
+        for row, field in zip(*np.nonzero(read)):
+            index = int(rows[row])
+            members.append((self.url(index), int(self.offsets[index, field]),
+                            int(self.sizes[index, field])))
+        return members
 
     @property
     def nbytes(self) -> int:

@@ -6,9 +6,10 @@ scale, a log aspect ratio, then `exp_`), `randint` twice for the accepted box, a
 calls `torch.rand(1)`: about 30 us of dispatch for a few 32-bit numbers of the default
 generator's MT19937 stream. Here the generator's state is read once per chunk of samples
 (`torch.get_rng_state()`), its MT19937 stream continued here in numpy (the twist and the
-tempering over whole arrays), each number turned into a draw as ATen does it, the samples' draws walked through in Python in
-torchvision's order, and the state after the numbers they used written back, so that
-torch's generator stands where the per-sample calls would have left it.
+tempering over whole arrays), each number turned into a draw as ATen does it, the samples'
+draws walked through in Python in torchvision's order, and the state after the numbers
+they used written back, so that torch's generator stands where the per-sample calls would
+have left it.
 
 What "as ATen does it" means is checked against torch on this machine before the first use
 (`agrees_with_torch`): the state layout, uniform_'s rounding (a fused multiply-add, or
