@@ -310,7 +310,7 @@ static unsigned pl_pick_interval(j_compress_ptr dst, int32_t max_interval)
 }
 
 int pl_jpeg_add_restarts(const uint8_t *data, size_t size, int32_t max_interval,
-                         uint8_t **out, size_t *out_size, char *message)
+                         int32_t optimize, uint8_t **out, size_t *out_size, char *message)
 {
     struct jpeg_decompress_struct src;
     struct jpeg_compress_struct dst;
@@ -351,7 +351,7 @@ int pl_jpeg_add_restarts(const uint8_t *data, size_t size, int32_t max_interval,
     created |= 2;
     jpeg_mem_dest(&dst, &buffer, &written);
     jpeg_copy_critical_parameters(&src, &dst);
-    dst.optimize_coding = TRUE;
+    dst.optimize_coding = optimize ? TRUE : FALSE;
     dst.restart_interval = pl_pick_interval(&dst, max_interval);
     jpeg_write_coefficients(&dst, coefficients);
     jpeg_finish_compress(&dst);

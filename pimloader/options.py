@@ -112,12 +112,18 @@ class PipelineOptions:
     decode_on_dpu: object = "auto"
     cache_scope: object = "loader"   # or a ClusterScope (cache_scope_of)
     batched: bool = True             # batch_size is not None (samples come in batches)
+    cache_seekable: bool = False     # the cache keeps seekable copies of the JPEGs it takes
 
     def __post_init__(self) -> None:
         if (isinstance(self.cache_bytes, bool) or not isinstance(self.cache_bytes, int)
                 or self.cache_bytes < 0):
             raise ValueError(f"cache_bytes must be an int >= 0 (0: no cache), "
                              f"got {self.cache_bytes!r}")
+        if not isinstance(self.cache_seekable, bool):
+            raise TypeError(f"cache_seekable must be True or False, got {self.cache_seekable!r}")
+        if self.cache_seekable and not self.cache_bytes:
+            raise ValueError("cache_seekable=True makes the encoded-sample cache keep seekable "
+                             "copies of JPEGs: give it cache_bytes (its budget) too")
         if self.memory_format not in (torch.contiguous_format, torch.channels_last):
             raise ValueError(f"memory_format must be torch.contiguous_format or "
                              f"torch.channels_last, got {self.memory_format!r}")

@@ -90,9 +90,11 @@ int pl_jpeg_encode(const uint8_t *pixels, int32_t height, int32_t width, int32_t
 /* A lossless copy of a JPEG with a restart marker every k MCUs, k the largest divisor of an
  * MCU row's count that is at most max_interval: the same coefficients, so the same pixels,
  * as one baseline scan (a progressive or arithmetic-coded file becomes baseline). Warnings
- * (corrupt data) are errors. *out is freed with pl_jpeg_free. */
+ * (corrupt data) are errors. optimize: Huffman tables fitted to the file (a second pass
+ * over the coefficients, a smaller file), else the standard tables. *out is freed with
+ * pl_jpeg_free. */
 int pl_jpeg_add_restarts(const uint8_t *data, size_t size, int32_t max_interval,
-                         uint8_t **out, size_t *out_size, char *message);
+                         int32_t optimize, uint8_t **out, size_t *out_size, char *message);
 /* 1 when pl_jpeg_decode can seek in this JPEG; its interval (MCUs) and MCU size (pixels). */
 int pl_jpeg_seek_info(const uint8_t *data, size_t size, int32_t *interval, int32_t *mcu_width,
                       int32_t *mcu_height);

@@ -28,6 +28,8 @@ class EpochStats:
     cache_hits, cache_misses: samples read from the encoded-sample cache, and from their
                       files (cache_bytes > 0; docs/loader.md "Encoded-sample cache").
     cache_hit_bytes, cache_miss_bytes: the encoded bytes of those.
+    cache_seekable_copies: of the misses, the JPEGs the cache took as seekable copies
+                      (cache_seekable=True: each cost a transcode).
     task:             the registered task whose pipeline made the batches ("classification",
                       "detection", "audio", "in_memory", "python_transform", a user's;
                       "" for torch's own path: the dataset's __getitem__ as under torch).
@@ -73,6 +75,7 @@ class EpochStats:
     cache_misses: int = 0
     cache_hit_bytes: int = 0
     cache_miss_bytes: int = 0
+    cache_seekable_copies: int = 0
     cluster_received: int = 0
     cluster_received_bytes: int = 0
     cluster_served: int = 0
@@ -93,6 +96,7 @@ class EpochStats:
         self.cache_misses += produced.cache_misses
         self.cache_hit_bytes += produced.cache_hit_bytes
         self.cache_miss_bytes += produced.cache_miss_bytes
+        self.cache_seekable_copies += produced.cache_seekable_copies
         for reason, count in produced.decode_counts.items():
             if reason:
                 self.decode_fallbacks[reason] = self.decode_fallbacks.get(reason, 0) + count

@@ -75,6 +75,13 @@ class PIMDataLoader(DataLoader[_T_co]):
         node caches cache_bytes of its own part of the dataset, shared by its local ranks
         and their workers, and a rank fetches the samples other nodes hold from them
         (docs/cluster_cache.md: launch, what is cached where, failure).
+    cache_seekable: False (default) or True (with cache_bytes): the cache keeps each JPEG
+        it takes as a seekable copy, with restart markers added losslessly (the same
+        pixels; decode.add_restart_markers): the first read of a JPEG pays a transcode
+        (about one more decode), and every later crop of it is decoded from the restart
+        intervals around the crop instead of from the file's start. It pays for random
+        crops (RandomResizedCrop) over more than a few epochs (docs/loader.md
+        "Encoded-sample cache").
     share_with, share_jobs: coordinated prep (docs/loader.md "Coordinated prep"): the name
         of a group of `share_jobs` (>= 2) jobs on this machine whose loaders are configured
         alike (dataset, sampler, batching, seeds, workers, transform); at the first iter()
@@ -92,7 +99,8 @@ class PIMDataLoader(DataLoader[_T_co]):
                  memory_format=torch.contiguous_format, nr_dpus: int = NR_DPUS,
                  nr_tasklets: int = NR_TASKLETS, dpu_profile: str = "", cache_bytes: int = 0,
                  share_with: str | None = None, share_jobs: int | None = None,
-                 decode_on_dpu="auto", cache_scope="loader", **kwargs) -> None:
+                 decode_on_dpu="auto", cache_scope="loader", cache_seekable: bool = False,
+                 **kwargs) -> None:
         super().__init__(dataset, *args, **kwargs)
         scope = cache_scope_of(cache_scope, cache_bytes, self.timeout)
         if scope != "loader" and (share_with is not None or not self.in_order):
@@ -100,7 +108,8 @@ class PIMDataLoader(DataLoader[_T_co]):
                              "reclaimed in delivery order) and no share_with")
         options = PipelineOptions(backend, on_error, reduced_dct, memory_format, nr_dpus,
                                   nr_tasklets, dpu_profile, cache_bytes, decode_on_dpu, scope,
-                                  batched=self.batch_size is not None)
+                                  batched=self.batch_size is not None,
+                                  cache_seekable=cache_seekable)
         _group.check_share_arguments(share_with, share_jobs)
         check_transform(transform)
         self._on_error = on_error
@@ -198,7 +207,8 @@ def _signature_with_extras() -> inspect.Signature:
                                     ("nr_dpus", NR_DPUS), ("nr_tasklets", NR_TASKLETS),
                                     ("dpu_profile", ""), ("cache_bytes", 0),
                                     ("share_with", None), ("share_jobs", None),
-                                    ("decode_on_dpu", "auto"), ("cache_scope", "loader"))]
+                                    ("decode_on_dpu", "auto"), ("cache_scope", "loader"),
+                                    ("cache_seekable", False))]
     return torch_signature.replace(
         parameters=[*torch_signature.parameters.values(), *extras])
 

@@ -28,6 +28,7 @@ class Produced:
     cache_misses: int = 0    # samples read from their files (cache_bytes > 0)
     cache_hit_bytes: int = 0
     cache_miss_bytes: int = 0
+    cache_seekable_copies: int = 0  # JPEGs the cache took as seekable copies (cache_seekable)
     decode_counts: dict = field(default_factory=dict)  # "" -> decoded by the backend (DPUs),
     #                                                    a reason -> decoded on the host
 

@@ -141,8 +141,10 @@ def reader_for(source, options):
                       stacklevel=5)
         return source
     if isinstance(options.cache_scope, ClusterScope):
-        return ClusterReader(source, ClusterCache(options.cache_bytes, source, options.cache_scope))
-    return CachedReader(source, SampleCache(options.cache_bytes, len(source)))
+        return ClusterReader(source, ClusterCache(options.cache_bytes, source, options.cache_scope),
+                             seekable=options.cache_seekable)
+    return CachedReader(source, SampleCache(options.cache_bytes, len(source)),
+                        seekable=options.cache_seekable)
 
 
 class SourcedPipeline(Pipeline):
@@ -207,7 +209,7 @@ class CacheCountingProducer:
     def produce(self, index) -> Produced:
         produced = self.producer.produce(index)
         (produced.cache_hits, produced.cache_misses, produced.cache_hit_bytes,
-         produced.cache_miss_bytes) = self.reader.take_counts()
+         produced.cache_miss_bytes, produced.cache_seekable_copies) = self.reader.take_counts()
         return produced
 
 

@@ -1,0 +1,202 @@
+"""The encoded-sample cache keeping seekable copies (cache_bytes= with cache_seekable=True):
+torchvision's batches over tar shards, and the plain loader's over an image folder, every
+epoch (0 and 2 workers); what the cache holds (a JPEG as a copy with restart markers and
+the original's pixels, anything else as it is); no transcode without room; a corrupt file
+raises naming it, or is skipped, as without the copies; the argument checked.
+
+The oracles are torch's DataLoader over torchvision's decode_image + v2 steps, and the same
+PIMDataLoader without the cache (itself checked against torchvision elsewhere)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torchvision.transforms.v2 as v2
+from torchvision.io import ImageReadMode, decode_image
+
+from _helpers import DecodedItems, assert_same_batches, seeded_batches
+from _shard_data import Folder, write_wds_shards
+from benchmarks.make_dataset import make_imagenet_like
+from pimloader import PIMDataLoader, TarShards
+from pimloader import transforms as T
+from pimloader.datasets import ImageFolder
+from pimloader.decode import DecodeError, is_jpeg, seek_info
+from test_image_pipeline import photos_with_a_truncated_file  # noqa: F401  (fixture, over this file's photos)
+
+BUDGET = 10 ** 8
+KEYS = ("jpeg;jpg;png", "cls")   # make_imagenet_like names its files .JPEG
+MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+
+
+def train_steps():
+    return [v2.RandomResizedCrop(48), v2.RandomHorizontalFlip(),
+            v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)]
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    """Photos of varied sizes, greyscale and progressive JPEGs and a PNG among them."""
+    return make_imagenet_like(tmp_path_factory.mktemp("photos") / "set", count=24, classes=3)
+
+
+@pytest.fixture(scope="module")
+def shards(photos, tmp_path_factory):
+    samples = ImageFolder(photos).samples
+    keys = [os.path.splitext(os.path.relpath(path, photos))[0] for path, _ in samples]
+    return write_wds_shards(Folder(str(photos), samples, keys),
+                            tmp_path_factory.mktemp("shards"), per_shard=7)
+
+
+def file_bytes(root):
+    out = []
+    for path, _ in ImageFolder(root).samples:
+        with open(path, "rb") as file:
+            out.append(file.read())
+    return out
+
+
+def folder_loader(root, **kw):
+    kw.setdefault("batch_size", 5)
+    return PIMDataLoader(ImageFolder(root), transform=v2.Compose(train_steps()), shuffle=True,
+                         generator=torch.Generator().manual_seed(3), **kw)
+
+
+def epochs(loader, count):
+    torch.manual_seed(7)
+    return [[(images.clone(), labels.clone()) for images, labels in loader]
+            for _ in range(count)]
+
+
+def cache_of(loader):
+    return loader._pipeline.images.reader.cache
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_tar_shards_give_torchvision_batches_every_epoch(photos, shards, workers):
+    common = dict(batch_size=5, shuffle=True, num_workers=workers,
+                  persistent_workers=workers > 0)
+    torchvision_loader = torch.utils.data.DataLoader(
+        DecodedItems(TarShards(shards, keys=KEYS), train_steps()),
+        generator=torch.Generator().manual_seed(0), **common)
+    cached = PIMDataLoader(TarShards(shards, keys=KEYS), transform=T.Compose([T.Decode(), *train_steps()]),
+                           generator=torch.Generator().manual_seed(0), reduced_dct=False,
+                           cache_bytes=BUDGET, cache_seekable=True, **common)
+    for epoch in range(3):  # the first takes the copies, the others decode from them
+        torch.manual_seed(100 + epoch)
+        want = list(torchvision_loader)
+        torch.manual_seed(100 + epoch)
+        assert_same_batches(list(cached), want, f"epoch {epoch}'s batches")
+    jpegs = sum(is_jpeg(data) for data in file_bytes(photos))
+    stats = cached.stats()
+    assert stats[0].cache_misses == 24 and stats[0].cache_seekable_copies == jpegs
+    assert all(s.cache_hits == 24 and s.cache_seekable_copies == 0 for s in stats[1:])
+    cached.close()
+
+
+@pytest.mark.parametrize("num_workers,context", [(0, None), (2, "fork"), (2, "spawn")])
+def test_an_image_folder_gives_the_plain_loaders_batches(photos, num_workers, context):
+    kw = dict(num_workers=num_workers)
+    if num_workers:
+        kw.update(multiprocessing_context=context, persistent_workers=True)
+    want = epochs(folder_loader(photos, **kw), 3)
+    loader = folder_loader(photos, cache_bytes=BUDGET, cache_seekable=True, **kw)
+    got = epochs(loader, 3)
+    for epoch, (g, w) in enumerate(zip(got, want)):
+        assert_same_batches(g, w, f"epoch {epoch}'s batches")
+    originals = file_bytes(photos)
+    jpegs = sum(is_jpeg(data) for data in originals)
+    stats = loader.stats()
+    assert stats[0].cache_seekable_copies == jpegs and stats[0].cache_misses == 24
+    assert all(s.cache_hits == 24 and s.cache_seekable_copies == 0 for s in stats[1:])
+    loader.close()
+
+
+def test_the_cache_holds_seekable_copies_with_the_originals_pixels(photos):
+    loader = folder_loader(photos, cache_bytes=BUDGET, cache_seekable=True, num_workers=2)
+    list(loader)
+    cache = cache_of(loader)
+    originals = file_bytes(photos)
+    assert len(cache.cached()) == 24
+    kinds = set()
+    for index, original in enumerate(originals):
+        held = cache.get(index)
+        if not is_jpeg(original):
+            assert held == original
+            kinds.add("other")
+            continue
+        kinds.add("jpeg")
+        assert held != original and seek_info(held) is not None
+        assert seek_info(original) is None
+        want = decode_image(torch.frombuffer(bytearray(original), dtype=torch.uint8),
+                            mode=ImageReadMode.UNCHANGED)
+        got = decode_image(torch.frombuffer(bytearray(held), dtype=torch.uint8),
+                           mode=ImageReadMode.UNCHANGED)
+        assert torch.equal(got, want), f"sample {index}: the copy's pixels differ"
+    assert kinds == {"jpeg", "other"}  # the set has a PNG among its JPEGs
+    loader.close()
+
+
+def test_no_transcode_without_room(photos):
+    originals = file_bytes(photos)
+    smallest = min(len(data) for data in originals)
+    loader = folder_loader(photos, cache_bytes=smallest - 1, cache_seekable=True)
+    want = epochs(folder_loader(photos), 2)
+    assert_same_batches(epochs(loader, 2)[1], want[1])
+    assert [s.cache_seekable_copies for s in loader.stats()] == [0, 0]
+    assert cache_of(loader).cached() == {}
+    loader.close()
+
+
+def test_a_partial_budget_holds_only_what_fits(photos):
+    originals = file_bytes(photos)
+    budget = sum(len(data) for data in originals) // 3
+    loader = folder_loader(photos, cache_bytes=budget, cache_seekable=True, num_workers=2)
+    want = epochs(folder_loader(photos, num_workers=2), 2)
+    got = epochs(loader, 2)
+    for g, w in zip(got, want):
+        assert_same_batches(g, w)
+    cache = cache_of(loader)
+    held = cache.cached()
+    assert 0 < len(held) < 24 and cache.filled_bytes() == sum(held.values()) <= budget
+    copies = [index for index in held if is_jpeg(originals[index])]
+    assert all(seek_info(cache.get(index)) is not None for index in copies)
+    assert loader.stats()[0].cache_seekable_copies >= len(copies)
+    loader.close()
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_corrupt_file_raises_naming_it_every_epoch(photos_with_a_truncated_file,
+                                                     num_workers):
+    root, victim = photos_with_a_truncated_file
+    loader = folder_loader(root, cache_bytes=BUDGET, cache_seekable=True,
+                           num_workers=num_workers)
+    for _ in range(2):  # the second time its bytes come from the cache, as they were
+        with pytest.raises(DecodeError, match=victim.name):
+            list(loader)
+    index = [os.path.basename(path) for path, _ in ImageFolder(root).samples].index(victim.name)
+    held = cache_of(loader).get(index)
+    assert held is None or held == victim.read_bytes()
+    loader.close()
+
+
+def test_skip_counts_a_corrupt_file_as_without_the_copies(photos_with_a_truncated_file):
+    root, _ = photos_with_a_truncated_file
+    loader = folder_loader(root, cache_bytes=BUDGET, cache_seekable=True, num_workers=2,
+                           on_error="skip")
+    plain = folder_loader(root, num_workers=2, on_error="skip")
+    got, want = epochs(loader, 2), epochs(plain, 2)
+    for g, w in zip(got, want):
+        assert_same_batches(g, w)
+    assert [s.skipped_samples for s in loader.stats()] == [
+        s.skipped_samples for s in plain.stats()]
+    assert loader.stats()[1].skipped_samples >= 1
+    loader.close()
+
+
+def test_arguments_are_checked(photos):
+    with pytest.raises(ValueError, match="cache_seekable=True .* cache_bytes"):
+        folder_loader(photos, cache_seekable=True)
+    for bad in (1, "yes", None):
+        with pytest.raises(TypeError, match="cache_seekable must be True or False"):
+            folder_loader(photos, cache_bytes=BUDGET, cache_seekable=bad)
