@@ -20,7 +20,12 @@ shuffled, `--workers` workers, the same batch size:
 - "datasets + torchvision": torch's DataLoader over the Arrow dataset `with_transform`
   decoding each row's bytes with `decode_image` and running the v2 pipeline;
 - "pimloader ArrowColumns": PIMDataLoader over `ArrowColumns(dataset, "image", "label")`,
-  shuffled, with `T.Decode()` first.
+  shuffled, with `T.Decode()` first;
+- "pimloader TarShards, seekable cache" and "pimloader ArrowColumns, seekable cache": the
+  same with `cache_bytes` (the set's bytes and a quarter) and `cache_seekable=True`: the
+  first epoch copies each JPEG into the cache with restart markers (the warm-up epoch:
+  its rate is reported as "first epoch"), the others read the copies from shared memory
+  and decode each crop from the intervals around it.
 
 "local seekable" runs the local contenders again, every one over the same seekable copy of
 the shards (`pimloader.datasets.make_seekable_shards`, made once under `--data`: JPEG
@@ -70,7 +75,11 @@ PIM_SHARDS = "pimloader TarShards"
 DALI_WDS = "DALI webdataset"
 HF_TORCHVISION = "datasets + torchvision"
 PIM_ARROW = "pimloader ArrowColumns"
-LOCAL = [WDS_TORCHVISION, PIM_WDS, PIM_SHARDS, DALI_WDS]
+PIM_SHARDS_CACHED = "pimloader TarShards, seekable cache"
+PIM_ARROW_CACHED = "pimloader ArrowColumns, seekable cache"
+LOCAL = [WDS_TORCHVISION, PIM_WDS, PIM_SHARDS, PIM_SHARDS_CACHED, DALI_WDS]
+ARROW = [HF_TORCHVISION, PIM_ARROW, PIM_ARROW_CACHED]
+HTTP = [WDS_TORCHVISION, PIM_WDS, PIM_SHARDS, PIM_SHARDS_CACHED]
 BASELINES = {"local": WDS_TORCHVISION, "local seekable": WDS_TORCHVISION,
              "http": WDS_TORCHVISION, "http seekable": WDS_TORCHVISION,
              "arrow": HF_TORCHVISION, "arrow seekable": HF_TORCHVISION}
@@ -128,21 +137,30 @@ def make_loader(name: str, store: dict, args) -> object:
     if name == PIM_WDS:
         return PIMDataLoader(wds_pipeline(store["urls"], 0), transform=pim_transform(),
                              **common)
-    if name == PIM_SHARDS:
+    if name in (PIM_SHARDS, PIM_SHARDS_CACHED):
         from pimloader import ShardOrderSampler, TarShards
         shards = TarShards(store["urls"], keys=("jpg;png", "cls"))
         return PIMDataLoader(shards, sampler=ShardOrderSampler(shards, window=4, seed=0),
-                             transform=pim_transform(), **common)
+                             transform=pim_transform(), **common,
+                             **seekable_cache(store, name == PIM_SHARDS_CACHED))
     if name == DALI_WDS:
         from benchmarks.peer_dali_shards import DaliShardLoader
         return DaliShardLoader(store["urls"], args.batch_size, max(1, args.workers), seed=0)
     if name == HF_TORCHVISION:
         return DataLoader(hf_table(store["arrow"]), shuffle=True, **common)
-    if name == PIM_ARROW:
+    if name in (PIM_ARROW, PIM_ARROW_CACHED):
         from pimloader.datasets import ArrowColumns
         return PIMDataLoader(ArrowColumns(hf_table(store["arrow"], raw=True), "image", "label"),
-                             shuffle=True, transform=pim_transform(), **common)
+                             shuffle=True, transform=pim_transform(), **common,
+                             **seekable_cache(store, name == PIM_ARROW_CACHED))
     raise ValueError(f"unknown contender {name!r}")
+
+
+def seekable_cache(store: dict, cached: bool) -> dict:
+    """The cache arguments of a "seekable cache" contender: room for the whole set."""
+    if not cached:
+        return {}
+    return {"cache_bytes": store["set_bytes"] * 5 // 4 + (1 << 20), "cache_seekable": True}
 
 
 def hf_table(path: Path, raw: bool = False):
@@ -176,7 +194,8 @@ class _Rows(torch.utils.data.Dataset):
 
 def missing(name: str) -> str | None:
     """Why contender `name` cannot run here (None: it can)."""
-    needs = {DALI_WDS: "nvidia.dali", HF_TORCHVISION: "datasets", PIM_ARROW: "datasets"}
+    needs = {DALI_WDS: "nvidia.dali", HF_TORCHVISION: "datasets", PIM_ARROW: "datasets",
+             PIM_ARROW_CACHED: "datasets"}
     module = needs.get(name, "webdataset")
     try:
         __import__(module)
@@ -201,6 +220,7 @@ def measure(names: list[str], store: dict, args) -> list[dict]:
     loaders = {name: make_loader(name, store, args) for name in names}
     seconds: dict[str, list[float]] = {name: [] for name in names}
     cpu: dict[str, list[float]] = {name: [] for name in names}
+    first: dict[str, float] = {}
     counts: dict[str, int] = {}
     try:
         for round_index in range(args.warmup + args.epochs):
@@ -208,6 +228,7 @@ def measure(names: list[str], store: dict, args) -> list[dict]:
                 clock = CpuClock().start()
                 elapsed, counts[name] = run_epoch(loaders[name])
                 used = clock.elapsed()
+                first.setdefault(name, elapsed)
                 if round_index >= args.warmup:
                     seconds[name].append(elapsed)
                     cpu[name].append(used)
@@ -216,7 +237,8 @@ def measure(names: list[str], store: dict, args) -> list[dict]:
             close_loader(loader)
     return [{"contender": name, "samples": counts[name], "epoch_s": seconds[name],
              "images_per_s": counts[name] / statistics.median(seconds[name]),
-             "cpu_ms_per_image": 1e3 * statistics.median(cpu[name]) / counts[name]}
+             "cpu_ms_per_image": 1e3 * statistics.median(cpu[name]) / counts[name],
+             "first_epoch_images_per_s": counts[name] / first[name]}
             for name in names]
 
 
@@ -232,8 +254,7 @@ def storage_runs(args, photos: Path) -> dict:
     urls = write_shards(photos, args.data / "shards", args.shard_size)
     runs = {}
     plans = {"local": LOCAL, "local seekable": LOCAL if args.seekable else None,
-             "arrow": [HF_TORCHVISION, PIM_ARROW],
-             "arrow seekable": [HF_TORCHVISION, PIM_ARROW] if args.seekable else None}
+             "arrow": ARROW, "arrow seekable": ARROW if args.seekable else None}
     for storage, names in plans.items():
         if names is None:
             continue
@@ -255,13 +276,13 @@ def http_run(storage: str, shard_paths: list[str], args) -> dict:
         http_urls = [f"{server.url}/{Path(url).name}" for url in shard_paths]
         kind = server.kind + (f" limit_rate {args.rate}" if server.kind == "nginx" else
                               " (no rate limit)")
-        return run_storage(storage, [WDS_TORCHVISION, PIM_WDS, PIM_SHARDS],
-                           {"urls": http_urls, "server": kind}, args)
+        return run_storage(storage, HTTP, {"urls": http_urls, "server": kind,
+                                           "set_bytes": files_bytes(shard_paths)}, args)
 
 
 def _store(storage: str, urls: list[str], args, photos: Path) -> dict:
     if storage == "local seekable":
-        return {"urls": write_seekable_shards(urls, args.data / "shards-seekable")}
+        urls = write_seekable_shards(urls, args.data / "shards-seekable")
     if storage.startswith("arrow"):
         if missing(HF_TORCHVISION) is not None:
             return {}
@@ -269,8 +290,13 @@ def _store(storage: str, urls: list[str], args, photos: Path) -> dict:
         if storage == "arrow seekable":
             from benchmarks import make_shards
             arrow = make_shards.write_seekable_arrow(arrow, args.data / "arrow-seekable")
-        return {"arrow": arrow}
-    return {"urls": urls}
+        return {"arrow": arrow, "set_bytes": files_bytes(urls)}
+    return {"urls": urls, "set_bytes": files_bytes(urls)}
+
+
+def files_bytes(paths: list[str]) -> int:
+    """The bytes of these files (the shards: the set's encoded bytes, and their headers)."""
+    return sum(Path(path).stat().st_size for path in paths)
 
 
 def run_storage(storage: str, names: list[str], store: dict, args) -> dict:
@@ -301,10 +327,11 @@ def report(results: dict) -> None:
               f"{', ' + run_['server'] if run_.get('server') else ''})")
         for row in run_["rows"]:
             ratio = "" if row["vs_baseline"] is None else f"  {row['vs_baseline']:.2f}x"
-            print(f"  {row['contender']:34s} {row['images_per_s']:8.1f} img/s{ratio}"
-                  f"  ({row['cpu_ms_per_image']:.2f} ms CPU per image)")
+            print(f"  {row['contender']:38s} {row['images_per_s']:8.1f} img/s{ratio}"
+                  f"  ({row['cpu_ms_per_image']:.2f} ms CPU per image; first epoch "
+                  f"{row['first_epoch_images_per_s']:.0f} img/s)")
         for name, why in run_["missing"].items():
-            print(f"  {name:34s} not run: {why}")
+            print(f"  {name:38s} not run: {why}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -9,6 +9,7 @@ PIMDataLoader without the cache (itself checked against torchvision elsewhere)."
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 import torch
@@ -21,7 +22,7 @@ from benchmarks.make_dataset import make_imagenet_like
 from pimloader import PIMDataLoader, TarShards
 from pimloader import transforms as T
 from pimloader.datasets import ImageFolder
-from pimloader.decode import DecodeError, is_jpeg, seek_info
+from pimloader.decode import DecodeError, add_restart_markers, is_jpeg, seek_info
 from test_image_pipeline import photos_with_a_truncated_file  # noqa: F401  (fixture, over this file's photos)
 
 BUDGET = 10 ** 8
@@ -134,6 +135,29 @@ def test_the_cache_holds_seekable_copies_with_the_originals_pixels(photos):
                            mode=ImageReadMode.UNCHANGED)
         assert torch.equal(got, want), f"sample {index}: the copy's pixels differ"
     assert kinds == {"jpeg", "other"}  # the set has a PNG among its JPEGs
+    loader.close()
+
+
+def test_a_jpeg_seekable_already_goes_in_as_it_is(photos, tmp_path):
+    root = tmp_path / "set"
+    shutil.copytree(photos, root)
+    paths = [path for path, _ in ImageFolder(root).samples]
+    seekable = [path for path in paths if is_jpeg(open(path, "rb").read())][:3]
+    for path in seekable:
+        with open(path, "rb") as file:
+            copy = add_restart_markers(file.read())
+        with open(path, "wb") as file:
+            file.write(copy)
+    loader = folder_loader(root, cache_bytes=BUDGET, cache_seekable=True)
+    want = epochs(folder_loader(root), 2)
+    for g, w in zip(epochs(loader, 2), want):
+        assert_same_batches(g, w)
+    originals = file_bytes(root)
+    jpegs = sum(is_jpeg(data) for data in originals)
+    assert loader.stats()[0].cache_seekable_copies == jpegs - len(seekable)
+    for path in seekable:
+        index = paths.index(path)
+        assert cache_of(loader).get(index) == originals[index]
     loader.close()
 
 

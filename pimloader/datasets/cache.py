@@ -23,7 +23,8 @@ import numpy as np
 import torch
 
 from pimloader._sample_cache import ffi, lib
-from pimloader.decode.seekable import seekable_version
+from pimloader.decode.jpeg import is_jpeg
+from pimloader.decode.seekable import seek_info, seekable_version
 
 from .source import EncodedSample, Source, prefetch
 
@@ -147,8 +148,9 @@ class CachedReader(Source):
     With `seekable`, a JPEG goes into the cache as its seekable copy (restart markers added
     losslessly: decode.seekable), which the read that took it decodes too: the same
     pixels, and every later crop is decoded from the restart intervals around it. A JPEG
-    is transcoded only when the cache has room for it; one libjpeg cannot read whole goes
-    in as it is (its decode then fails as the original's would)."""
+    is transcoded only when the cache has room for it; one that is seekable already, or
+    that libjpeg cannot read whole, goes in as it is (the decode of the latter then fails
+    as the original's would)."""
 
     # the cost of a copy: half that of one fitted to the file, about 3% larger
     OPTIMIZE_SEEKABLE = False
@@ -201,11 +203,12 @@ class CachedReader(Source):
 
     def _kept(self, sample: EncodedSample) -> EncodedSample:
         """The sample as the cache keeps it: its seekable copy (when `seekable`, a JPEG
-        libjpeg reads whole, and room for it), else the sample itself."""
-        if not self.seekable or not self.cache.has_room(len(sample.data)):
+        libjpeg reads whole and cannot seek in yet, and room for it), else the sample."""
+        data = sample.data
+        if (not self.seekable or not is_jpeg(data) or seek_info(data) is not None
+                or not self.cache.has_room(len(data))):
             return sample
-        kind, data = seekable_version(sample.data, name=sample.name,
-                                      optimize=self.OPTIMIZE_SEEKABLE)
+        kind, data = seekable_version(data, name=sample.name, optimize=self.OPTIMIZE_SEEKABLE)
         if kind != "transcoded":
             return sample
         self._counts[4] += 1
