@@ -107,6 +107,24 @@ __attribute__((target("ssse3"))) static void hpass_c3_ssse3(const uint8_t *src,
     }
 }
 
+/* Pixels of taps t..t+3 of two windows (16 bytes from each: 12 used), one per lane. */
+__attribute__((target("avx2"))) static inline __m256i hpass_c3_pair_pixels(
+    const uint8_t *s0, const uint8_t *s1, uint32_t t)
+{
+    return _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(s0 + 3 * t))),
+        _mm_loadu_si128((const __m128i *)(const void *)(s1 + 3 * t)), 1);
+}
+
+/* Weights of taps t..t+3 of two windows, one per lane (low 8 bytes of each). */
+__attribute__((target("avx2"))) static inline __m256i hpass_c3_pair_weights(
+    const int16_t *k0, const int16_t *k1, uint32_t t)
+{
+    return _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)(const void *)(k0 + t))),
+        _mm_loadl_epi64((const __m128i *)(const void *)(k1 + t)), 1);
+}
+
 /* Outputs j (low lane) and j + 1 (high lane) of a 3-channel row: int32 r g b 0 each. */
 __attribute__((target("avx2"))) static inline __m256i hpass_c3_pair(
     const uint8_t *src, const pim_range_t *ranges, const int16_t *weights, uint32_t taps,
@@ -121,20 +139,25 @@ __attribute__((target("avx2"))) static inline __m256i hpass_c3_pair(
     const uint8_t *s1 = src + 3u * ranges[j + 1].first;
     const int16_t *k0 = weights + (size_t)j * taps;
     const int16_t *k1 = k0 + taps;
-    const uint32_t n0 = round4(ranges[j].count), n1 = round4(ranges[j + 1].count);
-    const uint32_t n = n0 > n1 ? n0 : n1;
+    const uint32_t c0 = ranges[j].count, c1 = ranges[j + 1].count;
+    const uint32_t count = c0 > c1 ? c0 : c1;
     __m256i acc = init;
-    for (uint32_t t = 0; t < n; t += 4) {
-        const __m256i px = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(s0 + 3 * t))),
-            _mm_loadu_si128((const __m128i *)(const void *)(s1 + 3 * t)), 1);
-        const __m256i w = _mm256_inserti128_si256(
-            _mm256_castsi128_si256(_mm_loadl_epi64((const __m128i *)(const void *)(k0 + t))),
-            _mm_loadl_epi64((const __m128i *)(const void *)(k1 + t)), 1);
+    uint32_t t = 0;
+    /* taps t..t+3 while three or more are left; then taps t, t+1 alone if one or two are
+     * (the weights past a window's count are zero: skipping them changes no sum) */
+    for (; t + 2 < count; t += 4) {
+        const __m256i px = hpass_c3_pair_pixels(s0, s1, t);
+        const __m256i w = hpass_c3_pair_weights(k0, k1, t);
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, lo),
                                                       _mm256_shuffle_epi32(w, 0x00)));
         acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, hi),
                                                       _mm256_shuffle_epi32(w, 0x55)));
+    }
+    if (t < count) {
+        const __m256i px = hpass_c3_pair_pixels(s0, s1, t);
+        const __m256i w = hpass_c3_pair_weights(k0, k1, t);
+        acc = _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_shuffle_epi8(px, lo),
+                                                      _mm256_shuffle_epi32(w, 0x00)));
     }
     return acc;
 }
