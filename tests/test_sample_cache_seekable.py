@@ -224,3 +224,24 @@ def test_arguments_are_checked(photos):
     for bad in (1, "yes", None):
         with pytest.raises(TypeError, match="cache_seekable must be True or False"):
             folder_loader(photos, cache_bytes=BUDGET, cache_seekable=bad)
+
+
+def test_the_copies_are_decoded_on_the_dpus_where_the_originals_cannot_be(photos):
+    """On the emulator with decode_on_dpu=True: JPEGs without restart markers (and
+    progressive ones) fall back to the host; their seekable copies are decoded by the DPUs,
+    from the first epoch on (the read that takes a copy decodes it), with the CPU
+    backend's batches."""
+    def run(**kw):
+        loader = folder_loader(photos, reduced_dct=False, **kw)
+        return epochs(loader, 2), loader.stats()
+    want, _ = run(backend="cpu")
+    plain, plain_stats = run(backend="emulator", nr_dpus=2, decode_on_dpu=True)
+    cached, stats = run(backend="emulator", nr_dpus=2, decode_on_dpu=True,
+                        cache_bytes=BUDGET, cache_seekable=True)
+    for g, p, w in zip(cached, plain, want):
+        assert_same_batches(g, w)
+        assert_same_batches(p, w)
+    assert all(s.dpu_decoded_samples == 0 for s in plain_stats)
+    copies = stats[0].cache_seekable_copies
+    assert copies > 0 and all(s.dpu_decoded_samples > 0 for s in stats)
+    assert stats[0].dpu_decoded_samples == stats[1].dpu_decoded_samples <= copies
