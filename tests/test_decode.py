@@ -390,10 +390,15 @@ def test_margin_rows_are_packed_at_the_decoded_width():
 # Restart markers: lossless copies a crop is decoded from without the rest
 # --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ENCODING_NAMES)
-@pytest.mark.parametrize("max_interval", [1, 3, 4])
-def test_restart_copy_is_lossless_and_crops_decode_exactly(name, max_interval):
+@pytest.mark.parametrize("max_interval,optimize", [(1, True), (3, True), (4, True),
+                                                   (1, False), (4, False)])
+def test_restart_copy_is_lossless_and_crops_decode_exactly(name, max_interval, optimize):
+    """Huffman tables fitted to the copy (optimize=True) or the standard ones: the same
+    pixels either way."""
     original = enc(name)
-    copy = D.add_restart_markers(original, max_interval, name="x.jpg")
+    copy = D.add_restart_markers(original, max_interval, name="x.jpg", optimize=optimize)
+    if not optimize:  # other tables: other bytes
+        assert copy != D.add_restart_markers(original, max_interval, name="x.jpg")
     full = full_scaled(original, 8)
     assert np.array_equal(full_scaled(copy, 8), full)  # same coefficients, same pixels
     info = D.seek_info(copy)

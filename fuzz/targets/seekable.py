@@ -1,6 +1,7 @@
 """The seekable rewriter: add_restart_markers (libjpeg's coefficient API through
 csrc/jpeg_restart.c), what `make_seekable` and `python -m pimloader.make_seekable` run on
-every file of a folder.
+every file of a folder (Huffman tables fitted to the file), and the encoded-sample cache on
+each JPEG it takes with cache_seekable=True (the standard tables).
 
 Documented error: DecodeError (a corrupt file, or one over the pixel limit). What is checked
 beyond it: a copy it writes is seekable (seek_info finds its restart interval) and decodes
@@ -21,8 +22,9 @@ PIXEL_LIMIT = 1 << 18
 def one_input(data: bytes) -> None:
     Image.MAX_IMAGE_PIXELS = PIXEL_LIMIT
     max_interval = 1 + (data[-1] % 8 if data else 0)
+    optimize = bool(data[-1] & 8) if data else True   # fitted tables, or the standard ones
     try:
-        copy = add_restart_markers(data, max_interval, name="fuzz.jpg")
+        copy = add_restart_markers(data, max_interval, name="fuzz.jpg", optimize=optimize)
     except DecodeError:
         return
     info = seek_info(copy)
