@@ -80,7 +80,8 @@ def test_tar_shards_give_torchvision_batches_every_epoch(photos, shards, workers
     torchvision_loader = torch.utils.data.DataLoader(
         DecodedItems(TarShards(shards, keys=KEYS), train_steps()),
         generator=torch.Generator().manual_seed(0), **common)
-    cached = PIMDataLoader(TarShards(shards, keys=KEYS), transform=T.Compose([T.Decode(), *train_steps()]),
+    cached = PIMDataLoader(TarShards(shards, keys=KEYS),
+                           transform=T.Compose([T.Decode(), *train_steps()]),
                            generator=torch.Generator().manual_seed(0), reduced_dct=False,
                            cache_bytes=BUDGET, cache_seekable=True, **common)
     for epoch in range(3):  # the first takes the copies, the others decode from them
