@@ -91,7 +91,7 @@ def _equal_batches(rank, out_dir, root, variants, epochs, scope):
         owners = cache.owners.tolist()
         loader.close()  # finishes the last epoch's exchange: its counts are final
         result["sockets"].append(_sockets())  # its group's connections are closed
-        plain = _loader(root, sampler, **kw)
+        plain = _loader(root, sampler, **{k: v for k, v in kw.items() if k != "cache_seekable"})
         result[name] = dict(got=got, want=_epochs(plain, sampler, 0, epochs),
                               counts=_counts(loader.stats()), held=held, owners=owners)
     result["resume"] = _resume(root, scope, variants["whole"][0])

@@ -76,8 +76,9 @@ def _assert_same(got, want, what):
 @pytest.fixture(scope="module")
 def cluster_run(photos, tmp_path_factory):
     """One job: 3 epochs at two budgets (each node's part fits; about half of it), with 2
-    workers, with none and with persistent workers, each followed by the same loader
-    without a cache; then a resume. Per rank, its results."""
+    workers, with none and with persistent workers, and with the node caches keeping
+    seekable copies, each followed by the same loader without a cache; then a resume. Per
+    rank, its results."""
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("no gloo")
     out = tmp_path_factory.mktemp("ranks")
@@ -88,7 +89,9 @@ def cluster_run(photos, tmp_path_factory):
     whole, small = max(part) + 64, min(part) // 2
     variants = {"whole": (whole, {}), "small": (small, {}),
                 "whole, main process": (whole, dict(num_workers=0)),
-                "small, persistent": (small, dict(persistent_workers=True))}
+                "small, persistent": (small, dict(persistent_workers=True)),
+                # seekable copies, served to the other nodes as the node cache holds them
+                "whole, seekable copies": (2 * whole, dict(cache_seekable=True))}
     before = _segments()
     codes = _run(ranks.equal_batches_main, _free_port(), str(out), str(photos), variants,
                  EPOCHS)
