@@ -171,6 +171,24 @@ def test_a_second_data_chunk_decodes_as_libsndfile_reads_it(riff_size, tail):
     np.testing.assert_array_equal(got, want.T)
 
 
+@pytest.mark.parametrize("subtype", ["G721_32", "GSM610"])
+def test_a_codec_libsndfile_cannot_seek_in_decodes_as_it_reads_by_count(subtype):
+    """Fuzz finding 5 (docs/results.md): libsndfile opens G.721 ADPCM and GSM 6.10 WAVs as
+    not seekable, and soundfile then reads them only by count (`read()` with no count is a
+    ValueError, "frames must be specified"). pimloader raised that ValueError; now it reads
+    what libsndfile reads, by the count the file states."""
+    encoded = io.BytesIO()
+    soundfile.write(encoded, np.sin(np.linspace(0, 40, 800)).reshape(-1, 1) * 0.5, 8000,
+                    format="WAV", subtype=subtype)
+    data = encoded.getvalue()
+    with soundfile.SoundFile(io.BytesIO(data)) as file:
+        assert not file.seekable()
+        want = file.read(file.frames, dtype="float32", always_2d=True)
+    got, rate = decode_audio(data, "clip.wav")
+    assert rate == 8000 and got.shape == (1, want.shape[0]) and want.shape[0] >= 800
+    np.testing.assert_array_equal(got, want.T)
+
+
 def test_splits_follow_the_lists(folder):
     root, truth = folder
     names = {split: [Path(p).relative_to(root).as_posix()

@@ -113,15 +113,17 @@ def _libsndfile(data: bytes, where: str, name: str | None, downmix: bool
 
 
 def _read_within_limit(file: soundfile.SoundFile, name) -> np.ndarray:
-    """[frames, channels] float32 of an open file, its frame count checked first. A stream
-    that does not say its length (a FLAC whose STREAMINFO gives 0 samples: libsndfile then
-    reports 2**63 - 1 frames) is refused: libsndfile fails at its last block (tested)."""
+    """[frames, channels] float32 of an open file, its frame count checked first, then read
+    by that count: libsndfile cannot seek in some codecs (G.721 and G.723 ADPCM), and
+    soundfile reads those only by count (tested). A stream that does not say its length (a
+    FLAC whose STREAMINFO gives 0 samples: libsndfile then reports 2**63 - 1 frames) is
+    refused: libsndfile fails at its last block (tested)."""
     if file.frames == _UNKNOWN_FRAMES:
         raise audio_limits.refuse(name, "frame count", "is unknown (a stream that does not "
                                   "say its length, such as a FLAC whose STREAMINFO gives 0 "
                                   "samples), which libsndfile cannot read to its end")
     audio_limits.check_samples(name, file.frames, file.channels, stacklevel=4)
-    return file.read(dtype="float32", always_2d=True)
+    return file.read(file.frames, dtype="float32", always_2d=True)
 
 
 def _channel_mean(samples: np.ndarray) -> np.ndarray:
