@@ -36,6 +36,7 @@
 
 #include "pim_jpeg.h"
 #include "pim_jpeg_restart.h"
+#include "pim_jpeg_seek_index.h"
 
 #define PL_ROWS 8 /* scanlines per jpeg_read_scanlines call */
 
@@ -494,6 +495,31 @@ static int pl_decode_body(j_decompress_ptr cinfo, pl_error_mgr *err, pl_source_m
     return PL_JPEG_OK;
 }
 
+/* The decode of a sub-image of the intervals of `rect` (a JPEG of its own, `image`), with
+ * the box moved into it; the results in the whole image's terms. */
+static int pl_decode_subimage(const uint8_t *image, size_t bytes, const pl_restart_layout *layout,
+                              const pl_mcu_rect *rect, const pl_jpeg_request *req, uint8_t *out,
+                              int64_t out_row_stride, size_t out_size, pl_jpeg_result *res)
+{
+    pl_jpeg_request sub = *req;
+    const int32_t scale = req->scale_num;
+    int status;
+
+    sub.seek = 0;
+    sub.seek_index = NULL;
+    sub.seek_index_size = 0;
+    sub.top -= rect->row0 * layout->mcu_height * scale / 8;
+    sub.left -= rect->col0 * layout->mcu_width * scale / 8;
+    status = pl_jpeg_decode(image, bytes, &sub, out, out_row_stride, out_size, res);
+    res->seek_used = 1;
+    res->decoded_left += rect->col0 * layout->mcu_width * scale / 8;
+    res->scaled_height = pl_scaled(layout->height, scale);
+    res->scaled_width = pl_scaled(layout->width, scale);
+    res->image_height = layout->height;
+    res->image_width = layout->width;
+    return status;
+}
+
 /* A box of a JPEG with restart markers: decodes the sub-image of the restart intervals
  * around it (jpeg_restart.c), with the box moved into it (at any DCT scale). -1 when the
  * file or the box does not allow it, or it would not pay (a box outside the image, a box that needs
@@ -505,7 +531,6 @@ static int pl_decode_seeking(const uint8_t *data, size_t size, const pl_jpeg_req
 {
     pl_restart_layout layout;
     pl_mcu_rect rect;
-    pl_jpeg_request sub = *req;
     uint8_t *image;
     size_t bytes;
     int status;
@@ -525,18 +550,40 @@ static int pl_decode_seeking(const uint8_t *data, size_t size, const pl_jpeg_req
         return -1;
     }
     pl_subimage_write(data, &layout, &rect, image);
-    sub.seek = 0;
-    sub.top -= rect.row0 * layout.mcu_height * scale / 8;
-    sub.left -= rect.col0 * layout.mcu_width * scale / 8;
-    status = pl_jpeg_decode(image, bytes, &sub, out, out_row_stride, out_size, res);
-    res->seek_used = 1;
-    res->decoded_left += rect.col0 * layout.mcu_width * scale / 8;
-    res->scaled_height = pl_scaled(layout.height, scale);
-    res->scaled_width = pl_scaled(layout.width, scale);
-    res->image_height = layout.height;
-    res->image_width = layout.width;
+    status = pl_decode_subimage(image, bytes, &layout, &rect, req, out, out_row_stride,
+                                out_size, res);
     free(image);
     pl_restart_layout_free(&layout);
+    return status;
+}
+
+/* A box of a JPEG without restart markers, with its seek index (jpeg_seek_index.c): the
+ * intervals around the box, cut out of the data as a JPEG with restart markers of its
+ * own. -1, as pl_decode_seeking, when the index is not this file's, the box does not
+ * allow it or it would not pay, or the cut fails (a code that does not decode). */
+static int pl_decode_indexed(const uint8_t *data, size_t size, const pl_jpeg_request *req,
+                             uint8_t *out, int64_t out_row_stride, size_t out_size,
+                             pl_jpeg_result *res)
+{
+    pl_restart_layout layout;
+    pl_mcu_rect rect;
+    uint8_t *image;
+    size_t bytes;
+    int status;
+    const int32_t scale = req->scale_num;
+
+    if (!pl_seek_index_check(data, size, req->seek_index, req->seek_index_size, &layout) ||
+        (req->max_pixels > 0 && (int64_t)layout.width * layout.height > req->max_pixels) ||
+        (int64_t)req->top + req->height > pl_scaled(layout.height, scale) ||
+        (int64_t)req->left + req->width > pl_scaled(layout.width, scale))
+        return -1;
+    pl_seek_box(&layout, scale, req->top, req->left, req->height, req->width, &rect);
+    if (!pl_seek_pays(&layout, &rect) ||
+        (image = pl_seek_index_subimage(data, size, req->seek_index, &rect, &bytes)) == NULL)
+        return -1;
+    status = pl_decode_subimage(image, bytes, &layout, &rect, req, out, out_row_stride,
+                                out_size, res);
+    free(image);
     return status;
 }
 
@@ -557,6 +604,12 @@ int pl_jpeg_decode(const uint8_t *data, size_t size, const pl_jpeg_request *req,
         return pl_arg_error(res, "negative box");
     if (req->seek && req->roi && req->height > 0 && req->width > 0) {
         const int status = pl_decode_seeking(data, size, req, out, out_row_stride, out_size, res);
+        if (status >= 0)
+            return status;
+        memset(res, 0, sizeof(*res));
+    }
+    if (req->seek_index != NULL && req->roi && req->height > 0 && req->width > 0) {
+        const int status = pl_decode_indexed(data, size, req, out, out_row_stride, out_size, res);
         if (status >= 0)
             return status;
         memset(res, 0, sizeof(*res));

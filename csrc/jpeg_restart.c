@@ -36,7 +36,7 @@ static unsigned pl_be16(const uint8_t *p)
 }
 
 /* The frame (SOF0/SOF1) segment's payload: MCU geometry. 0 if it is not one we seek in. */
-static int pl_read_frame(const uint8_t *p, size_t length, pl_restart_layout *layout)
+int pl_restart_layout_frame(const uint8_t *p, size_t length, pl_restart_layout *layout)
 {
     unsigned components, max_h = 1, max_v = 1, c;
 
@@ -88,7 +88,7 @@ static int pl_read_markers(const uint8_t *data, size_t size, pl_restart_layout *
         if (length < 2 || at + 1 + length > size)
             return 0;
         if (marker == 0xC0 || marker == 0xC1) {
-            if (have_frame || !pl_read_frame(data + at + 3, length - 2, layout))
+            if (have_frame || !pl_restart_layout_frame(data + at + 3, length - 2, layout))
                 return 0;
             layout->frame_size_at = at + 4; /* the frame's height, then width */
             have_frame = 1;

@@ -53,6 +53,10 @@ typedef struct {
     /* > 0: refuse (PL_JPEG_EBOMB) an image of more than this many pixels (width x height,
      * from its header) before anything is allocated for decoding it; 0: no limit */
     int64_t max_pixels;
+    /* with roi: the file's seek index (pl_jpeg_seek_index), or NULL. A JPEG without
+     * restart markers is then decoded from the intervals around the box only. */
+    const uint8_t *seek_index;
+    size_t seek_index_size;
 } pl_jpeg_request;
 
 typedef struct {
@@ -71,6 +75,14 @@ typedef struct {
 } pl_jpeg_result;
 
 int pl_jpeg_read_header(const uint8_t *data, size_t size, pl_jpeg_header *hdr);
+
+/* A seek index of a baseline JPEG without restart markers (jpeg_seek_index.c): where its
+ * entropy-coded data stands every few MCUs. _size: the bytes it takes, 0 for a file that
+ * cannot have one (progressive, arithmetic, restart markers, several scans, 2 or 4
+ * components). pl_jpeg_seek_index writes it to out and returns its size; 0 when the file
+ * cannot have one or its data does not decode to its last MCU. */
+size_t pl_jpeg_seek_index_size(const uint8_t *data, size_t size);
+size_t pl_jpeg_seek_index(const uint8_t *data, size_t size, uint8_t *out, size_t out_size);
 
 /* Decodes into out: row r of the box starts at out + r * out_row_stride, pixels packed
  * (out_channels bytes each).  out_size is the number of bytes available at out. */

@@ -21,6 +21,9 @@ typedef struct {
     int32_t row0, row1, col0, col1; /* MCU rows [row0, row1), columns [col0, col1) */
 } pl_mcu_rect;
 
+/* The MCU geometry from a frame (SOF0/SOF1) segment's payload; 0 for one of other than
+ * 8-bit samples or 1 to 4 components. */
+int pl_restart_layout_frame(const uint8_t *payload, size_t length, pl_restart_layout *layout);
 /* 1 for a baseline single-scan JPEG whose restart interval divides its MCU rows (from its
  * markers only; no allocation); 0 otherwise. */
 int pl_restart_layout_read(const uint8_t *data, size_t size, pl_restart_layout *layout);

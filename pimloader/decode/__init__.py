@@ -21,10 +21,10 @@ from .encode import encode_jpeg
 from .errors import AudioBombError, AudioBombWarning
 from .jpeg import *  # noqa: F401,F403  (the decoders, listed in jpeg.__all__)
 from .jpeg import __all__ as _decoders
-from .seekable import (SeekableCopy, SeekInfo, add_restart_markers, make_seekable, seek_info,
-                       seekable_version)
+from .seekable import (SeekableCopy, SeekInfo, add_restart_markers, make_seekable, seek_index,
+                       seek_info, seekable_version)
 
-__all__ = [*_decoders, "decode_audio", "encode_jpeg", "SeekInfo", "seek_info",
+__all__ = [*_decoders, "decode_audio", "encode_jpeg", "SeekInfo", "seek_info", "seek_index",
            "add_restart_markers", "seekable_version", "SeekableCopy", "make_seekable",
            "MAX_IMAGE_PIXELS", "MAX_AUDIO_SAMPLES", "AudioBombError", "AudioBombWarning"]
 

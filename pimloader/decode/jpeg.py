@@ -75,6 +75,7 @@ import numpy as np
 
 from pimloader._jpeg import ffi, lib
 
+from .dct_scale import _check_scale, pick_scale, scaled_size
 from .errors import (DecodeError, DecodeWarning, DecompressionBombError,  # noqa: F401
                      DecompressionBombWarning, _bomb_error, _check_pixels, _describe, _fail,
                      _max_pixels, _pixel_limit, _translate_pillow_bomb, _warn_if_large)
@@ -230,12 +231,6 @@ def image_size(data, name=None, *, warn: bool = True) -> Tuple[int, int]:
     return height, width
 
 
-def scaled_size(height: int, width: int, scale: int) -> Tuple[int, int]:
-    """Size of an image decoded at scale/8 (libjpeg rounds up)."""
-    _check_scale(scale)
-    return -(-height * scale // 8), -(-width * scale // 8)
-
-
 def scaled_region(box: Optional[Sequence[int]], scale: int, height: int, width: int):
     """Map a full-resolution box to scale/8.
 
@@ -252,34 +247,11 @@ def scaled_region(box: Optional[Sequence[int]], scale: int, height: int, width: 
     return (y0, x0, y1 - y0, x1 - x0), (top * f - y0, left * f - x0, h * f, w * f)
 
 
-def pick_scale(crop_height: int, crop_width: int, out_height: int, out_width: int, *,
-               min_ratio: float = 2.0, scales: Sequence[int] = (1, 2, 4, 8)) -> int:
-    """The DCT scale M (of 8) with the largest reduction that keeps the scaled crop at least
-    the output size in both directions; 8 (no reduction) unless the crop is at least
-    `min_ratio` times the output size in both directions.
-
-    `scales` defaults to 1/8, 1/4, 1/2: libjpeg-turbo's SIMD code covers those reductions,
-    while 3/8, 5/8, 6/8 and 7/8 use plain C IDCTs that are barely faster than a full
-    decode (see the timings in the design notes).
-    """
-    if crop_height < min_ratio * out_height or crop_width < min_ratio * out_width:
-        return 8
-    for m in sorted(scales):
-        _check_scale(m)
-        if crop_height * m >= 8 * out_height and crop_width * m >= 8 * out_width:
-            return m
-    return 8
-
-
-def _check_scale(scale) -> None:
-    if not (isinstance(scale, (int, np.integer)) and 1 <= scale <= 8):
-        raise ValueError(f"scale must be an integer M in 1..8 (decode at M/8), not {scale!r}")
-
-
 # --------------------------------------------------------------------------------------
 # JPEG
 # --------------------------------------------------------------------------------------
-def _jpeg_call(data, buf, size, region, scale, channels, out, strict, roi, name):
+def _jpeg_call(data, buf, size, region, scale, channels, out, strict, roi, name,
+               seek_index=None):
     """Decode `region` (scaled coordinates, or None = whole image) into out; returns
     (returned object, pl_jpeg_result)."""
     if channels not in (None, 1, 3):
@@ -307,12 +279,26 @@ def _jpeg_call(data, buf, size, region, scale, channels, out, strict, roi, name)
         "scale_num": scale, "top": top, "left": left, "height": height, "width": width,
         "channels": 0 if channels is None else channels, "strict": 1 if strict else 0,
         "roi": 1 if roi else 0, "seek": 1 if roi else 0, "max_pixels": _max_pixels(limit)})
+    index = _set_seek_index(req, seek_index)
     res = ffi.new("pl_jpeg_result *")
     stride = _row_stride(array)
     nbytes = (height - 1) * stride + width * n_channels
     rc = lib.pl_jpeg_decode(buf, size, req, _pointer(array), stride, nbytes, res)
+    del index
     _check_result(rc, res, name, stacklevel=4, limit=None if checked else limit)
     return result, res
+
+
+def _set_seek_index(req, seek_index):
+    """Points the request at a seek index (None: none); returns what keeps it alive."""
+    if seek_index is None:
+        return None
+    if not isinstance(seek_index, (bytes, bytearray, memoryview)):
+        raise TypeError(f"seek_index must be bytes from pimloader.decode.seek_index or None, "
+                        f"not {type(seek_index).__name__}")
+    index = ffi.from_buffer(seek_index)
+    req.seek_index, req.seek_index_size = index, len(index)
+    return index
 
 
 def _check_result(rc: int, res, name, stacklevel: int, limit: Optional[int] = None) -> None:
@@ -332,7 +318,7 @@ def _check_result(rc: int, res, name, stacklevel: int, limit: Optional[int] = No
 
 
 def decode_jpeg(data, box: Optional[Sequence[int]] = None, *, channels: Optional[int] = 3,
-                out=None, strict: bool = True, roi: bool = True, name=None):
+                out=None, strict: bool = True, roi: bool = True, name=None, seek_index=None):
     """Decode a JPEG (bytes-like, or a 1-D uint8 array/tensor) to a uint8 HWC array.
 
     box       (top, left, height, width) in pixels: decode only this crop (bit-identical
@@ -345,6 +331,8 @@ def decode_jpeg(data, box: Optional[Sequence[int]] = None, *, channels: Optional
               False decodes what is there with a DecodeWarning.
     roi       False decodes the whole image and copies the box (the reference path).
     name      names the sample in error messages (a path, "sample 17").
+    seek_index  the file's pimloader.decode.seek_index: the box is then decoded from the
+              intervals around it (same pixels). An index of another file is not used.
     """
     data, buf, size = _buffer(data, name)
     region = None
@@ -356,11 +344,13 @@ def decode_jpeg(data, box: Optional[Sequence[int]] = None, *, channels: Optional
         else:
             header = read_header(data, name)
             region = _check_box(box, header.height, header.width)
-    return _jpeg_call(data, buf, size, region, 8, channels, out, strict, roi, name)[0]
+    return _jpeg_call(data, buf, size, region, 8, channels, out, strict, roi, name,
+                      seek_index)[0]
 
 
 def decode_jpeg_into(data, box: Sequence[int], buffer: np.ndarray, *, channels: int = 3,
-                     strict: bool = True, name=None) -> Tuple[np.ndarray, np.ndarray]:
+                     strict: bool = True, name=None, seek_index=None
+                     ) -> Tuple[np.ndarray, np.ndarray]:
     """decode_jpeg of `box` into a caller's reusable `buffer` (1-D uint8), without copying
     the box out of the columns libjpeg decodes around it (iMCU-aligned, plus upsampling
     context): the buffer holds the box's rows at that decoded width, packed, and the box
@@ -368,7 +358,7 @@ def decode_jpeg_into(data, box: Sequence[int], buffer: np.ndarray, *, channels: 
 
     Returns (box view, buffer): `buffer` itself, or a larger one when it could not hold the
     rows (box height x image width x channels bytes), with room for the whole image; pass
-    that one next time."""
+    that one next time. `seek_index`: as decode_jpeg's."""
     if channels not in (1, 3):
         raise ValueError(f"channels must be 3 or 1, not {channels!r}")
     data, buf, size = _buffer(data, name)
@@ -380,6 +370,7 @@ def decode_jpeg_into(data, box: Sequence[int], buffer: np.ndarray, *, channels: 
         "scale_num": 8, "top": top, "left": left, "height": height, "width": width,
         "channels": channels, "strict": 1 if strict else 0, "roi": 1, "margin": 1,
         "seek": 1, "max_pixels": _max_pixels(limit)})
+    index = _set_seek_index(req, seek_index)
     res = ffi.new("pl_jpeg_result *")
     rc = lib.pl_jpeg_decode(buf, size, req, _pointer(buffer), 0, buffer.nbytes, res)
     needed = height * res.scaled_width * channels
@@ -388,6 +379,7 @@ def decode_jpeg_into(data, box: Sequence[int], buffer: np.ndarray, *, channels: 
         # small again for the next, taller one
         buffer = np.empty(res.scaled_height * res.scaled_width * channels, np.uint8)
         rc = lib.pl_jpeg_decode(buf, size, req, _pointer(buffer), 0, buffer.nbytes, res)
+    del index
     _check_result(rc, res, name, stacklevel=3, limit=limit)
     decoded_width = res.decoded_width
     rows = buffer[:height * decoded_width * channels].reshape(height, decoded_width, channels)

@@ -1,0 +1,31 @@
+/* pim_jpeg_seek_index.h: seek indexes of JPEGs without restart markers, and the
+ * sub-images cut out with them (csrc/jpeg_seek_index.c). Internal to the JPEG module; the
+ * index's making is in pim_jpeg.h's cdef.
+ *
+ * An index: "PLSI", a version, the JPEG's size in bytes and the interval k (4 bytes each,
+ * native order), a 64-bit fingerprint of the file's bytes, then one point every k MCUs and one past the last MCU, each of
+ * PL_SEEK_POINT_BYTES: the raw byte offset of the data byte holding the next bit, that
+ * bit's position counted in data bits from the scan's start, how many bits of that byte
+ * precede it, a byte of padding, and each scan component's DC prediction (int16). */
+#ifndef PIM_JPEG_SEEK_INDEX_H
+#define PIM_JPEG_SEEK_INDEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pim_jpeg_restart.h"
+
+#define PL_SEEK_INDEX_HEADER 24
+#define PL_SEEK_POINT_BYTES 16
+#define PL_SEEK_INDEX_VERSION 1
+
+/* 1, with the file's layout (interval: the index's k), when `index` is an index of this
+ * file; 0 otherwise. */
+int pl_seek_index_check(const uint8_t *data, size_t size, const uint8_t *index,
+                        size_t index_size, pl_restart_layout *layout);
+/* The JPEG of `rect`'s MCUs (malloc'ed, *image_size bytes), one scan without restart
+ * markers; NULL when a code does not decode, a DC value has no code, or memory runs out. */
+uint8_t *pl_seek_index_subimage(const uint8_t *data, size_t size, const uint8_t *index,
+                                const pl_mcu_rect *rect, size_t *image_size);
+
+#endif /* PIM_JPEG_SEEK_INDEX_H */

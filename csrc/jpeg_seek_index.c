@@ -1,0 +1,758 @@
+/* jpeg_seek_index.c: seeking into baseline JPEGs that have no restart markers.
+ *
+ * Without restart markers a crop can only be reached by Huffman-decoding every MCU before
+ * it and every MCU of each row it spans (jpeg_restart.c explains how restart markers lift
+ * this). A seek index records, once, where the entropy-coded data stands every k MCUs (k
+ * the largest divisor of an MCU row's count that is at most 4, as in the restart copies):
+ * the bit position and each component's DC prediction there. With it, the MCUs of each
+ * row around a box (jpeg_restart.c's pl_seek_box: whole k-MCU steps, a margin of upsampling
+ * context) are cut out of the original data and written, row after row, as one scan of a
+ * JPEG of the rectangle's size (pl_decode_indexed in jpeg_decode.c decodes it):
+ *
+ *   - a row's data begins at any bit: it is copied bit by bit and 0xFF bytes are stuffed
+ *     again (B.1.1.5) as they fall in the copy;
+ *   - the DC coefficient is coded as the difference from the previous block of its
+ *     component (F.1.2.1): the first block of each component in a row's first MCU has its
+ *     difference re-encoded from what the copy decodes before it (the previous row's last
+ *     values; 0 at the top). Every other code is copied as it is, so the coefficients,
+ *     hence the pixels, are the original's;
+ *   - a DC table fitted to the file (optimised Huffman tables) may lack the magnitude
+ *     category of such a difference: the missing categories are added to the copy's table
+ *     as codes of 16 bits after every existing code, which leaves the existing codes as
+ *     they are (C.2: codes are assigned in order of length, then of HUFFVAL).
+ *
+ * The copy has no restart markers on purpose: libjpeg-turbo decodes a scan with a restart
+ * interval with its slow Huffman decoder only (jdhuff.c, decode_mcu).
+ *
+ * Section numbers are those of ITU-T T.81. No index is made for what this does not
+ * cover: progressive, arithmetic or 12-bit files, restart markers (those seek already),
+ * several scans, 2 or 4 components, a bad Huffman code, data that ends before the last
+ * MCU. An index carries a fingerprint of the file's bytes and is used on those only.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pim_jpeg.h"
+#include "pim_jpeg_restart.h"
+#include "pim_jpeg_seek_index.h"
+
+#define LOOK_BITS 9
+#define MAX_SCAN_COMPONENTS 3
+
+typedef struct {
+    uint8_t bits[17];        /* BITS[1..16]: codes of each length */
+    uint8_t values[256];     /* HUFFVAL */
+    int count;
+    int32_t maxcode[18];     /* largest code of each length, -1 if none (F.2.2.3) */
+    int32_t valoffset[18];   /* values[code + valoffset[length]] */
+    uint16_t look[1 << LOOK_BITS]; /* length << 8 | value for codes of <= LOOK_BITS bits */
+    uint16_t code_of[256];   /* encoding: each symbol's code and length (0: no code) */
+    uint8_t length_of[256];
+} pl_huff;
+
+typedef struct {
+    pl_restart_layout layout;           /* geometry, as jpeg_restart.c's (interval = k) */
+    size_t sos_at;                      /* the SOS marker's 0xFF */
+    int scan_components;
+    int blocks_h[MAX_SCAN_COMPONENTS], blocks_v[MAX_SCAN_COMPONENTS];
+    int dc_table[MAX_SCAN_COMPONENTS], ac_table[MAX_SCAN_COMPONENTS];
+    int blocks_per_mcu;
+    pl_huff dc[4], ac[4];
+    int dc_defined, ac_defined;         /* bit t: table t defined */
+} pl_scan;
+
+/* ---------------------------------------------------------------- tables ---------- */
+
+/* C.2 and F.2.2.3: canonical codes of BITS/HUFFVAL. 0 for a table no decoder accepts. */
+static int pl_huff_build(pl_huff *t)
+{
+    int32_t code = 0, k = 0;
+
+    memset(t->look, 0, sizeof(t->look));
+    memset(t->length_of, 0, sizeof(t->length_of));
+    for (int length = 1; length <= 16; length++) {
+        t->maxcode[length] = -1;
+        t->valoffset[length] = k - code;
+        for (int c = 0; c < t->bits[length]; c++, code++, k++) {
+            if (k >= t->count || code >= (1 << length))
+                return 0;
+            t->code_of[t->values[k]] = (uint16_t)code;
+            t->length_of[t->values[k]] = (uint8_t)length;
+            if (length <= LOOK_BITS) {
+                const int shift = LOOK_BITS - length;
+                for (int32_t next = code << shift; next < (code + 1) << shift; next++)
+                    t->look[next] = (uint16_t)(length << 8 | t->values[k]);
+            }
+        }
+        if (t->bits[length])
+            t->maxcode[length] = code - 1;
+        code <<= 1;
+    }
+    t->maxcode[17] = 0x7FFFFFFF;
+    return 1;
+}
+
+/* Gives `category` a code in a DC table that lacks one: appended as the last code of 16
+ * bits. 0 when no 16-bit code is left. */
+static int pl_huff_add_category(pl_huff *t, int category)
+{
+    pl_huff grown = *t;
+
+    if (grown.count >= 256)
+        return 0;
+    grown.values[grown.count++] = (uint8_t)category;
+    grown.bits[16]++;
+    if (!pl_huff_build(&grown))
+        return 0;
+    *t = grown;
+    return 1;
+}
+
+/* --------------------------------------------------------------- bit reading ------ */
+
+typedef struct {
+    const uint8_t *data;
+    size_t at, end;          /* next raw byte; the end of the data */
+    uint64_t buffer;         /* bits, left-aligned */
+    int bits;
+    int marker;              /* a marker was reached: zeros are read from there */
+    uint64_t loaded;         /* data bytes loaded into buffer */
+    uint64_t real;           /* of them, read from the data (not zeros past a marker) */
+} pl_reader;
+
+static uint64_t pl_load_be64(const uint8_t *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return __builtin_bswap64(v);
+}
+
+/* whether any byte of v is 0xFF */
+static int pl_has_ff(uint64_t v)
+{
+    const uint64_t t = ~v;
+    return ((t - 0x0101010101010101ull) & ~t & 0x8080808080808080ull) != 0;
+}
+
+static void pl_reader_fill(pl_reader *r)
+{
+    if (!r->marker && r->at + 8 <= r->end) { /* no 0xFF among the next bytes: all at once */
+        const uint64_t v = pl_load_be64(r->data + r->at);
+        if (!pl_has_ff(v)) {
+            const int n = (64 - r->bits) >> 3, total = r->bits + 8 * n;
+            r->buffer |= (v >> r->bits) & (total >= 64 ? ~0ull : ~(~0ull >> total));
+            r->bits += 8 * n;
+            r->at += (size_t)n;
+            r->loaded += (uint64_t)n;
+            r->real += (uint64_t)n;
+            return;
+        }
+    }
+    while (r->bits <= 56) {
+        uint64_t byte = 0;
+        if (!r->marker && r->at < r->end) {
+            byte = r->data[r->at];
+            if (byte != 0xFF)
+                r->at++;
+            else if (r->at + 1 < r->end && r->data[r->at + 1] == 0x00)
+                r->at += 2; /* a stuffed 0xFF */
+            else
+                r->marker = 1;
+            if (!r->marker)
+                r->real++;
+            else
+                byte = 0;
+        } else {
+            r->marker = 1; /* the data ends: zeros from here, as past a marker */
+        }
+        r->loaded++;
+        r->buffer |= byte << (56 - r->bits);
+        r->bits += 8;
+    }
+}
+
+static void pl_reader_start(pl_reader *r, const uint8_t *data, size_t at, size_t end, int skip)
+{
+    memset(r, 0, sizeof(*r));
+    r->data = data;
+    r->at = at;
+    r->end = end;
+    pl_reader_fill(r);
+    r->buffer <<= skip;
+    r->bits -= skip;
+}
+
+static uint32_t pl_peek(pl_reader *r, int n)
+{
+    if (r->bits < n)
+        pl_reader_fill(r);
+    return (uint32_t)(r->buffer >> (64 - n));
+}
+
+static void pl_skip(pl_reader *r, int n)
+{
+    r->buffer <<= n;
+    r->bits -= n;
+}
+
+static uint32_t pl_get(pl_reader *r, int n)
+{
+    uint32_t v;
+    if (n == 0)
+        return 0;
+    v = pl_peek(r, n);
+    pl_skip(r, n);
+    return v;
+}
+
+/* Bits read so far: whether they all came from the data, and where the next one is. */
+static int pl_reader_in_data(const pl_reader *r)
+{
+    return r->loaded * 8 - (uint64_t)r->bits <= r->real * 8;
+}
+
+/* Where the next bit is: its position in data bits, the raw offset of its data byte (the
+ * buffered bytes counted back from the next raw byte; 0xFF 0x00 is one data byte) and the
+ * bits of that byte before it. Only while every bit read came from the data. */
+static void pl_reader_position(const pl_reader *r, uint64_t *bit, uint32_t *offset, uint8_t *skip)
+{
+    size_t at = r->at;
+
+    /* the buffered bytes past a marker are zeros of no raw byte */
+    for (int64_t back = (r->bits + 7) / 8 - (int64_t)(r->loaded - r->real); back > 0; back--)
+        at -= (at >= 2 && r->data[at - 1] == 0x00 && r->data[at - 2] == 0xFF) ? 2 : 1;
+    *bit = r->loaded * 8 - (uint64_t)r->bits;
+    *offset = (uint32_t)at;
+    *skip = (uint8_t)((8 - r->bits % 8) % 8);
+}
+
+/* F.2.2.3: a symbol of table t; -1 for a bad code. *code and *length: its bits. */
+static int pl_decode(pl_reader *r, const pl_huff *t, uint32_t *code, int *length)
+{
+    const uint32_t look = t->look[pl_peek(r, LOOK_BITS)];
+    int l;
+    uint32_t c;
+
+    if (look) {
+        *length = look >> 8;
+        *code = pl_get(r, *length);
+        return look & 0xFF;
+    }
+    c = pl_peek(r, 16);
+    for (l = LOOK_BITS + 1; l <= 16; l++)
+        if ((int32_t)(c >> (16 - l)) <= t->maxcode[l])
+            break;
+    if (l > 16)
+        return -1;
+    *length = l;
+    *code = pl_get(r, l);
+    return t->values[(int32_t)*code + t->valoffset[l]];
+}
+
+/* F.2.2.1: the value of a difference of `s` extra bits */
+static int32_t pl_extend(uint32_t v, int s)
+{
+    return s == 0 ? 0 : (v < (1u << (s - 1)) ? (int32_t)v - (1 << s) + 1 : (int32_t)v);
+}
+
+/* --------------------------------------------------------------- bit writing ------ */
+
+typedef struct {
+    uint8_t *p;
+    uint64_t pending;        /* `count` bits not yet written, right-aligned */
+    int count;
+} pl_writer;
+
+static void pl_put(pl_writer *w, uint32_t bits, int n)
+{
+    if (n == 0)
+        return;
+    w->pending = (w->pending << n) | (bits & (uint32_t)((1ull << n) - 1));
+    w->count += n;
+    if (w->count >= 32) { /* four bytes at once when none of them is 0xFF */
+        const uint32_t word = (uint32_t)(w->pending >> (w->count - 32));
+        if (!pl_has_ff(0x0101010100000000ull | word)) {
+            const uint32_t big = __builtin_bswap32(word);
+            memcpy(w->p, &big, 4);
+            w->p += 4;
+            w->count -= 32;
+        }
+    }
+    while (w->count >= 8) {
+        const uint8_t byte = (uint8_t)(w->pending >> (w->count - 8));
+        *w->p++ = byte;
+        if (byte == 0xFF)
+            *w->p++ = 0x00;
+        w->count -= 8;
+    }
+}
+
+/* F.1.2.3: an interval ends byte-aligned, padded with 1 bits */
+static void pl_pad(pl_writer *w)
+{
+    if (w->count)
+        pl_put(w, 0xFF, 8 - w->count);
+}
+
+static void pl_copy_bits(pl_writer *w, pl_reader *r, uint64_t n)
+{
+    for (; n >= 32; n -= 32)
+        pl_put(w, pl_get(r, 32), 32);
+    pl_put(w, pl_get(r, (int)n), (int)n);
+}
+
+/* --------------------------------------------------------------- headers ---------- */
+
+static unsigned pl_be16(const uint8_t *p)
+{
+    return (unsigned)p[0] << 8 | p[1];
+}
+
+static int pl_read_dht(pl_scan *s, const uint8_t *p, size_t length)
+{
+    while (length > 0) {
+        pl_huff *t;
+        int count = 0;
+        if (length < 17 || (p[0] >> 4) > 1 || (p[0] & 15) > 3)
+            return 0;
+        t = (p[0] >> 4) ? &s->ac[p[0] & 15] : &s->dc[p[0] & 15];
+        for (int l = 1; l <= 16; l++)
+            count += t->bits[l] = p[l];
+        if (count > 256 || length < 17 + (size_t)count)
+            return 0;
+        memcpy(t->values, p + 17, (size_t)count);
+        t->count = count;
+        if (!pl_huff_build(t))
+            return 0;
+        if (p[0] >> 4)
+            s->ac_defined |= 1 << (p[0] & 15);
+        else
+            s->dc_defined |= 1 << (p[0] & 15);
+        p += 17 + count;
+        length -= 17 + (size_t)count;
+    }
+    return 1;
+}
+
+static int pl_read_sos(pl_scan *s, const uint8_t *frame, const uint8_t *p, size_t length)
+{
+    const int n = p[0], frame_components = frame[5];
+
+    if (n != frame_components || n > MAX_SCAN_COMPONENTS || n == 2 || length != 4 + 2 * (size_t)n)
+        return 0; /* one scan of every component, of 1 or 3 */
+
+    if (p[1 + 2 * n] != 0 || p[2 + 2 * n] != 63 || p[3 + 2 * n] != 0)
+        return 0; /* Ss, Se, Ah/Al of a sequential scan */
+    s->scan_components = n;
+    s->blocks_per_mcu = 0;
+    for (int i = 0; i < n; i++) {
+        int c = 0;
+        while (c < frame_components && frame[6 + 3 * c] != p[1 + 2 * i])
+            c++;
+        if (c == frame_components)
+            return 0;
+        s->blocks_h[i] = n == 1 ? 1 : frame[7 + 3 * c] >> 4;
+        s->blocks_v[i] = n == 1 ? 1 : frame[7 + 3 * c] & 15;
+        s->dc_table[i] = p[2 + 2 * i] >> 4;
+        s->ac_table[i] = p[2 + 2 * i] & 15;
+        if (s->dc_table[i] > 3 || s->ac_table[i] > 3 ||
+            !(s->dc_defined >> s->dc_table[i] & 1) || !(s->ac_defined >> s->ac_table[i] & 1))
+            return 0;
+        for (int v = 0; v < s->dc[s->dc_table[i]].count; v++)
+            if (s->dc[s->dc_table[i]].values[v] > 15)
+                return 0; /* libjpeg refuses such a DC table */
+        s->blocks_per_mcu += s->blocks_h[i] * s->blocks_v[i];
+    }
+    return s->blocks_per_mcu <= 10; /* B.2.3 */
+}
+
+/* The largest divisor of an MCU row's count that is at most max_interval */
+static int32_t pl_pick_k(int32_t per_row, int32_t max_interval)
+{
+    for (int32_t k = max_interval; k > 1; k--)
+        if (per_row % k == 0)
+            return k;
+    return 1;
+}
+
+/* Markers from SOI to SOS: 1 for one baseline Huffman scan of 1 or 3 components of 8 bits,
+ * without restart markers. */
+static int pl_scan_read(const uint8_t *data, size_t size, pl_scan *s)
+{
+    size_t at = 2;
+    const uint8_t *frame = NULL;
+
+    memset(s, 0, sizeof(*s));
+    if (size < 4 || data[0] != 0xFF || data[1] != 0xD8)
+        return 0;
+    while (at + 4 <= size) {
+        unsigned marker;
+        size_t length, marker_at = at;
+        if (data[at] != 0xFF)
+            return 0;
+        while (at < size && data[at] == 0xFF)
+            at++;
+        if (at + 3 > size)
+            return 0;
+        marker = data[at];
+        length = pl_be16(data + at + 1);
+        if (length < 2 || at + 1 + length > size)
+            return 0;
+        if (marker == 0xC0 || marker == 0xC1) {
+            if (frame != NULL || data[at + 3] != 8 || !pl_restart_layout_frame(
+                    data + at + 3, length - 2, &s->layout))
+                return 0;
+            frame = data + at + 3;
+            s->layout.frame_size_at = at + 4;
+        } else if ((marker >= 0xC2 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 &&
+                    marker != 0xCC) || marker == 0xDC || marker == 0xCC) {
+            return 0; /* progressive, lossless, arithmetic, hierarchical; DNL */
+        } else if (marker == 0xDD) {
+            if (length != 4 || pl_be16(data + at + 3) != 0)
+                return 0;
+        } else if (marker == 0xC4) {
+            if (!pl_read_dht(s, data + at + 3, length - 2))
+                return 0;
+        } else if (marker == 0xDA) {
+            if (frame == NULL || (frame[5] != 1 && frame[5] != 3) ||
+                !pl_read_sos(s, frame, data + at + 3, length - 2))
+                return 0;
+            s->sos_at = marker_at;
+            s->layout.scan_at = at + 1 + length;
+            s->layout.interval = pl_pick_k(s->layout.mcus_per_row, 4);
+            return 1;
+        }
+        at += 1 + length;
+    }
+    return 0;
+}
+
+/* --------------------------------------------------------------- the walk --------- */
+
+/* One block's codes, read; its DC difference in *diff. 0 at a bad code. */
+static int pl_walk_block(pl_reader *r, const pl_huff *dc, const pl_huff *ac, int32_t *diff)
+{
+    uint32_t code;
+    int length, s = pl_decode(r, dc, &code, &length);
+
+    if (s < 0)
+        return 0;
+    *diff = pl_extend(pl_get(r, s & 15), s & 15);
+    for (int k = 1; k < 64; k++) { /* F.2.2.2, as libjpeg's decode_mcu counts */
+        const int rs = pl_decode(r, ac, &code, &length);
+        if (rs < 0)
+            return 0;
+        if (rs & 15) {
+            k += rs >> 4;
+            pl_get(r, rs & 15);
+        } else if ((rs >> 4) == 15) {
+            k += 15;
+        } else {
+            break;
+        }
+    }
+    return 1;
+}
+
+static int pl_walk_mcu(pl_reader *r, const pl_scan *s, int32_t *dc)
+{
+    for (int i = 0; i < s->scan_components; i++)
+        for (int b = 0; b < s->blocks_h[i] * s->blocks_v[i]; b++) {
+            int32_t diff;
+            if (!pl_walk_block(r, &s->dc[s->dc_table[i]], &s->ac[s->ac_table[i]], &diff))
+                return 0;
+            dc[i] += diff;
+        }
+    return 1;
+}
+
+static void pl_put_u32(uint8_t *p, uint32_t v)
+{
+    memcpy(p, &v, 4);
+}
+
+static void pl_record(uint8_t *point, const pl_reader *r, const int32_t *dc, int components)
+{
+    uint64_t bit;
+    uint32_t offset;
+    uint8_t skip;
+
+    pl_reader_position(r, &bit, &offset, &skip);
+    pl_put_u32(point, offset);
+    pl_put_u32(point + 4, (uint32_t)bit);
+    point[8] = skip;
+    point[9] = 0;
+    for (int i = 0; i < MAX_SCAN_COMPONENTS; i++) {
+        const int16_t v = (int16_t)(i < components ? dc[i] : 0);
+        memcpy(point + 10 + 2 * i, &v, 2);
+    }
+}
+
+/* A 64-bit fingerprint of the file, so that an index is never used on other bytes. Four
+ * lanes of multiply-xor over 8-byte words (a few microseconds for a photo). */
+static uint64_t pl_fingerprint(const uint8_t *data, size_t size)
+{
+    const uint64_t k = 0x9E3779B97F4A7C15ull;
+    uint64_t lane[4] = {size, k, ~k, size * k};
+    size_t at = 0;
+
+    for (; at + 32 <= size; at += 32)
+        for (int i = 0; i < 4; i++) {
+            uint64_t v;
+            memcpy(&v, data + at + 8 * i, 8);
+            lane[i] = (lane[i] ^ v) * k;
+            lane[i] ^= lane[i] >> 29;
+        }
+    for (; at < size; at++)
+        lane[at & 3] = (lane[at & 3] ^ data[at]) * k;
+    return (lane[0] ^ (lane[1] >> 1) ^ (lane[2] << 1) ^ (lane[3] >> 3)) * k;
+}
+
+size_t pl_jpeg_seek_index_size(const uint8_t *data, size_t size)
+{
+    pl_scan s;
+    if (!pl_scan_read(data, size, &s))
+        return 0;
+    return PL_SEEK_INDEX_HEADER + PL_SEEK_POINT_BYTES *
+           ((size_t)s.layout.mcus_per_row / (size_t)s.layout.interval * s.layout.mcu_rows + 1);
+}
+
+size_t pl_jpeg_seek_index(const uint8_t *data, size_t size, uint8_t *out, size_t out_size)
+{
+    pl_scan s;
+    pl_reader r;
+    int32_t dc[MAX_SCAN_COMPONENTS] = {0, 0, 0};
+    const size_t needed = pl_jpeg_seek_index_size(data, size);
+    uint8_t *point = out + PL_SEEK_INDEX_HEADER;
+    int64_t mcus;
+
+    if (needed == 0 || out_size < needed || !pl_scan_read(data, size, &s) ||
+        size > UINT32_MAX)
+        return 0;
+    mcus = (int64_t)s.layout.mcus_per_row * s.layout.mcu_rows;
+    pl_reader_start(&r, data, s.layout.scan_at, size, 0);
+    for (int64_t m = 0; m < mcus; m++) {
+        if (m % s.layout.interval == 0) {
+            pl_record(point, &r, dc, s.scan_components);
+            point += PL_SEEK_POINT_BYTES;
+        }
+        if (!pl_walk_mcu(&r, &s, dc) || !pl_reader_in_data(&r))
+            return 0;
+        for (int i = 0; i < s.scan_components; i++)
+            if (dc[i] < INT16_MIN || dc[i] > INT16_MAX)
+                return 0;
+    }
+    pl_record(point, &r, dc, s.scan_components); /* where the last MCU ends */
+    memcpy(out, "PLSI", 4);
+    pl_put_u32(out + 4, PL_SEEK_INDEX_VERSION);
+    pl_put_u32(out + 8, (uint32_t)size);
+    pl_put_u32(out + 12, (uint32_t)s.layout.interval);
+    {
+        const uint64_t fingerprint = pl_fingerprint(data, size);
+        memcpy(out + 16, &fingerprint, 8);
+    }
+    return needed;
+}
+
+/* --------------------------------------------------------------- the sub-image ---- */
+
+typedef struct {
+    uint32_t offset, bit;
+    uint8_t skip;
+    int32_t dc[MAX_SCAN_COMPONENTS];
+} pl_point;
+
+static void pl_point_at(const uint8_t *index, int64_t i, pl_point *p)
+{
+    const uint8_t *q = index + PL_SEEK_INDEX_HEADER + (size_t)i * PL_SEEK_POINT_BYTES;
+    memcpy(&p->offset, q, 4);
+    memcpy(&p->bit, q + 4, 4);
+    p->skip = q[8];
+    for (int c = 0; c < MAX_SCAN_COMPONENTS; c++) {
+        int16_t v;
+        memcpy(&v, q + 10 + 2 * c, 2);
+        p->dc[c] = v;
+    }
+}
+
+static int pl_category(int32_t v)
+{
+    int s = 0;
+    for (uint32_t a = (uint32_t)(v < 0 ? -v : v); a; a >>= 1)
+        s++;
+    return s;
+}
+
+/* One row's MCUs from point `from` to point `to`: the first MCU with each component's first
+ * DC difference re-encoded from `predicted` (what the copy decodes before it), then the
+ * rest of the bits as they are. 0 when a code does not decode or a value has no code. */
+static int pl_write_interval(pl_writer *w, const uint8_t *data, size_t size, const pl_scan *s,
+                             pl_huff *dc_out, const pl_point *from, const pl_point *to,
+                             const int32_t *predicted)
+{
+    pl_reader r;
+
+    pl_reader_start(&r, data, from->offset, size, from->skip);
+    for (int i = 0; i < s->scan_components; i++) {
+        const pl_huff *dc = &s->dc[s->dc_table[i]], *ac = &s->ac[s->ac_table[i]];
+        for (int b = 0; b < s->blocks_h[i] * s->blocks_v[i]; b++) {
+            uint32_t code;
+            int length, sym = pl_decode(&r, dc, &code, &length), k;
+            if (sym < 0)
+                return 0;
+            if (b == 0) {
+                const uint32_t extra = pl_get(&r, sym & 15);
+                const int32_t value = from->dc[i] + pl_extend(extra, sym & 15) - predicted[i];
+                const int category = pl_category(value);
+                pl_huff *out = &dc_out[s->dc_table[i]];
+                if (category > 15 || out->length_of[category] == 0)
+                    return 0;
+                pl_put(w, out->code_of[category], out->length_of[category]);
+                pl_put(w, (uint32_t)(value < 0 ? value - 1 : value), category);
+            } else {
+                pl_put(w, code, length);
+                pl_put(w, pl_get(&r, sym & 15), sym & 15);
+            }
+            for (k = 1; k < 64; k++) {
+                const int rs = pl_decode(&r, ac, &code, &length);
+                if (rs < 0)
+                    return 0;
+                pl_put(w, code, length);
+                if (rs & 15) {
+                    k += rs >> 4;
+                    pl_put(w, pl_get(&r, rs & 15), rs & 15);
+                } else if ((rs >> 4) == 15) {
+                    k += 15;
+                } else {
+                    break;
+                }
+            }
+        }
+    }
+    {   /* the first MCU's bits re-encoded: the rest, up to the next point, as they are */
+        const uint64_t at = (uint64_t)from->bit - from->skip + (r.loaded * 8 - (uint64_t)r.bits);
+        if (at > to->bit)
+            return 0;
+        pl_copy_bits(w, &r, to->bit - at);
+    }
+    return pl_reader_in_data(&r);
+}
+
+/* DC tables for the copy: each one the scan uses, with the categories 0..15 it lacks
+ * added where it has room. *changed: bit t for a table that gained any. */
+static void pl_copy_dc_tables(const pl_scan *s, pl_huff *out, int *changed)
+{
+    *changed = 0;
+    memcpy(out, s->dc, sizeof(s->dc));
+    for (int i = 0; i < s->scan_components; i++) {
+        pl_huff *t = &out[s->dc_table[i]];
+        for (int category = 0; category <= 15; category++)
+            if (t->length_of[category] == 0 && pl_huff_add_category(t, category))
+                *changed |= 1 << s->dc_table[i];
+    }
+}
+
+static uint8_t *pl_put_dht(uint8_t *p, const pl_huff *t, int id)
+{
+    const size_t length = 2 + 1 + 16 + (size_t)t->count;
+    *p++ = 0xFF;
+    *p++ = 0xC4;
+    *p++ = (uint8_t)(length >> 8);
+    *p++ = (uint8_t)length;
+    *p++ = (uint8_t)id; /* class 0 (DC), table id */
+    memcpy(p, t->bits + 1, 16);
+    memcpy(p + 16, t->values, (size_t)t->count);
+    return p + 16 + t->count;
+}
+
+/* The headers of the copy: the original's up to SOS with the rectangle's size in the
+ * frame, the grown DC tables, then the original SOS. */
+static uint8_t *pl_put_headers(uint8_t *p, const uint8_t *data, const pl_scan *s,
+                               const pl_huff *dc_out, int changed, const pl_mcu_rect *rect)
+{
+    const pl_restart_layout *layout = &s->layout;
+    const int32_t height = (rect->row1 * layout->mcu_height < layout->height
+                                ? rect->row1 * layout->mcu_height : layout->height) -
+                           rect->row0 * layout->mcu_height;
+    const int32_t width = (rect->col1 * layout->mcu_width < layout->width
+                               ? rect->col1 * layout->mcu_width : layout->width) -
+                          rect->col0 * layout->mcu_width;
+
+    memcpy(p, data, s->sos_at);
+    p[layout->frame_size_at] = (uint8_t)(height >> 8);
+    p[layout->frame_size_at + 1] = (uint8_t)height;
+    p[layout->frame_size_at + 2] = (uint8_t)(width >> 8);
+    p[layout->frame_size_at + 3] = (uint8_t)width;
+    p += s->sos_at;
+    for (int t = 0; t < 4; t++)
+        if (changed >> t & 1)
+            p = pl_put_dht(p, &dc_out[t], t);
+    memcpy(p, data + s->sos_at, layout->scan_at - s->sos_at);
+    return p + (layout->scan_at - s->sos_at);
+}
+
+int pl_seek_index_check(const uint8_t *data, size_t size, const uint8_t *index,
+                        size_t index_size, pl_restart_layout *layout)
+{
+    pl_scan s;
+    uint32_t version, data_size, interval;
+
+    if (index == NULL || index_size < PL_SEEK_INDEX_HEADER || memcmp(index, "PLSI", 4) != 0 ||
+        !pl_scan_read(data, size, &s) || index_size != pl_jpeg_seek_index_size(data, size))
+        return 0;
+    memcpy(&version, index + 4, 4);
+    memcpy(&data_size, index + 8, 4);
+    memcpy(&interval, index + 12, 4);
+    if (version != PL_SEEK_INDEX_VERSION || data_size != size ||
+        interval != (uint32_t)s.layout.interval ||
+        memcmp(index + 16, &(uint64_t){pl_fingerprint(data, size)}, 8) != 0)
+        return 0;
+    *layout = s.layout;
+    return 1;
+}
+
+uint8_t *pl_seek_index_subimage(const uint8_t *data, size_t size, const uint8_t *index,
+                                const pl_mcu_rect *rect, size_t *image_size)
+{
+    pl_scan s;
+    pl_huff dc_out[4];
+    pl_writer w;
+    uint8_t *image;
+    int changed;
+    int32_t per_row, predicted[MAX_SCAN_COMPONENTS] = {0, 0, 0};
+    size_t bound;
+
+    if (!pl_scan_read(data, size, &s))
+        return NULL;
+    per_row = s.layout.mcus_per_row / s.layout.interval;
+    pl_copy_dc_tables(&s, dc_out, &changed);
+    bound = s.layout.scan_at + 4 * (2 + 1 + 16 + 256) + 6 + 2;
+    for (int32_t row = rect->row0; row < rect->row1; row++) {
+        pl_point from, to;
+        pl_point_at(index, (int64_t)row * per_row + rect->col0 / s.layout.interval, &from);
+        pl_point_at(index, (int64_t)row * per_row + rect->col1 / s.layout.interval, &to);
+        if (to.bit < from.bit)
+            return NULL;
+        bound += 2 * ((size_t)(to.bit - from.bit) / 8 + 64);
+    }
+    if ((image = malloc(bound)) == NULL)
+        return NULL;
+    w.p = pl_put_headers(image, data, &s, dc_out, changed, rect);
+    w.pending = 0;
+    w.count = 0;
+    for (int32_t row = rect->row0; row < rect->row1; row++) {
+        pl_point from, to;
+        pl_point_at(index, (int64_t)row * per_row + rect->col0 / s.layout.interval, &from);
+        pl_point_at(index, (int64_t)row * per_row + rect->col1 / s.layout.interval, &to);
+        if (!pl_write_interval(&w, data, size, &s, dc_out, &from, &to, predicted)) {
+            free(image);
+            return NULL;
+        }
+        memcpy(predicted, to.dc, sizeof(predicted)); /* the DC values the row ends with */
+    }
+    pl_pad(&w);
+    *w.p++ = 0xFF;
+    *w.p++ = 0xD9;
+    *image_size = (size_t)(w.p - image);
+    return image;
+}

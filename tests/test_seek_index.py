@@ -1,0 +1,179 @@
+"""Seek indexes (pimloader.decode.seek_index): a crop decoded with its file's index is the
+crop of libjpeg's whole decode (numpy slicing of decode_jpeg's full image, roi=False), for
+every sampling, odd sizes, greyscale, optimised and standard Huffman tables, and boxes
+anywhere; files that cannot have one give None; an index of another file is not used.
+
+Oracle: libjpeg's own decode of the whole file (pl_jpeg_decode with roi=0: no seeking, no
+region), cropped with numpy. Whether the index was used is read from the decoder's result
+(seek_used), so that a test cannot pass by falling back to the plain decode."""
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from pimloader import decode
+from pimloader.decode import jpeg as jpeg_module
+
+SAMPLINGS = {
+    "4:2:0": [(2, 2), (1, 1), (1, 1)],
+    "4:2:2": [(2, 1), (1, 1), (1, 1)],
+    "4:4:0": [(1, 2), (1, 1), (1, 1)],
+    "4:4:4": [(1, 1)] * 3,
+    "4:1:1": [(4, 1), (1, 1), (1, 1)],
+}
+
+
+def photo_like(height: int, width: int, seed: int) -> np.ndarray:
+    """Smooth gradients with texture and a few hard edges: DC values that change across
+    the image (large DC differences between distant blocks) and busy AC codes."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
+    image = np.stack([128 + 100 * np.sin(x / (17 + 5 * c) + y / (23 + 3 * c) + c)
+                      for c in range(3)], axis=-1)
+    image += rng.normal(0, 12, image.shape)
+    image[height // 3: height // 2, width // 4: width // 2] = (250, 10, 30)
+    return np.clip(image, 0, 255).astype(np.uint8)
+
+
+def full(data: bytes) -> np.ndarray:
+    return decode.decode_jpeg(data, roi=False)
+
+
+def decoded_with(data: bytes, box, index):
+    """(pixels, whether the index was used)."""
+    data, buf, size = jpeg_module._buffer(data, None)
+    pixels, result = jpeg_module._jpeg_call(data, buf, size, tuple(box), 8, 3, None, True, True,
+                                            None, index)
+    return pixels, bool(result.seek_used)
+
+
+def random_boxes(height: int, width: int, count: int, seed: int):
+    rng = np.random.default_rng(seed)
+    boxes = [(0, 0, height, width), (height - 1, width - 1, 1, 1), (0, width // 2, 1, width // 2)]
+    for _ in range(count):
+        h, w = int(rng.integers(1, height + 1)), int(rng.integers(1, width + 1))
+        boxes.append((int(rng.integers(0, height - h + 1)), int(rng.integers(0, width - w + 1)),
+                      h, w))
+    return boxes
+
+
+def assert_crops_match(data: bytes, count: int = 40, seed: int = 0) -> int:
+    """Every box decoded with the index equals the whole decode's crop; returns how many
+    were decoded from the index."""
+    index = decode.seek_index(data)
+    assert index is not None
+    whole = full(data)
+    height, width = whole.shape[:2]
+    used = 0
+    for box in random_boxes(height, width, count, seed):
+        top, left, h, w = box
+        pixels, seek_used = decoded_with(data, box, index)
+        np.testing.assert_array_equal(pixels, whole[top:top + h, left:left + w], err_msg=str(box))
+        used += seek_used
+    return used
+
+
+@pytest.mark.parametrize("sampling", sorted(SAMPLINGS))
+@pytest.mark.parametrize("size", [(240, 320), (237, 341), (61, 500)])
+def test_crops_decoded_with_the_index_are_the_whole_decode_cropped(sampling, size):
+    data = decode.encode_jpeg(photo_like(*size, seed=size[1]), quality=88,
+                              sampling=SAMPLINGS[sampling])
+    assert assert_crops_match(data) > 10
+
+
+@pytest.mark.parametrize("quality", [50, 95])
+def test_greyscale(quality):
+    image = photo_like(203, 317, seed=3)[:, :, 0]
+    data = decode.encode_jpeg(image, quality=quality)
+    assert decode.read_header(data).components == 1
+    index = decode.seek_index(data)
+    whole = decode.decode_jpeg(data, roi=False)
+    for top, left, h, w in random_boxes(203, 317, 30, seed=quality):
+        pixels, _ = decoded_with(data, (top, left, h, w), index)
+        np.testing.assert_array_equal(pixels, whole[top:top + h, left:left + w])
+
+
+@pytest.mark.parametrize("subsampling", [0, 1, 2])
+def test_optimised_tables_that_lack_dc_categories(subsampling):
+    """Pillow's optimize=True fits the Huffman tables to the file: a flat image leaves DC
+    categories out of them, which the cut-out copy must add for its first blocks."""
+    image = np.full((160, 224, 3), 118, np.uint8)
+    image[40:120, 50:180] = (128, 140, 90)
+    image[::7, ::5] = 250
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, "JPEG", quality=90, optimize=True,
+                                subsampling=subsampling)
+    assert assert_crops_match(buffer.getvalue(), seed=subsampling) > 10
+
+
+def test_pillow_photos_standard_and_optimised():
+    for optimize in (False, True):
+        buffer = io.BytesIO()
+        Image.fromarray(photo_like(300, 400, seed=9)).save(buffer, "JPEG", quality=75,
+                                                            optimize=optimize)
+        assert assert_crops_match(buffer.getvalue(), seed=int(optimize)) > 10
+
+
+def test_decode_jpeg_into_takes_the_index():
+    data = decode.encode_jpeg(photo_like(256, 384, seed=1), quality=90)
+    index, whole = decode.seek_index(data), full(data)
+    buffer = np.empty(0, np.uint8)
+    for top, left, h, w in random_boxes(256, 384, 20, seed=5):
+        pixels, buffer = decode.decode_jpeg_into(data, (top, left, h, w), buffer,
+                                                 seek_index=index)
+        np.testing.assert_array_equal(pixels, whole[top:top + h, left:left + w])
+
+
+def test_files_without_an_index():
+    image = photo_like(64, 96, seed=2)
+    assert decode.seek_index(decode.encode_jpeg(image, progressive=True)) is None
+    assert decode.seek_index(decode.encode_jpeg(image, restart_rows=1)) is None
+    assert decode.seek_index(decode.encode_jpeg(image, arithmetic=True)) is None
+    cmyk = np.concatenate([image, image[:, :, :1]], axis=2)
+    assert decode.seek_index(decode.encode_jpeg(cmyk)) is None
+    png = io.BytesIO()
+    Image.fromarray(image).save(png, "PNG")
+    assert decode.seek_index(png.getvalue()) is None
+    data = decode.encode_jpeg(image)
+    assert decode.seek_index(data[: len(data) // 2]) is None   # truncated: no last MCU
+
+
+def test_an_index_of_another_file_is_not_used():
+    first = decode.encode_jpeg(photo_like(128, 160, seed=4), quality=90)
+    second = decode.encode_jpeg(photo_like(128, 160, seed=5), quality=90)
+    box = (70, 90, 40, 50)
+    pixels, used = decoded_with(second, box, decode.seek_index(first))
+    assert not used
+    np.testing.assert_array_equal(pixels, full(second)[70:110, 90:140])
+    pixels, used = decoded_with(second, box, decode.seek_index(second))
+    assert used
+    with pytest.raises(TypeError, match="seek_index"):
+        decode.decode_jpeg(second, box, seek_index="index")
+
+
+def outcome(data: bytes, box, index):
+    try:
+        return decoded_with(data, box, index)
+    except decode.DecodeError as error:
+        return type(error), str(error)
+
+
+def test_an_index_is_not_used_on_other_bytes_of_the_same_size():
+    """Bytes changed inside the entropy-coded data (same size, same headers): the index
+    made before is not used, so the decode raises or decodes as it does without one."""
+    original = decode.encode_jpeg(photo_like(200, 200, seed=6), quality=90)
+    index = decode.seek_index(original)
+    for flip_at in (len(original) // 2, len(original) - 40):
+        corrupt = bytearray(original)
+        corrupt[flip_at] ^= 0x5A
+        corrupt = bytes(corrupt)
+        for box in [(150, 150, 40, 40), (0, 0, 200, 200), (90, 10, 30, 30)]:
+            with_index, without = outcome(corrupt, box, index), outcome(corrupt, box, None)
+            if isinstance(without[0], np.ndarray):
+                np.testing.assert_array_equal(with_index[0], without[0])
+                assert not with_index[1]
+            else:
+                assert with_index == without
