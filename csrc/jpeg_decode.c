@@ -567,19 +567,13 @@ static int pl_decode_indexed(const uint8_t *data, size_t size, const pl_jpeg_req
 {
     pl_restart_layout layout;
     pl_mcu_rect rect;
-    uint8_t *image;
     size_t bytes;
     int status;
-    const int32_t scale = req->scale_num;
+    uint8_t *image = pl_seek_index_cut(data, size, req->seek_index, req->seek_index_size,
+                                       req->scale_num, req->top, req->left, req->height,
+                                       req->width, req->max_pixels, &layout, &rect, &bytes);
 
-    if (!pl_seek_index_check(data, size, req->seek_index, req->seek_index_size, &layout) ||
-        (req->max_pixels > 0 && (int64_t)layout.width * layout.height > req->max_pixels) ||
-        (int64_t)req->top + req->height > pl_scaled(layout.height, scale) ||
-        (int64_t)req->left + req->width > pl_scaled(layout.width, scale))
-        return -1;
-    pl_seek_box(&layout, scale, req->top, req->left, req->height, req->width, &rect);
-    if (!pl_seek_pays(&layout, &rect) ||
-        (image = pl_seek_index_subimage(data, size, req->seek_index, &rect, &bytes)) == NULL)
+    if (image == NULL)
         return -1;
     status = pl_decode_subimage(image, bytes, &layout, &rect, req, out, out_row_stride,
                                 out_size, res);

@@ -2,8 +2,8 @@
  *
  * Without restart markers a crop can only be reached by Huffman-decoding every MCU before
  * it and every MCU of each row it spans (jpeg_restart.c explains how restart markers lift
- * this). A seek index records, once, where the entropy-coded data stands every k MCUs (k
- * the largest divisor of an MCU row's count that is at most 4, as in the restart copies):
+ * this). A seek index records, once, where the entropy-coded data stands at every k-th MCU
+ * of each row (k: 64 pixels' worth, 4 MCUs of 16 pixels or 8 of 8), and past the last:
  * the bit position and each component's DC prediction there. With it, the MCUs of each
  * row around a box (jpeg_restart.c's pl_seek_box: whole k-MCU steps, a margin of upsampling
  * context) are cut out of the original data and written, row after row, as one scan of a
@@ -366,13 +366,32 @@ static int pl_read_sos(pl_scan *s, const uint8_t *frame, const uint8_t *p, size_
     return s->blocks_per_mcu <= 10; /* B.2.3 */
 }
 
-/* The largest divisor of an MCU row's count that is at most max_interval */
-static int32_t pl_pick_k(int32_t per_row, int32_t max_interval)
+/* Points every k MCUs of a row: every 64 pixels or so (4 MCUs of 16 pixels, 8 of 8) */
+static int32_t pl_pick_k(int32_t mcu_width)
 {
-    for (int32_t k = max_interval; k > 1; k--)
-        if (per_row % k == 0)
-            return k;
-    return 1;
+    return mcu_width >= 64 ? 1 : 64 / mcu_width;
+}
+
+/* Points in each MCU row: at its MCUs 0, k, 2k, ... */
+static int64_t pl_points_per_row(const pl_restart_layout *layout)
+{
+    return (layout->mcus_per_row + layout->interval - 1) / layout->interval;
+}
+
+/* The point before MCU `col` of `row` (col a multiple of k), or after the row's last MCU
+ * (col = mcus_per_row): the next row's first point, or the one past the last MCU. */
+static int64_t pl_point_number(const pl_restart_layout *layout, int32_t row, int32_t col)
+{
+    const int64_t per_row = pl_points_per_row(layout);
+    if (col >= layout->mcus_per_row)
+        return (row + 1) * per_row;
+    return row * per_row + col / layout->interval;
+}
+
+static size_t pl_index_size(const pl_restart_layout *layout)
+{
+    return PL_SEEK_INDEX_HEADER +
+           PL_SEEK_POINT_BYTES * (size_t)(pl_points_per_row(layout) * layout->mcu_rows + 1);
 }
 
 /* Markers from SOI to SOS: 1 for one baseline Huffman scan of 1 or 3 components of 8 bits,
@@ -419,7 +438,7 @@ static int pl_scan_read(const uint8_t *data, size_t size, pl_scan *s)
                 return 0;
             s->sos_at = marker_at;
             s->layout.scan_at = at + 1 + length;
-            s->layout.interval = pl_pick_k(s->layout.mcus_per_row, 4);
+            s->layout.interval = pl_pick_k(s->layout.mcu_width);
             return 1;
         }
         at += 1 + length;
@@ -429,37 +448,93 @@ static int pl_scan_read(const uint8_t *data, size_t size, pl_scan *s)
 
 /* --------------------------------------------------------------- the walk --------- */
 
-/* One block's codes, read; its DC difference in *diff. 0 at a bad code. */
-static int pl_walk_block(pl_reader *r, const pl_huff *dc, const pl_huff *ac, int32_t *diff)
+/* The walk's symbol decode: pl_decode without the code's bits, and with 32 bits or more
+ * in the buffer before the code, so that the extra bits after it need no check. */
+static inline int pl_walk_symbol(pl_reader *r, const pl_huff *t)
 {
-    uint32_t code;
-    int length, s = pl_decode(r, dc, &code, &length);
+    uint32_t look, c;
+    int l;
+
+    if (r->bits < 32)
+        pl_reader_fill(r);
+    look = t->look[r->buffer >> (64 - LOOK_BITS)];
+    if (look) {
+        pl_skip(r, (int)(look >> 8));
+        return look & 0xFF;
+    }
+    c = (uint32_t)(r->buffer >> 48);
+    for (l = LOOK_BITS + 1; l <= 16; l++)
+        if ((int32_t)(c >> (16 - l)) <= t->maxcode[l])
+            break;
+    if (l > 16)
+        return -1;
+    pl_skip(r, l);
+    return t->values[(int32_t)(c >> (16 - l)) + t->valoffset[l]];
+}
+
+/* The walk's AC lookup: for each WALK_BITS-bit prefix, the bits its code and the code's
+ * extra bits take together (bits 8-12) and the symbol (bits 0-7); 0 where they take
+ * more than WALK_BITS (the walk then decodes the code alone). One lookup and one shift
+ * per coefficient instead of two. */
+#define WALK_BITS 11
+typedef uint16_t pl_walk_table[1 << WALK_BITS];
+
+static void pl_walk_table_build(const pl_huff *t, pl_walk_table walk)
+{
+    memset(walk, 0, sizeof(pl_walk_table));
+    for (int length = 1; length <= WALK_BITS; length++)
+        for (int32_t code = t->maxcode[length] - t->bits[length] + 1;
+             t->bits[length] && code <= t->maxcode[length]; code++) {
+            const int rs = t->values[code + t->valoffset[length]], total = length + (rs & 15);
+            if (total > WALK_BITS)
+                continue;
+            for (int32_t next = code << (WALK_BITS - length);
+                 next < (code + 1) << (WALK_BITS - length); next++)
+                walk[next] = (uint16_t)(total << 8 | rs);
+        }
+}
+
+/* One block's codes, read; its DC difference in *diff. 0 at a bad code. */
+static int pl_walk_block(pl_reader *r, const pl_huff *dc, const pl_huff *ac,
+                         const uint16_t *walk, int32_t *diff)
+{
+    int s = pl_walk_symbol(r, dc);
 
     if (s < 0)
         return 0;
-    *diff = pl_extend(pl_get(r, s & 15), s & 15);
+    s &= 15;
+    *diff = s ? pl_extend((uint32_t)(r->buffer >> (64 - s)), s) : 0;
+    pl_skip(r, s);
     for (int k = 1; k < 64; k++) { /* F.2.2.2, as libjpeg's decode_mcu counts */
-        const int rs = pl_decode(r, ac, &code, &length);
-        if (rs < 0)
-            return 0;
-        if (rs & 15) {
-            k += rs >> 4;
-            pl_get(r, rs & 15);
-        } else if ((rs >> 4) == 15) {
-            k += 15;
+        int rs;
+        if (r->bits < 32)
+            pl_reader_fill(r);
+        rs = walk[r->buffer >> (64 - WALK_BITS)];
+        if (rs) {
+            pl_skip(r, rs >> 8);
+            rs &= 0xFF;
         } else {
-            break;
+            if ((rs = pl_walk_symbol(r, ac)) < 0)
+                return 0;
+            pl_skip(r, rs & 15);
         }
+        if (rs & 15)
+            k += rs >> 4;
+        else if ((rs >> 4) == 15)
+            k += 15;
+        else
+            break;
     }
     return 1;
 }
 
-static int pl_walk_mcu(pl_reader *r, const pl_scan *s, int32_t *dc)
+static int pl_walk_mcu(pl_reader *r, const pl_scan *s, pl_walk_table *walk, int32_t *dc)
 {
     for (int i = 0; i < s->scan_components; i++)
         for (int b = 0; b < s->blocks_h[i] * s->blocks_v[i]; b++) {
             int32_t diff;
-            if (!pl_walk_block(r, &s->dc[s->dc_table[i]], &s->ac[s->ac_table[i]], &diff))
+            if (!pl_walk_block(r, &s->dc[s->dc_table[i]], &s->ac[s->ac_table[i]],
+                               walk[s->ac_table[i]], &diff))
                 return 0;
             dc[i] += diff;
         }
@@ -511,10 +586,7 @@ static uint64_t pl_fingerprint(const uint8_t *data, size_t size)
 size_t pl_jpeg_seek_index_size(const uint8_t *data, size_t size)
 {
     pl_scan s;
-    if (!pl_scan_read(data, size, &s))
-        return 0;
-    return PL_SEEK_INDEX_HEADER + PL_SEEK_POINT_BYTES *
-           ((size_t)s.layout.mcus_per_row / (size_t)s.layout.interval * s.layout.mcu_rows + 1);
+    return pl_scan_read(data, size, &s) ? pl_index_size(&s.layout) : 0;
 }
 
 size_t pl_jpeg_seek_index(const uint8_t *data, size_t size, uint8_t *out, size_t out_size)
@@ -525,18 +597,21 @@ size_t pl_jpeg_seek_index(const uint8_t *data, size_t size, uint8_t *out, size_t
     const size_t needed = pl_jpeg_seek_index_size(data, size);
     uint8_t *point = out + PL_SEEK_INDEX_HEADER;
     int64_t mcus;
+    static _Thread_local pl_walk_table walk[4];
 
     if (needed == 0 || out_size < needed || !pl_scan_read(data, size, &s) ||
         size > UINT32_MAX)
         return 0;
     mcus = (int64_t)s.layout.mcus_per_row * s.layout.mcu_rows;
+    for (int i = 0; i < s.scan_components; i++)
+        pl_walk_table_build(&s.ac[s.ac_table[i]], walk[s.ac_table[i]]);
     pl_reader_start(&r, data, s.layout.scan_at, size, 0);
     for (int64_t m = 0; m < mcus; m++) {
-        if (m % s.layout.interval == 0) {
+        if (m % s.layout.mcus_per_row % s.layout.interval == 0) {
             pl_record(point, &r, dc, s.scan_components);
             point += PL_SEEK_POINT_BYTES;
         }
-        if (!pl_walk_mcu(&r, &s, dc) || !pl_reader_in_data(&r))
+        if (!pl_walk_mcu(&r, &s, walk, dc) || !pl_reader_in_data(&r))
             return 0;
         for (int i = 0; i < s.scan_components; i++)
             if (dc[i] < INT16_MIN || dc[i] > INT16_MAX)
@@ -691,60 +766,52 @@ static uint8_t *pl_put_headers(uint8_t *p, const uint8_t *data, const pl_scan *s
     return p + (layout->scan_at - s->sos_at);
 }
 
-int pl_seek_index_check(const uint8_t *data, size_t size, const uint8_t *index,
-                        size_t index_size, pl_restart_layout *layout)
+/* Whether `index` is this file's index (pl_scan_read done) */
+static int pl_index_matches(const uint8_t *data, size_t size, const pl_scan *s,
+                            const uint8_t *index, size_t index_size)
 {
-    pl_scan s;
     uint32_t version, data_size, interval;
+    uint64_t fingerprint;
 
-    if (index == NULL || index_size < PL_SEEK_INDEX_HEADER || memcmp(index, "PLSI", 4) != 0 ||
-        !pl_scan_read(data, size, &s) || index_size != pl_jpeg_seek_index_size(data, size))
+    if (index == NULL || index_size != pl_index_size(&s->layout) || memcmp(index, "PLSI", 4) != 0)
         return 0;
     memcpy(&version, index + 4, 4);
     memcpy(&data_size, index + 8, 4);
     memcpy(&interval, index + 12, 4);
-    if (version != PL_SEEK_INDEX_VERSION || data_size != size ||
-        interval != (uint32_t)s.layout.interval ||
-        memcmp(index + 16, &(uint64_t){pl_fingerprint(data, size)}, 8) != 0)
-        return 0;
-    *layout = s.layout;
-    return 1;
+    memcpy(&fingerprint, index + 16, 8);
+    return version == PL_SEEK_INDEX_VERSION && data_size == size &&
+           interval == (uint32_t)s->layout.interval && fingerprint == pl_fingerprint(data, size);
 }
 
-uint8_t *pl_seek_index_subimage(const uint8_t *data, size_t size, const uint8_t *index,
-                                const pl_mcu_rect *rect, size_t *image_size)
+static uint8_t *pl_subimage(const uint8_t *data, size_t size, const pl_scan *s,
+                            const uint8_t *index, const pl_mcu_rect *rect, size_t *image_size)
 {
-    pl_scan s;
     pl_huff dc_out[4];
     pl_writer w;
     uint8_t *image;
     int changed;
-    int32_t per_row, predicted[MAX_SCAN_COMPONENTS] = {0, 0, 0};
-    size_t bound;
+    int32_t predicted[MAX_SCAN_COMPONENTS] = {0, 0, 0};
+    size_t bound = s->layout.scan_at + 4 * (2 + 1 + 16 + 256) + 2;
 
-    if (!pl_scan_read(data, size, &s))
-        return NULL;
-    per_row = s.layout.mcus_per_row / s.layout.interval;
-    pl_copy_dc_tables(&s, dc_out, &changed);
-    bound = s.layout.scan_at + 4 * (2 + 1 + 16 + 256) + 6 + 2;
+    pl_copy_dc_tables(s, dc_out, &changed);
     for (int32_t row = rect->row0; row < rect->row1; row++) {
         pl_point from, to;
-        pl_point_at(index, (int64_t)row * per_row + rect->col0 / s.layout.interval, &from);
-        pl_point_at(index, (int64_t)row * per_row + rect->col1 / s.layout.interval, &to);
+        pl_point_at(index, pl_point_number(&s->layout, row, rect->col0), &from);
+        pl_point_at(index, pl_point_number(&s->layout, row, rect->col1), &to);
         if (to.bit < from.bit)
             return NULL;
         bound += 2 * ((size_t)(to.bit - from.bit) / 8 + 64);
     }
     if ((image = malloc(bound)) == NULL)
         return NULL;
-    w.p = pl_put_headers(image, data, &s, dc_out, changed, rect);
+    w.p = pl_put_headers(image, data, s, dc_out, changed, rect);
     w.pending = 0;
     w.count = 0;
     for (int32_t row = rect->row0; row < rect->row1; row++) {
         pl_point from, to;
-        pl_point_at(index, (int64_t)row * per_row + rect->col0 / s.layout.interval, &from);
-        pl_point_at(index, (int64_t)row * per_row + rect->col1 / s.layout.interval, &to);
-        if (!pl_write_interval(&w, data, size, &s, dc_out, &from, &to, predicted)) {
+        pl_point_at(index, pl_point_number(&s->layout, row, rect->col0), &from);
+        pl_point_at(index, pl_point_number(&s->layout, row, rect->col1), &to);
+        if (!pl_write_interval(&w, data, size, s, dc_out, &from, &to, predicted)) {
             free(image);
             return NULL;
         }
@@ -755,4 +822,26 @@ uint8_t *pl_seek_index_subimage(const uint8_t *data, size_t size, const uint8_t 
     *w.p++ = 0xD9;
     *image_size = (size_t)(w.p - image);
     return image;
+}
+
+uint8_t *pl_seek_index_cut(const uint8_t *data, size_t size, const uint8_t *index,
+                           size_t index_size, int32_t scale_num, int32_t top, int32_t left,
+                           int32_t height, int32_t width, int64_t max_pixels,
+                           pl_restart_layout *layout, pl_mcu_rect *rect, size_t *image_size)
+{
+    pl_scan s;
+
+    if (!pl_scan_read(data, size, &s) || !pl_index_matches(data, size, &s, index, index_size) ||
+        /* too many pixels: the plain path refuses it, with its message */
+        (max_pixels > 0 && (int64_t)s.layout.width * s.layout.height > max_pixels) ||
+        (int64_t)top + height > pl_scaled(s.layout.height, scale_num) ||
+        (int64_t)left + width > pl_scaled(s.layout.width, scale_num))
+        return NULL;
+    pl_seek_box(&s.layout, scale_num, top, left, height, width, rect);
+    if (rect->col1 > s.layout.mcus_per_row) /* k need not divide the row */
+        rect->col1 = s.layout.mcus_per_row;
+    if (!pl_seek_pays(&s.layout, rect))
+        return NULL;
+    *layout = s.layout;
+    return pl_subimage(data, size, &s, index, rect, image_size);
 }

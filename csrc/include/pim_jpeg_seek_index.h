@@ -19,13 +19,15 @@
 #define PL_SEEK_POINT_BYTES 16
 #define PL_SEEK_INDEX_VERSION 1
 
-/* 1, with the file's layout (interval: the index's k), when `index` is an index of this
- * file; 0 otherwise. */
-int pl_seek_index_check(const uint8_t *data, size_t size, const uint8_t *index,
-                        size_t index_size, pl_restart_layout *layout);
-/* The JPEG of `rect`'s MCUs (malloc'ed, *image_size bytes), one scan without restart
- * markers; NULL when a code does not decode, a DC value has no code, or memory runs out. */
-uint8_t *pl_seek_index_subimage(const uint8_t *data, size_t size, const uint8_t *index,
-                                const pl_mcu_rect *rect, size_t *image_size);
+/* The JPEG (malloc'ed, *image_size bytes: one scan, no restart markers) of the MCUs of
+ * the rows around a box (in pixels at scale_num/8), cut out with the file's `index`;
+ * *layout and *rect: the file's geometry and the MCUs cut. NULL when the index is not
+ * this file's, the box is not inside the image or the image is over max_pixels (> 0),
+ * cutting would not pay (pl_seek_pays), a code does not decode or a DC value has no code,
+ * or memory runs out: the caller then decodes as usual. */
+uint8_t *pl_seek_index_cut(const uint8_t *data, size_t size, const uint8_t *index,
+                           size_t index_size, int32_t scale_num, int32_t top, int32_t left,
+                           int32_t height, int32_t width, int64_t max_pixels,
+                           pl_restart_layout *layout, pl_mcu_rect *rect, size_t *image_size);
 
 #endif /* PIM_JPEG_SEEK_INDEX_H */

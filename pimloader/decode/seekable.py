@@ -42,8 +42,8 @@ def seek_info(data) -> Optional[SeekInfo]:
 
 def seek_index(data) -> Optional[bytes]:
     """A seek index of a baseline JPEG without restart markers: where its entropy-coded
-    data stands every few MCUs (16 bytes per point, a point every k MCUs, k the largest
-    divisor of an MCU row's count that is at most 4: about 3 KB for a 500x375 photo). Given
+    data stands every 64 pixels or so of each MCU row (16 bytes a point: about 3 KB for a
+    500x375 photo). Given
     to `decode_jpeg(..., seek_index=)` (or decode_jpeg_into), a crop of the file is then
     decoded from the intervals around it, as from a copy with restart markers
     (add_restart_markers), but with the file left as it is: those intervals are cut out of
