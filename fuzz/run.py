@@ -25,8 +25,8 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TARGETS = ("jpeg", "seekable", "wav", "sample_cache", "coco")
-CORPUS = {"jpeg": "jpeg", "seekable": "jpeg", "wav": "wav", "sample_cache": "sample_cache", "coco": "coco"}
+TARGETS = ("jpeg", "seekable", "seek_index", "wav", "sample_cache", "coco")
+CORPUS = {"jpeg": "jpeg", "seekable": "jpeg", "seek_index": "jpeg", "wav": "wav", "sample_cache": "sample_cache", "coco": "coco"}
 CANARIES = {"asan": "AddressSanitizer: heap-buffer-overflow", "ubsan": "runtime error: signed integer overflow"}
 STARTUP_SECONDS = 180   # beyond its fuzzing time: imports and the seeds, under ASan
 

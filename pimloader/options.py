@@ -97,6 +97,11 @@ def cache_scope_of(cache_scope, cache_bytes: int, loader_timeout: float):
 DECODE_ON_DPU = ("auto", True, False)
 
 
+# the default budget of a loader's seek indexes (pimloader.datasets.seek_indexes): about
+# 80,000 photos' worth; shared memory is only taken as indexes are made
+SEEK_INDEX_BYTES = 256 << 20
+
+
 @dataclass(frozen=True)
 class PipelineOptions:
     """PIMDataLoader's pipeline arguments (see its docstring), checked as they are made."""
@@ -113,12 +118,17 @@ class PipelineOptions:
     cache_scope: object = "loader"   # or a ClusterScope (cache_scope_of)
     batched: bool = True             # batch_size is not None (samples come in batches)
     cache_seekable: bool = False     # the cache keeps seekable copies of the JPEGs it takes
+    seek_index_bytes: int = SEEK_INDEX_BYTES  # shared memory for seek indexes of JPEGs
 
     def __post_init__(self) -> None:
         if (isinstance(self.cache_bytes, bool) or not isinstance(self.cache_bytes, int)
                 or self.cache_bytes < 0):
             raise ValueError(f"cache_bytes must be an int >= 0 (0: no cache), "
                              f"got {self.cache_bytes!r}")
+        if (isinstance(self.seek_index_bytes, bool) or not isinstance(self.seek_index_bytes, int)
+                or self.seek_index_bytes < 0):
+            raise ValueError(f"seek_index_bytes must be an int >= 0 (0: no seek indexes), "
+                             f"got {self.seek_index_bytes!r}")
         if not isinstance(self.cache_seekable, bool):
             raise TypeError(f"cache_seekable must be True or False, got {self.cache_seekable!r}")
         if self.cache_seekable and not self.cache_bytes:

@@ -14,11 +14,11 @@ import soundfile
 
 from pimloader.backends.dpu.jpeg import prepare_image
 from pimloader.datasets import CocoDetection
-from pimloader.decode import add_restart_markers, decode_audio, decode_jpeg
+from pimloader.decode import add_restart_markers, decode_audio, decode_jpeg, seek_index
 from pimloader.decode.audio import one_well_formed_riff
 
 FUZZ = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fuzz")
-TARGETS = ("jpeg", "seekable", "wav", "sample_cache", "coco")
+TARGETS = ("jpeg", "seekable", "seek_index", "wav", "sample_cache", "coco")
 
 
 @pytest.fixture(autouse=True)
@@ -62,6 +62,7 @@ def test_the_seeds_are_valid_files_of_their_kind():
         decode_jpeg(read(path))
         add_restart_markers(read(path))
     assert sum(1 for path in jpegs if _baseline(read(path))) >= 3   # the DPU layout is reached
+    assert sum(seek_index(read(path)) is not None for path in jpegs) >= 3   # and the cut
     for path in wavs:
         samples, rate = decode_audio(read(path))
         reference, reference_rate = soundfile.read(io.BytesIO(read(path)), dtype="float32", always_2d=True)

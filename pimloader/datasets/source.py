@@ -39,6 +39,8 @@ class EncodedSample:
     data: bytes
     target: Any
     name: str  # names the sample in error messages: a path, or "sample 17"
+    index: int | None = None  # the dataset index it was read at, where a pipeline keeps
+    #                           something per sample (seek indexes); None otherwise
 
 
 class Source:

@@ -30,6 +30,9 @@ class EpochStats:
     cache_hit_bytes, cache_miss_bytes: the encoded bytes of those.
     cache_seekable_copies: of the misses, the JPEGs the cache took as seekable copies
                       (cache_seekable=True: each cost a transcode).
+    seek_indexes_made, seek_index_decodes: JPEGs given a seek index (each cost one walk of
+                      its Huffman data), and crops decoded with one (seek_index_bytes;
+                      docs/loader.md "Seek indexes").
     task:             the registered task whose pipeline made the batches ("classification",
                       "detection", "audio", "in_memory", "python_transform", a user's;
                       "" for torch's own path: the dataset's __getitem__ as under torch).
@@ -76,6 +79,8 @@ class EpochStats:
     cache_hit_bytes: int = 0
     cache_miss_bytes: int = 0
     cache_seekable_copies: int = 0
+    seek_indexes_made: int = 0
+    seek_index_decodes: int = 0
     cluster_received: int = 0
     cluster_received_bytes: int = 0
     cluster_served: int = 0
@@ -97,6 +102,8 @@ class EpochStats:
         self.cache_hit_bytes += produced.cache_hit_bytes
         self.cache_miss_bytes += produced.cache_miss_bytes
         self.cache_seekable_copies += produced.cache_seekable_copies
+        self.seek_indexes_made += produced.seek_indexes_made
+        self.seek_index_decodes += produced.seek_index_decodes
         for reason, count in produced.decode_counts.items():
             if reason:
                 self.decode_fallbacks[reason] = self.decode_fallbacks.get(reason, 0) + count

@@ -7,7 +7,8 @@ from typing import TypeVar
 import torch
 from torch.utils.data import DataLoader
 
-from pimloader.options import NR_DPUS, NR_TASKLETS, PipelineOptions, cache_scope_of, check_transform
+from pimloader.options import (NR_DPUS, NR_TASKLETS, SEEK_INDEX_BYTES, PipelineOptions,
+                               cache_scope_of, check_transform)
 
 from . import _coordinated, _group
 from ._multi import MultiProcessIter
@@ -82,6 +83,13 @@ class PIMDataLoader(DataLoader[_T_co]):
         intervals around the crop instead of from the file's start. It pays for random
         crops (RandomResizedCrop) over more than a few epochs (docs/loader.md
         "Encoded-sample cache").
+    seek_index_bytes: the shared-memory budget of the seek indexes of the JPEGs a
+        RandomResizedCrop-like pipeline decodes (default 256 MiB, at most a quarter of what
+        /dev/shm has free; 0: none). The second time a crop of a JPEG without restart
+        markers is decoded, pimloader records where its Huffman data stands every 64
+        pixels of each row (about 3 KB a photo, one more decode's work), and from then on
+        decodes each crop from the rows' data around it only: the same pixels, less
+        decoding. Counted in stats() (docs/loader.md "Seek indexes").
     share_with, share_jobs: coordinated prep (docs/loader.md "Coordinated prep"): the name
         of a group of `share_jobs` (>= 2) jobs on this machine whose loaders are configured
         alike (dataset, sampler, batching, seeds, workers, transform); at the first iter()
@@ -100,7 +108,7 @@ class PIMDataLoader(DataLoader[_T_co]):
                  nr_tasklets: int = NR_TASKLETS, dpu_profile: str = "", cache_bytes: int = 0,
                  share_with: str | None = None, share_jobs: int | None = None,
                  decode_on_dpu="auto", cache_scope="loader", cache_seekable: bool = False,
-                 **kwargs) -> None:
+                 seek_index_bytes: int = SEEK_INDEX_BYTES, **kwargs) -> None:
         super().__init__(dataset, *args, **kwargs)
         scope = cache_scope_of(cache_scope, cache_bytes, self.timeout)
         if scope != "loader" and (share_with is not None or not self.in_order):
@@ -109,7 +117,8 @@ class PIMDataLoader(DataLoader[_T_co]):
         options = PipelineOptions(backend, on_error, reduced_dct, memory_format, nr_dpus,
                                   nr_tasklets, dpu_profile, cache_bytes, decode_on_dpu, scope,
                                   batched=self.batch_size is not None,
-                                  cache_seekable=cache_seekable)
+                                  cache_seekable=cache_seekable,
+                                  seek_index_bytes=seek_index_bytes)
         _group.check_share_arguments(share_with, share_jobs)
         check_transform(transform)
         self._on_error = on_error
@@ -208,7 +217,8 @@ def _signature_with_extras() -> inspect.Signature:
                                     ("dpu_profile", ""), ("cache_bytes", 0),
                                     ("share_with", None), ("share_jobs", None),
                                     ("decode_on_dpu", "auto"), ("cache_scope", "loader"),
-                                    ("cache_seekable", False))]
+                                    ("cache_seekable", False),
+                                    ("seek_index_bytes", SEEK_INDEX_BYTES))]
     return torch_signature.replace(
         parameters=[*torch_signature.parameters.values(), *extras])
 

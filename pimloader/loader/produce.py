@@ -29,6 +29,8 @@ class Produced:
     cache_hit_bytes: int = 0
     cache_miss_bytes: int = 0
     cache_seekable_copies: int = 0  # JPEGs the cache took as seekable copies (cache_seekable)
+    seek_indexes_made: int = 0   # JPEGs given a seek index (seek_index_bytes)
+    seek_index_decodes: int = 0  # crops decoded with one
     decode_counts: dict = field(default_factory=dict)  # "" -> decoded by the backend (DPUs),
     #                                                    a reason -> decoded on the host
 

@@ -17,6 +17,7 @@ import torch
 
 from pimloader import decode
 from pimloader.backends.select import Backends, native_available, resolve
+from pimloader.datasets.seek_indexes import SeekIndexes
 from pimloader.datasets.source import IMAGE_LABEL, prefetch
 from pimloader.transforms.registry import op_of
 from pimloader.loader.bad_samples import all_dropped
@@ -38,9 +39,9 @@ class EncodedImages(SourcedPipeline):
     def make_producer(self, context):
         """A producer of this loader's batches; over an IterableDataset of encoded items,
         one over each batch of them (IteratedBatches)."""
-        if context.is_iterable:
+        if context.is_iterable:   # items have no stable index: no seek indexes
             return self.iterated_batches(context, lambda items: self.producer_over(
-                context, dataclasses.replace(self.images, reader=items)))
+                context, dataclasses.replace(self.images, reader=items, seek_indexes=None)))
         return self.counted(self.producer_over(context, self.images))
 
     def producer_over(self, context, images: ImagePipeline):
@@ -58,6 +59,16 @@ class EncodedImages(SourcedPipeline):
 
     def source_reader(self):
         return self.images.reader
+
+    def open_shared(self) -> None:
+        super().open_shared()
+        if self.images.seek_indexes is not None:
+            self.images.seek_indexes.open()
+
+    def close_shared(self) -> None:
+        super().close_shared()
+        if self.images.seek_indexes is not None:
+            self.images.seek_indexes.close()
 
 
 class ImageFetcher(Fetcher):
@@ -147,9 +158,12 @@ class DirectImageProducer:
             return self.fallback.produce(index)
         total = time.perf_counter() - start
         skipped, self.skipped = self.skipped, 0
+        indexes = self.pipeline.seek_indexes
+        made, used = indexes.take_counts() if indexes is not None else (0, 0)
         return Produced(batch, batch.count, timing["fetch"],
                         total - timing["fetch"] - timing["decode"], skipped, timing["decode"],
-                        decode_counts=self.decodes.take())
+                        decode_counts=self.decodes.take(), seek_indexes_made=made,
+                        seek_index_decodes=used)
 
     def _fill(self, index, out: torch.Tensor, timing: dict) -> list:
         """Reads and draws a chunk at a time (FIRST_CHUNK, growing to LOAD_AHEAD), then
@@ -281,10 +295,13 @@ def build(dataset, transform, options) -> EncodedImages | None:
     lut = lookup_table(plan)
     if plan.elementwise and lut is None:
         return None
-    reduced_dct = options.reduced_dct
-    if reduced_dct == "auto":
-        reduced_dct = any(op_of(step).draft for step in plan.geometric)
+    crops_first = any(op_of(step).draft for step in plan.geometric)
+    reduced_dct = crops_first if options.reduced_dct == "auto" else options.reduced_dct
     reader = reader_for(view.source, options)
+    seek_indexes = None
+    if crops_first and options.seek_index_bytes and not getattr(reader, "iterated", False):
+        seek_indexes = SeekIndexes(options.seek_index_bytes, len(reader))
     return EncodedImages(ImagePipeline(
         reader, plan, lut, bool(reduced_dct), options.on_error == "skip",
-        options.memory_format == torch.channels_last, resolve(options)))
+        options.memory_format == torch.channels_last, resolve(options),
+        seek_indexes=seek_indexes))

@@ -39,6 +39,7 @@ class ImagePipeline:
     channels_last: bool = False    # slots hold NHWC; batches are lent as channels_last NCHW
     backend: BackendSpec = CPU     # where the fused kernel runs
     channels: int = 3              # of the decoded images
+    seek_indexes: Any = None       # datasets.SeekIndexes of the reader's JPEGs, or None
 
     @property
     def out_channels(self) -> int:
@@ -77,6 +78,8 @@ class ImagePipeline:
         """(encoded sample, its image's (height, width)) for dataset index `index`: what
         `load` reads before it draws (`plan.draw_many` draws many at once)."""
         sample = self.reader(index)
+        if self.seek_indexes is not None:
+            sample.index = index
         # refuses a decompression bomb before anything is drawn; its decode warns (once)
         # for an image over the limit
         return sample, decode.image_size(sample.data, name=sample.name, warn=False)
@@ -157,12 +160,19 @@ class ImagePipeline:
             return scaled.image, scaled.int_box()
         if buffers is not None and decode.is_jpeg(sample.data):
             pixels, buffer = decode.decode_jpeg_into(sample.data, geometry.box, buffers.take(),
-                                                     channels=self.channels, name=sample.name)
+                                                     channels=self.channels, name=sample.name,
+                                                     seek_index=self._seek_index(sample))
             buffers.lend(buffer)
         else:
             pixels = decode.decode_image(sample.data, geometry.box, channels=self.channels,
                                          name=sample.name)
         return pixels, (0, 0, *pixels.shape[:2])
+
+    def _seek_index(self, sample) -> bytes | None:
+        """The sample's seek index to decode a crop with (seek_indexes), or None."""
+        if self.seek_indexes is None or sample.index is None:
+            return None
+        return self.seek_indexes.for_crop(sample.index, sample.data)
 
     def _replayed(self, sample, params: SampleParams) -> torch.Tensor:
         """torchvision's own ops on the fully decoded image (padding crops and the like)."""
