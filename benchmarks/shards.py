@@ -77,9 +77,12 @@ HF_TORCHVISION = "datasets + torchvision"
 PIM_ARROW = "pimloader ArrowColumns"
 PIM_SHARDS_CACHED = "pimloader TarShards, seekable cache"
 PIM_ARROW_CACHED = "pimloader ArrowColumns, seekable cache"
-LOCAL = [WDS_TORCHVISION, PIM_WDS, PIM_SHARDS, PIM_SHARDS_CACHED, DALI_WDS]
-ARROW = [HF_TORCHVISION, PIM_ARROW, PIM_ARROW_CACHED]
-HTTP = [WDS_TORCHVISION, PIM_WDS, PIM_SHARDS, PIM_SHARDS_CACHED]
+PIM_SHARDS_UNINDEXED = "pimloader TarShards, no seek indexes"
+PIM_ARROW_UNINDEXED = "pimloader ArrowColumns, no seek indexes"
+UNINDEXED = {PIM_SHARDS_UNINDEXED: PIM_SHARDS, PIM_ARROW_UNINDEXED: PIM_ARROW}
+LOCAL = [WDS_TORCHVISION, PIM_WDS, PIM_SHARDS, PIM_SHARDS_UNINDEXED, PIM_SHARDS_CACHED, DALI_WDS]
+ARROW = [HF_TORCHVISION, PIM_ARROW, PIM_ARROW_UNINDEXED, PIM_ARROW_CACHED]
+HTTP = [WDS_TORCHVISION, PIM_WDS, PIM_SHARDS, PIM_SHARDS_UNINDEXED, PIM_SHARDS_CACHED]
 BASELINES = {"local": WDS_TORCHVISION, "local seekable": WDS_TORCHVISION,
              "http": WDS_TORCHVISION, "http seekable": WDS_TORCHVISION,
              "arrow": HF_TORCHVISION, "arrow seekable": HF_TORCHVISION}
@@ -130,6 +133,8 @@ def make_loader(name: str, store: dict, args) -> object:
     from pimloader import PIMDataLoader
     common = dict(batch_size=args.batch_size, num_workers=args.workers,
                   persistent_workers=args.workers > 0)
+    if name in UNINDEXED:   # the same loader as written, its seek indexes turned off
+        return make_loader(UNINDEXED[name], dict(store, seek_index_bytes=0), args)
     if name == WDS_TORCHVISION:
         steps = wds_pipeline(store["urls"], 0).map_tuple(
             torchvision_sample(make_transform("train", "float32")), int)
@@ -141,7 +146,7 @@ def make_loader(name: str, store: dict, args) -> object:
         from pimloader import ShardOrderSampler, TarShards
         shards = TarShards(store["urls"], keys=("jpg;png", "cls"))
         return PIMDataLoader(shards, sampler=ShardOrderSampler(shards, window=4, seed=0),
-                             transform=pim_transform(), **common,
+                             transform=pim_transform(), **common, **seek_indexes(store),
                              **seekable_cache(store, name == PIM_SHARDS_CACHED))
     if name == DALI_WDS:
         from benchmarks.peer_dali_shards import DaliShardLoader
@@ -152,8 +157,14 @@ def make_loader(name: str, store: dict, args) -> object:
         from pimloader.datasets import ArrowColumns
         return PIMDataLoader(ArrowColumns(hf_table(store["arrow"], raw=True), "image", "label"),
                              shuffle=True, transform=pim_transform(), **common,
+                             **seek_indexes(store),
                              **seekable_cache(store, name == PIM_ARROW_CACHED))
     raise ValueError(f"unknown contender {name!r}")
+
+
+def seek_indexes(store: dict) -> dict:
+    """seek_index_bytes=0 for an "no seek indexes" contender; the default otherwise."""
+    return {"seek_index_bytes": 0} if store.get("seek_index_bytes") == 0 else {}
 
 
 def seekable_cache(store: dict, cached: bool) -> dict:
@@ -195,7 +206,7 @@ class _Rows(torch.utils.data.Dataset):
 def missing(name: str) -> str | None:
     """Why contender `name` cannot run here (None: it can)."""
     needs = {DALI_WDS: "nvidia.dali", HF_TORCHVISION: "datasets", PIM_ARROW: "datasets",
-             PIM_ARROW_CACHED: "datasets"}
+             PIM_ARROW_CACHED: "datasets", PIM_ARROW_UNINDEXED: "datasets"}
     module = needs.get(name, "webdataset")
     try:
         __import__(module)
@@ -253,8 +264,8 @@ def storage_runs(args, photos: Path) -> dict:
     """{storage: its contenders' rows (or why a contender is missing)}."""
     urls = write_shards(photos, args.data / "shards", args.shard_size)
     runs = {}
-    plans = {"local": LOCAL, "local seekable": LOCAL if args.seekable else None,
-             "arrow": ARROW, "arrow seekable": ARROW if args.seekable else None}
+    plans = {"local": LOCAL, "local seekable": as_seekable(LOCAL) if args.seekable else None,
+             "arrow": ARROW, "arrow seekable": as_seekable(ARROW) if args.seekable else None}
     for storage, names in plans.items():
         if names is None:
             continue
@@ -267,6 +278,12 @@ def storage_runs(args, photos: Path) -> dict:
     return runs
 
 
+def as_seekable(names: list[str]) -> list[str]:
+    """The contenders over a seekable copy: seek indexes change nothing there (its JPEGs
+    have restart markers), so no "no seek indexes" twin."""
+    return [name for name in names if name not in UNINDEXED]
+
+
 def http_run(storage: str, shard_paths: list[str], args) -> dict:
     """The HTTP contenders over `shard_paths` served by nginx (or http.server) at the rate."""
     from benchmarks.http_store import static_server
@@ -276,7 +293,8 @@ def http_run(storage: str, shard_paths: list[str], args) -> dict:
         http_urls = [f"{server.url}/{Path(url).name}" for url in shard_paths]
         kind = server.kind + (f" limit_rate {args.rate}" if server.kind == "nginx" else
                               " (no rate limit)")
-        return run_storage(storage, HTTP, {"urls": http_urls, "server": kind,
+        names = HTTP if storage == "http" else as_seekable(HTTP)
+        return run_storage(storage, names, {"urls": http_urls, "server": kind,
                                            "set_bytes": files_bytes(shard_paths)}, args)
 
 

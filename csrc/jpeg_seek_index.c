@@ -29,6 +29,7 @@
  * several scans, 2 or 4 components, a bad Huffman code, data that ends before the last
  * MCU. An index carries a fingerprint of the file's bytes and is used on those only.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -57,8 +58,8 @@ typedef struct {
     int blocks_h[MAX_SCAN_COMPONENTS], blocks_v[MAX_SCAN_COMPONENTS];
     int dc_table[MAX_SCAN_COMPONENTS], ac_table[MAX_SCAN_COMPONENTS];
     int blocks_per_mcu;
-    pl_huff dc[4], ac[4];
     int dc_defined, ac_defined;         /* bit t: table t defined */
+    pl_huff dc[4], ac[4];               /* (valid where defined: not cleared) */
 } pl_scan;
 
 /* ---------------------------------------------------------------- tables ---------- */
@@ -92,16 +93,24 @@ static int pl_huff_build(pl_huff *t)
     return 1;
 }
 
-/* Gives `category` a code in a DC table that lacks one: appended as the last code of 16
- * bits. 0 when no 16-bit code is left. */
-static int pl_huff_add_category(pl_huff *t, int category)
+/* Gives the DC difference categories 0..11 that a table lacks codes: appended as the last
+ * codes of 16 bits. 1 when it changed; 0 when it lacked none or has no room left. (A
+ * difference of category 12 or more, +-2048 and beyond, cannot occur between 8-bit
+ * samples' DC values: the copy is then not made.) */
+static int pl_huff_complete_dc(pl_huff *t)
 {
-    pl_huff grown = *t;
+    pl_huff grown;
+    int missing = 0;
 
-    if (grown.count >= 256)
+    for (int category = 0; category <= 11; category++)
+        missing += t->length_of[category] == 0;
+    if (missing == 0 || t->count + missing > 256)
         return 0;
-    grown.values[grown.count++] = (uint8_t)category;
-    grown.bits[16]++;
+    grown = *t;
+    for (int category = 0; category <= 11; category++)
+        if (t->length_of[category] == 0)
+            grown.values[grown.count++] = (uint8_t)category;
+    grown.bits[16] += (uint8_t)missing;
     if (!pl_huff_build(&grown))
         return 0;
     *t = grown;
@@ -294,8 +303,38 @@ static void pl_pad(pl_writer *w)
         pl_put(w, 0xFF, 8 - w->count);
 }
 
+/* 56 bits (right-aligned in v) at once: seven bytes stored together when none is 0xFF */
+static void pl_put56(pl_writer *w, uint64_t v)
+{
+    uint64_t first;
+
+    w->pending = (w->pending << 56) | v;
+    w->count += 56;
+    first = (w->pending >> (w->count - 56)) & ((1ull << 56) - 1); /* the next 7 bytes */
+    if (!pl_has_ff(first | 1ull << 56)) {
+        const uint64_t big = __builtin_bswap64(first << 8);
+        memcpy(w->p, &big, 8); /* its 8th byte is written over by what follows */
+        w->p += 7;
+        w->count -= 56;
+    }
+    while (w->count >= 8) {
+        const uint8_t byte = (uint8_t)(w->pending >> (w->count - 8));
+        *w->p++ = byte;
+        if (byte == 0xFF)
+            *w->p++ = 0x00;
+        w->count -= 8;
+    }
+}
+
 static void pl_copy_bits(pl_writer *w, pl_reader *r, uint64_t n)
 {
+    for (; n >= 56; n -= 56) {
+        if (r->bits < 56)
+            pl_reader_fill(r);
+        pl_put56(w, r->buffer >> 8);
+        r->buffer <<= 56;
+        r->bits -= 56;
+    }
     for (; n >= 32; n -= 32)
         pl_put(w, pl_get(r, 32), 32);
     pl_put(w, pl_get(r, (int)n), (int)n);
@@ -401,7 +440,7 @@ static int pl_scan_read(const uint8_t *data, size_t size, pl_scan *s)
     size_t at = 2;
     const uint8_t *frame = NULL;
 
-    memset(s, 0, sizeof(*s));
+    memset(s, 0, offsetof(pl_scan, dc));
     if (size < 4 || data[0] != 0xFF || data[1] != 0xD8)
         return 0;
     while (at + 4 <= size) {
@@ -713,17 +752,21 @@ static int pl_write_interval(pl_writer *w, const uint8_t *data, size_t size, con
     return pl_reader_in_data(&r);
 }
 
-/* DC tables for the copy: each one the scan uses, with the categories 0..15 it lacks
- * added where it has room. *changed: bit t for a table that gained any. */
+/* DC tables for the copy: each one the scan uses, with the categories 0..11 it lacks added
+ * (pl_huff_complete_dc). *changed: bit t for a table that gained any. */
 static void pl_copy_dc_tables(const pl_scan *s, pl_huff *out, int *changed)
 {
+    int copied = 0;
+
     *changed = 0;
-    memcpy(out, s->dc, sizeof(s->dc));
     for (int i = 0; i < s->scan_components; i++) {
-        pl_huff *t = &out[s->dc_table[i]];
-        for (int category = 0; category <= 15; category++)
-            if (t->length_of[category] == 0 && pl_huff_add_category(t, category))
-                *changed |= 1 << s->dc_table[i];
+        const int id = s->dc_table[i];
+        if (copied >> id & 1)
+            continue;
+        copied |= 1 << id;
+        out[id] = s->dc[id];
+        if (pl_huff_complete_dc(&out[id]))
+            *changed |= 1 << id;
     }
 }
 
