@@ -137,6 +137,7 @@ def test_files_without_an_index():
     png = io.BytesIO()
     Image.fromarray(image).save(png, "PNG")
     assert decode.seek_index(png.getvalue()) is None
+    assert decode.seek_index(b"") is None
     data = decode.encode_jpeg(image)
     assert decode.seek_index(data[: len(data) // 2]) is None   # truncated: no last MCU
 

@@ -55,6 +55,8 @@ def seek_index(data) -> Optional[bytes]:
     restart markers already there (seek_info says how that one seeks), several scans,
     2 or 4 components, or entropy-coded data that does not decode to its last MCU (a
     corrupt or truncated file: its decode raises as before)."""
+    if not is_jpeg(data):   # (empty data too)
+        return None
     data, buf, size = _buffer(data)
     needed = lib.pl_jpeg_seek_index_size(buf, size)
     if needed == 0:
