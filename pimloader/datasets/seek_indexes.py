@@ -23,8 +23,11 @@ from pimloader.decode.seekable import seek_index
 from .cache import SampleCache, _shm_free_bytes
 
 # an index is 24 bytes + 16 a point, a point every 64 pixels of each MCU row: about 3 KB
-# for a 500x375 photo
+# for a 500x375 photo, 49 KB for a 2048x1536 one
 ROOM_FOR_ONE = 16 << 10
+# the segment is allocated whole when the loader starts (torch's shared allocator commits
+# it), so a budget is held to this much per sample of the dataset
+ROOM_PER_SAMPLE = 16 << 10
 
 
 class SeekIndexes:
@@ -32,7 +35,7 @@ class SeekIndexes:
     the workers being started (fork or spawn), which then map the same memory."""
 
     def __init__(self, budget: int, size: int) -> None:
-        self.store = SampleCache(budget, size)
+        self.store = SampleCache(min(budget, size * ROOM_PER_SAMPLE), size)
         self.size = size
         self._seen = None           # a shared byte per sample: a crop of it was decoded
         self._counts = [0, 0]       # in this process: indexes made, crops decoded with one

@@ -84,8 +84,8 @@ class PIMDataLoader(DataLoader[_T_co]):
         crops (RandomResizedCrop) over more than a few epochs (docs/loader.md
         "Encoded-sample cache").
     seek_index_bytes: the shared-memory budget of the seek indexes of the JPEGs a
-        RandomResizedCrop-like pipeline decodes (default 256 MiB, at most a quarter of what
-        /dev/shm has free; 0: none). The second time a crop of a JPEG without restart
+        RandomResizedCrop-like pipeline decodes (default 256 MiB, at most 16 KB per sample
+        and a quarter of what /dev/shm has free: it is allocated whole; 0: none). The second time a crop of a JPEG without restart
         markers is decoded, pimloader records where its Huffman data stands every 64
         pixels of each row (about 3 KB a photo, one more decode's work), and from then on
         decodes each crop from the rows' data around it only: the same pixels, less
