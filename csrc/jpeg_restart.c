@@ -64,48 +64,58 @@ int pl_restart_layout_frame(const uint8_t *p, size_t length, pl_restart_layout *
     return 1;
 }
 
+int pl_next_segment(const uint8_t *data, size_t size, size_t *next, pl_segment *segment)
+{
+    size_t at = *next;
+
+    if (at + 4 > size || data[at] != 0xFF)
+        return 0;
+    segment->at = at;
+    while (at < size && data[at] == 0xFF)
+        at++; /* fill bytes */
+    if (at + 3 > size)
+        return 0;
+    segment->marker = data[at];
+    segment->length = pl_be16(data + at + 1);
+    if (segment->length < 2 || at + 1 + segment->length > size)
+        return 0;
+    *next = at + 1 + segment->length;
+    segment->payload = data + at + 3;
+    segment->length -= 2;
+    return 1;
+}
+
 /* Walks the markers up to the first scan. 1 when the file is a baseline, single-scan JPEG
  * whose restart interval divides its MCU rows. */
 static int pl_read_markers(const uint8_t *data, size_t size, pl_restart_layout *layout)
 {
-    size_t at = 2;
+    size_t next = 2;
     int have_frame = 0;
+    pl_segment seg;
 
     memset(layout, 0, sizeof(*layout));
     if (size < 4 || data[0] != 0xFF || data[1] != 0xD8)
         return 0;
-    while (at + 4 <= size) {
-        unsigned marker;
-        size_t length;
-        if (data[at] != 0xFF)
-            return 0;
-        while (at < size && data[at] == 0xFF)
-            at++; /* fill bytes */
-        if (at + 3 > size)
-            return 0;
-        marker = data[at];
-        length = pl_be16(data + at + 1);
-        if (length < 2 || at + 1 + length > size)
-            return 0;
+    while (pl_next_segment(data, size, &next, &seg)) {
+        const unsigned marker = seg.marker;
         if (marker == 0xC0 || marker == 0xC1) {
-            if (have_frame || !pl_restart_layout_frame(data + at + 3, length - 2, layout))
+            if (have_frame || !pl_restart_layout_frame(seg.payload, seg.length, layout))
                 return 0;
-            layout->frame_size_at = at + 4; /* the frame's height, then width */
+            layout->frame_size_at = (size_t)(seg.payload + 1 - data); /* height, then width */
             have_frame = 1;
         } else if ((marker >= 0xC2 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 &&
                     marker != 0xCC) || marker == 0xDC) {
             return 0; /* progressive, lossless, arithmetic, hierarchical; DNL */
         } else if (marker == 0xDD) {
-            if (length != 4)
+            if (seg.length != 2)
                 return 0;
-            layout->interval = (int32_t)pl_be16(data + at + 3);
+            layout->interval = (int32_t)pl_be16(seg.payload);
         } else if (marker == 0xDA) {
-            if (!have_frame || length < 3 || data[at + 3] != layout->components)
+            if (!have_frame || seg.length < 1 || seg.payload[0] != layout->components)
                 return 0; /* the first scan must hold every component */
-            layout->scan_at = at + 1 + length;
+            layout->scan_at = next;
             return layout->interval > 0 && layout->mcus_per_row % layout->interval == 0;
         }
-        at += 1 + length;
     }
     return 0;
 }

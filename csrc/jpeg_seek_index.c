@@ -437,50 +437,39 @@ static size_t pl_index_size(const pl_restart_layout *layout)
  * without restart markers. */
 static int pl_scan_read(const uint8_t *data, size_t size, pl_scan *s)
 {
-    size_t at = 2;
+    size_t next = 2;
     const uint8_t *frame = NULL;
+    pl_segment seg;
 
     memset(s, 0, offsetof(pl_scan, dc));
     if (size < 4 || data[0] != 0xFF || data[1] != 0xD8)
         return 0;
-    while (at + 4 <= size) {
-        unsigned marker;
-        size_t length, marker_at = at;
-        if (data[at] != 0xFF)
-            return 0;
-        while (at < size && data[at] == 0xFF)
-            at++;
-        if (at + 3 > size)
-            return 0;
-        marker = data[at];
-        length = pl_be16(data + at + 1);
-        if (length < 2 || at + 1 + length > size)
-            return 0;
+    while (pl_next_segment(data, size, &next, &seg)) {
+        const unsigned marker = seg.marker;
         if (marker == 0xC0 || marker == 0xC1) {
-            if (frame != NULL || data[at + 3] != 8 || !pl_restart_layout_frame(
-                    data + at + 3, length - 2, &s->layout))
+            if (frame != NULL || seg.payload[0] != 8 ||
+                !pl_restart_layout_frame(seg.payload, seg.length, &s->layout))
                 return 0;
-            frame = data + at + 3;
-            s->layout.frame_size_at = at + 4;
+            frame = seg.payload;
+            s->layout.frame_size_at = (size_t)(seg.payload + 1 - data);
         } else if ((marker >= 0xC2 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 &&
-                    marker != 0xCC) || marker == 0xDC || marker == 0xCC) {
+                    marker != 0xCC) || marker == 0xDC) {
             return 0; /* progressive, lossless, arithmetic, hierarchical; DNL */
         } else if (marker == 0xDD) {
-            if (length != 4 || pl_be16(data + at + 3) != 0)
-                return 0;
+            if (seg.length != 2 || pl_be16(seg.payload) != 0)
+                return 0; /* restart markers: jpeg_restart.c seeks in those */
         } else if (marker == 0xC4) {
-            if (!pl_read_dht(s, data + at + 3, length - 2))
+            if (!pl_read_dht(s, seg.payload, seg.length))
                 return 0;
         } else if (marker == 0xDA) {
             if (frame == NULL || (frame[5] != 1 && frame[5] != 3) ||
-                !pl_read_sos(s, frame, data + at + 3, length - 2))
+                !pl_read_sos(s, frame, seg.payload, seg.length))
                 return 0;
-            s->sos_at = marker_at;
-            s->layout.scan_at = at + 1 + length;
+            s->sos_at = seg.at;
+            s->layout.scan_at = next;
             s->layout.interval = pl_pick_k(s->layout.mcu_width);
             return 1;
         }
-        at += 1 + length;
     }
     return 0;
 }

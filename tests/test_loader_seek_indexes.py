@@ -15,36 +15,13 @@ import pytest
 import torch
 import torchvision.transforms.v2 as v2
 
-from _helpers import DecodedItems, assert_same_batches
-from _shard_data import Folder, write_wds_shards
-from benchmarks.make_dataset import make_imagenet_like
-from pimloader import PIMDataLoader, TarShards
+from _helpers import assert_same_batches
+from _photo_shards import (epochs, folder_loader as plain_folder_loader, photos,  # noqa: F401
+                           shard_loaders, shards, train_steps)
+from pimloader import PIMDataLoader
 from pimloader import transforms as T
 from pimloader.datasets import ImageFolder
 from pimloader.decode import DecodeError, is_jpeg, seek_index
-
-KEYS = ("jpeg;jpg;png", "cls")   # make_imagenet_like names its files .JPEG
-MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
-COUNT = 24
-
-
-def train_steps(size=48):
-    return [v2.RandomResizedCrop(size), v2.RandomHorizontalFlip(),
-            v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)]
-
-
-@pytest.fixture(scope="module")
-def photos(tmp_path_factory):
-    """Photos of varied sizes, greyscale and progressive JPEGs and a PNG among them."""
-    return make_imagenet_like(tmp_path_factory.mktemp("photos") / "set", count=COUNT, classes=3)
-
-
-@pytest.fixture(scope="module")
-def shards(photos, tmp_path_factory):
-    samples = ImageFolder(photos).samples
-    keys = [os.path.splitext(os.path.relpath(path, photos))[0] for path, _ in samples]
-    return write_wds_shards(Folder(str(photos), samples, keys),
-                            tmp_path_factory.mktemp("shards"), per_shard=7)
 
 
 def indexable(root) -> int:
@@ -57,28 +34,12 @@ def indexable(root) -> int:
 
 
 def folder_loader(root, **kw):
-    kw.setdefault("batch_size", 5)
-    return PIMDataLoader(ImageFolder(root), transform=v2.Compose(train_steps()), shuffle=True,
-                         generator=torch.Generator().manual_seed(3), reduced_dct=False, **kw)
-
-
-def epochs(loader, count):
-    torch.manual_seed(7)
-    return [[(images.clone(), labels.clone()) for images, labels in loader]
-            for _ in range(count)]
+    return plain_folder_loader(root, reduced_dct=False, **kw)
 
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_tar_shards_give_torchvision_batches_every_epoch(photos, shards, workers):
-    common = dict(batch_size=5, shuffle=True, num_workers=workers,
-                  persistent_workers=workers > 0)
-    torchvision_loader = torch.utils.data.DataLoader(
-        DecodedItems(TarShards(shards, keys=KEYS), train_steps()),
-        generator=torch.Generator().manual_seed(0), **common)
-    loader = PIMDataLoader(TarShards(shards, keys=KEYS),
-                           transform=T.Compose([T.Decode(), *train_steps()]),
-                           generator=torch.Generator().manual_seed(0), reduced_dct=False,
-                           **common)
+    torchvision_loader, loader = shard_loaders(shards, workers)
     for epoch in range(4):   # none, then made, then used
         torch.manual_seed(100 + epoch)
         want = list(torchvision_loader)

@@ -21,6 +21,19 @@ typedef struct {
     int32_t row0, row1, col0, col1; /* MCU rows [row0, row1), columns [col0, col1) */
 } pl_mcu_rect;
 
+/* A marker segment of a JPEG's headers (B.1.1.4): where its 0xFF is, its code, and its
+ * payload (after the length field) and the payload's length. */
+typedef struct {
+    size_t at;
+    unsigned marker;
+    const uint8_t *payload;
+    size_t length;
+} pl_segment;
+
+/* The segment at data[*next] (0xFF fill bytes allowed before its code), *next moved past
+ * it: 1, or 0 where the bytes there are not a whole segment. Start at 2, after SOI. */
+int pl_next_segment(const uint8_t *data, size_t size, size_t *next, pl_segment *segment);
+
 /* The MCU geometry from a frame (SOF0/SOF1) segment's payload; 0 for one of other than
  * 8-bit samples or 1 to 4 components. */
 int pl_restart_layout_frame(const uint8_t *payload, size_t length, pl_restart_layout *layout);

@@ -48,8 +48,8 @@ class SampleCache:
             return
         free = _shm_free_bytes()
         if free is not None and self.budget > free:
-            # the segment is sparse: writing past what /dev/shm can hold would kill the
-            # writing worker with SIGBUS, epochs later
+            # torch's shared allocator fallocates the whole segment: say why it cannot,
+            # rather than let it fail
             raise ValueError(f"cache_bytes={self.budget} is more than /dev/shm has free "
                              f"({free} bytes): give a smaller budget or a larger /dev/shm")
         self._data = torch.UntypedStorage._new_shared(max(self.budget, 1))
