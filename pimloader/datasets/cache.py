@@ -42,9 +42,15 @@ class SampleCache:
     def is_open(self) -> bool:
         return self._data is not None
 
-    def open(self) -> None:
-        """Allocate the segment (in the main process, before workers start), if not yet."""
+    def open(self, shared: bool = True) -> None:
+        """Allocate the segment (in the main process, before workers start), if not yet;
+        `shared=False`: in this process's own memory, for a loader without workers."""
         if self._data is not None:
+            return
+        if not shared:
+            self._data = torch.UntypedStorage(max(self.budget, 1))
+            self._table = torch.full((self.size, 2), lib.PIM_CACHE_FREE, dtype=torch.int64)
+            self._fill = torch.zeros(1, dtype=torch.int64)
             return
         free = _shm_free_bytes()
         if free is not None and self.budget > free:

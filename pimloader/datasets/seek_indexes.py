@@ -40,16 +40,18 @@ class SeekIndexes:
         self._seen = None           # a shared byte per sample: a crop of it was decoded
         self._counts = [0, 0]       # in this process: indexes made, crops decoded with one
 
-    def open(self) -> None:
-        """Allocate the shared memory (main process, before workers start). The budget is
+    def open(self, shared: bool = True) -> None:
+        """Allocate the shared memory (main process, before workers start), or with
+        `shared=False` (a loader without workers) this process's own. The shared budget is
         held to a quarter of what /dev/shm has free (a container's /dev/shm may be small)."""
         if self._seen is not None:
             return
-        free = _shm_free_bytes()
+        free = _shm_free_bytes() if shared else None
         if free is not None:
             self.store.budget = min(self.store.budget, free // 4)
-        self.store.open()
-        self._seen = torch.zeros(self.size, dtype=torch.uint8).share_memory_()
+        self.store.open(shared)
+        seen = torch.zeros(self.size, dtype=torch.uint8)
+        self._seen = seen.share_memory_() if shared else seen
 
     def close(self) -> None:
         self.store.close()

@@ -144,7 +144,8 @@ class PIMDataLoader(DataLoader[_T_co]):
     def _get_iterator(self):
         resume = take_pending(self)
         if self._pipeline is not None:
-            self._pipeline.open_shared()  # shared state (a sample cache), before workers
+            # shared state (a sample cache), before workers
+            self._pipeline.open_shared(workers=self.num_workers > 0)
         if self.num_workers == 0:
             return SingleProcessIter(self, self._state, resume)
         self.check_worker_number_rationality()

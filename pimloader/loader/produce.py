@@ -94,8 +94,10 @@ class Pipeline:
     one picklable object, built once in the main process and sent to the workers.
 
     `make_producer(context)` returns the producer of the loader's batches in one process (or
-    None: torch's own path). `open_shared()` runs in the main process before the workers of
-    an epoch start (shared state such as a sample cache); `close_shared()` at loader.close()."""
+    None: torch's own path). `open_shared(workers)` runs in the main process before the
+    workers of an epoch start (shared state such as a sample cache; `workers`: whether the
+    loader has any, else it may keep that state in its own memory); `close_shared()` at
+    loader.close()."""
 
     def make_producer(self, context: "ProducerContext"):
         raise NotImplementedError
@@ -106,7 +108,7 @@ class Pipeline:
         backend decodes images itself."""
         return "", False
 
-    def open_shared(self) -> None:
+    def open_shared(self, workers: bool = True) -> None:
         pass
 
     def epoch_observer(self, stats):

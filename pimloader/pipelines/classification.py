@@ -60,10 +60,10 @@ class EncodedImages(SourcedPipeline):
     def source_reader(self):
         return self.images.reader
 
-    def open_shared(self) -> None:
-        super().open_shared()
+    def open_shared(self, workers: bool = True) -> None:
+        super().open_shared(workers)
         if self.images.seek_indexes is not None:
-            self.images.seek_indexes.open()
+            self.images.seek_indexes.open(shared=workers)
 
     def close_shared(self) -> None:
         super().close_shared()

@@ -176,7 +176,7 @@ class SourcedPipeline(Pipeline):
         return CacheCountingProducer(producer, reader) if isinstance(reader, CachedReader) \
             else producer
 
-    def open_shared(self) -> None:
+    def open_shared(self, workers: bool = True) -> None:
         """Allocate the sample cache's segment (main process, before workers start)."""
         if self.cache is not None:
             self.cache.open()
