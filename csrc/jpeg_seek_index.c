@@ -57,7 +57,6 @@ typedef struct {
     int scan_components;
     int blocks_h[MAX_SCAN_COMPONENTS], blocks_v[MAX_SCAN_COMPONENTS];
     int dc_table[MAX_SCAN_COMPONENTS], ac_table[MAX_SCAN_COMPONENTS];
-    int blocks_per_mcu;
     int dc_defined, ac_defined;         /* bit t: table t defined */
     pl_huff dc[4], ac[4];               /* (valid where defined: not cleared) */
 } pl_scan;
@@ -272,6 +271,18 @@ typedef struct {
     int count;
 } pl_writer;
 
+/* The whole bytes of the pending bits, a 0xFF followed by a stuffed 0x00 (B.1.1.5) */
+static void pl_flush_bytes(pl_writer *w)
+{
+    while (w->count >= 8) {
+        const uint8_t byte = (uint8_t)(w->pending >> (w->count - 8));
+        *w->p++ = byte;
+        if (byte == 0xFF)
+            *w->p++ = 0x00;
+        w->count -= 8;
+    }
+}
+
 static void pl_put(pl_writer *w, uint32_t bits, int n)
 {
     if (n == 0)
@@ -287,16 +298,10 @@ static void pl_put(pl_writer *w, uint32_t bits, int n)
             w->count -= 32;
         }
     }
-    while (w->count >= 8) {
-        const uint8_t byte = (uint8_t)(w->pending >> (w->count - 8));
-        *w->p++ = byte;
-        if (byte == 0xFF)
-            *w->p++ = 0x00;
-        w->count -= 8;
-    }
+    pl_flush_bytes(w);
 }
 
-/* F.1.2.3: an interval ends byte-aligned, padded with 1 bits */
+/* F.1.2.3: the scan ends byte-aligned, padded with 1 bits */
 static void pl_pad(pl_writer *w)
 {
     if (w->count)
@@ -317,13 +322,7 @@ static void pl_put56(pl_writer *w, uint64_t v)
         w->p += 7;
         w->count -= 56;
     }
-    while (w->count >= 8) {
-        const uint8_t byte = (uint8_t)(w->pending >> (w->count - 8));
-        *w->p++ = byte;
-        if (byte == 0xFF)
-            *w->p++ = 0x00;
-        w->count -= 8;
-    }
+    pl_flush_bytes(w);
 }
 
 static void pl_copy_bits(pl_writer *w, pl_reader *r, uint64_t n)
@@ -376,14 +375,13 @@ static int pl_read_dht(pl_scan *s, const uint8_t *p, size_t length)
 static int pl_read_sos(pl_scan *s, const uint8_t *frame, const uint8_t *p, size_t length)
 {
     const int n = p[0], frame_components = frame[5];
+    int blocks_per_mcu = 0;
 
     if (n != frame_components || n > MAX_SCAN_COMPONENTS || n == 2 || length != 4 + 2 * (size_t)n)
         return 0; /* one scan of every component, of 1 or 3 */
-
     if (p[1 + 2 * n] != 0 || p[2 + 2 * n] != 63 || p[3 + 2 * n] != 0)
         return 0; /* Ss, Se, Ah/Al of a sequential scan */
     s->scan_components = n;
-    s->blocks_per_mcu = 0;
     for (int i = 0; i < n; i++) {
         int c = 0;
         while (c < frame_components && frame[6 + 3 * c] != p[1 + 2 * i])
@@ -400,9 +398,9 @@ static int pl_read_sos(pl_scan *s, const uint8_t *frame, const uint8_t *p, size_
         for (int v = 0; v < s->dc[s->dc_table[i]].count; v++)
             if (s->dc[s->dc_table[i]].values[v] > 15)
                 return 0; /* libjpeg refuses such a DC table */
-        s->blocks_per_mcu += s->blocks_h[i] * s->blocks_v[i];
+        blocks_per_mcu += s->blocks_h[i] * s->blocks_v[i];
     }
-    return s->blocks_per_mcu <= 10; /* B.2.3 */
+    return blocks_per_mcu <= 10; /* B.2.3 */
 }
 
 /* Points every k MCUs of a row: every 64 pixels or so (4 MCUs of 16 pixels, 8 of 8) */
@@ -622,13 +620,13 @@ size_t pl_jpeg_seek_index(const uint8_t *data, size_t size, uint8_t *out, size_t
     pl_scan s;
     pl_reader r;
     int32_t dc[MAX_SCAN_COMPONENTS] = {0, 0, 0};
-    const size_t needed = pl_jpeg_seek_index_size(data, size);
     uint8_t *point = out + PL_SEEK_INDEX_HEADER;
+    size_t needed;
     int64_t mcus;
     static _Thread_local pl_walk_table walk[4];
 
-    if (needed == 0 || out_size < needed || !pl_scan_read(data, size, &s) ||
-        size > UINT32_MAX)
+    if (size > UINT32_MAX || !pl_scan_read(data, size, &s) ||
+        out_size < (needed = pl_index_size(&s.layout)))
         return 0;
     mcus = (int64_t)s.layout.mcus_per_row * s.layout.mcu_rows;
     for (int i = 0; i < s.scan_components; i++)
@@ -689,7 +687,7 @@ static int pl_category(int32_t v)
 /* One row's MCUs from point `from` to point `to`: the first MCU with each component's first
  * DC difference re-encoded from `predicted` (what the copy decodes before it), then the
  * rest of the bits as they are. 0 when a code does not decode or a value has no code. */
-static int pl_write_interval(pl_writer *w, const uint8_t *data, size_t size, const pl_scan *s,
+static int pl_write_row(pl_writer *w, const uint8_t *data, size_t size, const pl_scan *s,
                              pl_huff *dc_out, const pl_point *from, const pl_point *to,
                              const int32_t *predicted)
 {
@@ -843,7 +841,7 @@ static uint8_t *pl_subimage(const uint8_t *data, size_t size, const pl_scan *s,
         pl_point from, to;
         pl_point_at(index, pl_point_number(&s->layout, row, rect->col0), &from);
         pl_point_at(index, pl_point_number(&s->layout, row, rect->col1), &to);
-        if (!pl_write_interval(&w, data, size, s, dc_out, &from, &to, predicted)) {
+        if (!pl_write_row(&w, data, size, s, dc_out, &from, &to, predicted)) {
             free(image);
             return NULL;
         }

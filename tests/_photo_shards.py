@@ -61,6 +61,15 @@ def folder_loader(root, **kw):
                          generator=torch.Generator().manual_seed(3), **kw)
 
 
+def worker_options(num_workers: int, context) -> dict:
+    """A loader's worker arguments: none, or `num_workers` persistent ones started by
+    `context` ("fork", "spawn")."""
+    if not num_workers:
+        return dict(num_workers=0)
+    return dict(num_workers=num_workers, multiprocessing_context=context,
+                persistent_workers=True)
+
+
 def epochs(loader, count):
     torch.manual_seed(7)
     return [[(images.clone(), labels.clone()) for images, labels in loader]

@@ -17,7 +17,7 @@ import torchvision.transforms.v2 as v2
 
 from _helpers import assert_same_batches
 from _photo_shards import (epochs, folder_loader as plain_folder_loader, photos,  # noqa: F401
-                           shard_loaders, shards, train_steps)
+                           shard_loaders, shards, train_steps, worker_options)
 from pimloader import PIMDataLoader
 from pimloader import transforms as T
 from pimloader.datasets import ImageFolder
@@ -55,9 +55,7 @@ def test_tar_shards_give_torchvision_batches_every_epoch(photos, shards, workers
 
 @pytest.mark.parametrize("num_workers,context", [(0, None), (2, "fork"), (2, "spawn")])
 def test_an_image_folder_gives_the_loaders_batches_without_them(photos, num_workers, context):
-    kw = dict(num_workers=num_workers)
-    if num_workers:
-        kw.update(multiprocessing_context=context, persistent_workers=True)
+    kw = worker_options(num_workers, context)
     want = epochs(folder_loader(photos, seek_index_bytes=0, **kw), 4)
     loader = folder_loader(photos, **kw)
     got = epochs(loader, 4)

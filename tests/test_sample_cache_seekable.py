@@ -16,7 +16,8 @@ import torch
 from torchvision.io import ImageReadMode, decode_image
 
 from _helpers import assert_same_batches
-from _photo_shards import epochs, folder_loader, photos, shard_loaders, shards  # noqa: F401  (fixtures)
+from _photo_shards import (epochs, folder_loader, photos, shard_loaders, shards,  # noqa: F401  (fixtures)
+                           worker_options)
 from pimloader import PIMDataLoader
 from pimloader.datasets import ImageFolder
 from pimloader.decode import DecodeError, add_restart_markers, is_jpeg, seek_info
@@ -55,9 +56,7 @@ def test_tar_shards_give_torchvision_batches_every_epoch(photos, shards, workers
 
 @pytest.mark.parametrize("num_workers,context", [(0, None), (2, "fork"), (2, "spawn")])
 def test_an_image_folder_gives_the_plain_loaders_batches(photos, num_workers, context):
-    kw = dict(num_workers=num_workers)
-    if num_workers:
-        kw.update(multiprocessing_context=context, persistent_workers=True)
+    kw = worker_options(num_workers, context)
     want = epochs(folder_loader(photos, **kw), 3)
     loader = folder_loader(photos, cache_bytes=BUDGET, cache_seekable=True, **kw)
     got = epochs(loader, 3)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import torch
 
-from pimloader.decode.jpeg import is_jpeg
 from pimloader.decode.seekable import seek_index
 
 from .cache import SampleCache, _shm_free_bytes
@@ -75,9 +74,9 @@ class SeekIndexes:
         if not seen[index]:
             seen[index] = 1
             return None
-        if not is_jpeg(data) or not self.store.has_room(ROOM_FOR_ONE):
+        if not self.store.has_room(ROOM_FOR_ONE):
             return None
-        made = seek_index(data)
+        made = seek_index(data)   # (None for what is not a JPEG)
         self.store.put(index, made or b"")
         if made is not None:
             self._counts[0] += 1

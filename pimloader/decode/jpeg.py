@@ -332,7 +332,8 @@ def decode_jpeg(data, box: Optional[Sequence[int]] = None, *, channels: Optional
     roi       False decodes the whole image and copies the box (the reference path).
     name      names the sample in error messages (a path, "sample 17").
     seek_index  the file's pimloader.decode.seek_index: the box is then decoded from the
-              intervals around it (same pixels). An index of another file is not used.
+              data of the rows around it only (same pixels). An index of other bytes is
+              not used.
     """
     data, buf, size = _buffer(data, name)
     region = None

@@ -43,11 +43,11 @@ def seek_info(data) -> Optional[SeekInfo]:
 def seek_index(data) -> Optional[bytes]:
     """A seek index of a baseline JPEG without restart markers: where its entropy-coded
     data stands every 64 pixels or so of each MCU row (16 bytes a point: about 3 KB for a
-    500x375 photo). Given
-    to `decode_jpeg(..., seek_index=)` (or decode_jpeg_into), a crop of the file is then
-    decoded from the intervals around it, as from a copy with restart markers
-    (add_restart_markers), but with the file left as it is: those intervals are cut out of
-    it and written as a JPEG with restart markers of its own (csrc/jpeg_seek_index.c).
+    500x375 photo). Given to `decode_jpeg(..., seek_index=)` (or decode_jpeg_into), a crop
+    of the file is then decoded from the data of the rows around it only, as from a copy
+    with restart markers (add_restart_markers), but with the file left as it is: those
+    rows' MCUs are cut out of it and written as one scan of a JPEG of their own
+    (csrc/jpeg_seek_index.c).
     Making one Huffman-decodes the whole file once (no IDCT), about the entropy-decoding
     part of one full decode.
 
