@@ -319,6 +319,31 @@ static unsigned pl_pick_interval(j_compress_ptr dst, int32_t max_interval)
     return 1;
 }
 
+/* A baseline encoder writes an AC coefficient in at most data_precision + 2 bits and a DC
+ * difference in one more, but a decoder reads larger ones without a warning, and libjpeg's
+ * Huffman encoder, given one, writes other data (its fast path does not check). Such a file
+ * is refused, not copied to other pixels: |AC| must fit the AC bits and |DC| too, so that
+ * the difference of two DCs fits the DC bits. */
+static int pl_coefficients_fit(j_decompress_ptr src, jvirt_barray_ptr *coefficients)
+{
+    const JCOEF limit = (JCOEF)((1 << (src->data_precision + 2)) - 1);
+    JDIMENSION row, col;
+    int ci, k;
+
+    for (ci = 0; ci < src->num_components; ci++) {
+        jpeg_component_info *comp = &src->comp_info[ci];
+        for (row = 0; row < comp->height_in_blocks; row++) {
+            JBLOCKARRAY rows = (*src->mem->access_virt_barray)(
+                (j_common_ptr)src, coefficients[ci], row, 1, FALSE);
+            for (col = 0; col < comp->width_in_blocks; col++)
+                for (k = 0; k < DCTSIZE2; k++)
+                    if (rows[0][col][k] > limit || rows[0][col][k] < -limit)
+                        return 0;
+        }
+    }
+    return 1;
+}
+
 int pl_jpeg_add_restarts(const uint8_t *data, size_t size, int32_t max_interval,
                          int32_t optimize, uint8_t **out, size_t *out_size, char *message)
 {
@@ -357,6 +382,13 @@ int pl_jpeg_add_restarts(const uint8_t *data, size_t size, int32_t max_interval,
     jpeg_mem_src(&src, data, (unsigned long)size);
     jpeg_read_header(&src, TRUE);
     coefficients = jpeg_read_coefficients(&src);
+    if (!pl_coefficients_fit(&src, coefficients)) {
+        snprintf(message, PL_JPEG_MSG_LEN, "a DCT coefficient is larger than %d-bit "
+                 "samples allow (a Huffman encoder cannot write it back)",
+                 src.data_precision);
+        jpeg_destroy_decompress(&src);
+        return PL_JPEG_EDATA;
+    }
     jpeg_create_compress(&dst);
     created |= 2;
     jpeg_mem_dest(&dst, &buffer, &written);

@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -515,6 +516,21 @@ def test_add_restart_markers_errors():
     with pytest.raises(D.DecodeError, match="half.jpg"):
         data = enc("500x375-420")
         D.add_restart_markers(data[:len(data) // 2], name="half.jpg")
+
+
+def test_coefficients_a_baseline_encoder_cannot_write_are_refused_not_miscopied():
+    """Fuzz finding 7: a decoder reads AC coefficients of 11 bits without a warning, but
+    libjpeg's encoder writes them as other data: the copy decoded to other pixels."""
+    path = Path(__file__).parent.parent / "fuzz/regressions/seekable"
+    data = (path / "ac_coefficients_beyond_baseline_10_bits.jpg").read_bytes()
+    Image.open(io.BytesIO(data)).load()   # Pillow reads it
+    with pytest.raises(D.DecodeError, match="big.jpg: a DCT coefficient is larger"):
+        D.add_restart_markers(data, 5, name="big.jpg", optimize=False)
+    assert D.seekable_version(data, 5) == ("unreadable", data)
+    extreme = np.tile(np.array([[0, 255], [255, 0]], np.uint8), (32, 32))  # largest ACs
+    original = pil_jpeg(np.repeat(extreme[..., None], 3, axis=2), 100, 0)
+    copy = D.add_restart_markers(original, 2, optimize=False)
+    assert np.array_equal(D.decode_jpeg(copy), D.decode_jpeg(original))
 
 
 # --------------------------------------------------------------------------------------
