@@ -18,8 +18,8 @@ HEADERS = (os.path.join(SHARED_INCLUDE, "pim_params.h"), os.path.join(INCLUDE, "
 ffibuilder = extension(
     "pimloader._kernels", HEADERS,
     sources=sources("cpu_kernels.c", "cpu_checks.c", "cpu_colour.c", "cpu_colour_avx2.c",
-                    "cpu_emit_avx2.c", "cpu_emit_vbmi.c", "torch_sum.c", "torch_loops.c",
-                    "axis_tables.c", "axis_check.c"),
+                    "cpu_emit_avx2.c", "cpu_emit_vbmi.c", "cpu_hpass_vbmi.c", "torch_sum.c",
+                    "torch_loops.c", "axis_tables.c", "axis_check.c"),
     include_dirs=[INCLUDE, SHARED_INCLUDE],
     depends=[os.path.join(SHARED_INCLUDE, "pim_resample.h")]
     + [os.path.join(INCLUDE, h)

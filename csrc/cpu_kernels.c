@@ -2,13 +2,14 @@
  *
  * How rows move on the host; the arithmetic itself is pim_resample.h's, shared with the DPU
  * kernels. Per sample: horizontally resample the crop's source rows as the vertical pass
- * needs them (into a ring of `taps` rows, since the vertical windows only move down), run
+ * needs them (into a ring of `taps` + 1 rows, since the vertical windows only move down), run
  * the vertical pass into an int32 accumulator row, round, then flip/convert/lay out the row
  * straight into the output slot. One thread; parallelism is across worker processes.
  *
  * The row loops come in three versions computing the same integer sums: the portable code of
  * pim_resample.h (what the DPU kernels run), and SSSE3 / AVX2 versions picked at run time
- * (pim_cpu_simd). The output step (flip, table lookup, layout) has AVX2 and AVX-512 VBMI
+ * (pim_cpu_simd); the horizontal pass of 3-channel rows has a fourth, AVX-512 VBMI
+ * (cpu_hpass_vbmi.c). The output step (flip, table lookup, layout) has AVX2 and AVX-512 VBMI
  * versions (cpu_emit_avx2.c, cpu_emit_vbmi.c) writing the same elements as pim_emit_row.
  * The tests check all of them against torchvision, numpy and each other.
  */
@@ -20,6 +21,7 @@
 #include "pim_cpu_checks.h"
 #include "pim_cpu_colour.h"
 #include "pim_cpu_emit.h"
+#include "pim_cpu_hpass.h"
 #include "pim_resample.h"
 #include "pim_error.h"
 
@@ -29,10 +31,12 @@
  * integer arithmetic is exact, so the order of the additions does not matter), with SIMD
  * where the CPU has it. The SIMD horizontal pass reads whole groups of 4 taps: the table's
  * weights past `count` are zero (pim_check_axis makes sure), and the source row must be
- * readable for C * (n_in + taps) + 32 bytes from the crop's left edge. It writes up to four
- * bytes past the row's end (row buffers have ROW_SLACK). */
+ * readable for C * (n_in + taps) + READ_SLACK bytes from the crop's left edge (the AVX-512
+ * one reads 64 bytes from a window's start). It writes up to 16 bytes past the row's end
+ * (row buffers have ROW_SLACK). */
 
 #define ROW_SLACK 64u
+#define READ_SLACK 64u
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define PIM_HAVE_X86 1
@@ -229,10 +233,16 @@ __attribute__((target("ssse3"))) static void hpass_c1_ssse3(const uint8_t *src,
 }
 #endif /* PIM_HAVE_X86 */
 
-/* src: crop's left edge in this row, readable as the SIMD loops need (see above) */
-static void hpass(const uint8_t *src, uint32_t channels, const pim_axis_t *axis, uint8_t *dst)
+/* src: crop's left edge in this row, readable as the SIMD loops need (see above); `wide`:
+ * the axis's plan for the AVX-512 pass, or NULL */
+static void hpass(const uint8_t *src, uint32_t channels, const pim_axis_t *axis,
+                  const pim_hpass_plan_t *wide, uint8_t *dst)
 {
 #ifdef PIM_HAVE_X86
+    if (wide != NULL) {
+        pim_hpass_c3_vbmi(src, wide, dst);
+        return;
+    }
     if (g_simd >= 2 && channels == 3) {
         hpass_c3_avx2(src, axis, dst);
         return;
@@ -457,6 +467,7 @@ typedef struct scratch {
     uint8_t *source_row; /* one row of a source-coloured image, 3 channels of room */
     uint8_t *gray;       /* contrast's grayscale of a whole (source or resampled) image */
     const pim_emit_tables_t *wide; /* the lookup table for the VBMI emitter, or NULL */
+    void *hpass_plan;    /* room for a sample's horizontal plan (AVX-512 VBMI), or NULL */
 } scratch_t;
 
 /* Resamples sample s; each finished row is flipped/converted into dst, or, when `staging` is
@@ -479,7 +490,10 @@ static void run_sample(const pim_sample_t *s, const uint8_t *src, const uint8_t 
     const size_t stride = s->src_stride;
     const uint32_t len = ow * C; /* bytes of one resampled row */
     /* what the SIMD horizontal pass may read from a row's crop start */
-    const size_t reach = need_h ? (size_t)C * (s->crop_w + ax->taps) + 32 : 0;
+    const size_t reach = need_h ? (size_t)C * (s->crop_w + ax->taps) + READ_SLACK : 0;
+    pim_hpass_plan_t plan;
+    const pim_hpass_plan_t *wide = need_h && C == 3 && sc->hpass_plan != NULL &&
+                                   pim_hpass_plan(ax, sc->hpass_plan, &plan) ? &plan : NULL;
 
 #define SOURCE_ROW(r) (crop + (size_t)(r) * stride)
 #define HPASS(r, out)                                                                \
@@ -489,7 +503,7 @@ static void run_sample(const pim_sample_t *s, const uint8_t *src, const uint8_t 
             memcpy(sc->srow, row_, (size_t)s->crop_w * C);                           \
             row_ = sc->srow;                                                         \
         }                                                                            \
-        hpass(row_, C, ax, (out));                                                   \
+        hpass(row_, C, ax, wide, (out));                                             \
     } while (0)
 
 #define FINISH_ROW(y, resampled)                                                     \
@@ -517,17 +531,27 @@ static void run_sample(const pim_sample_t *s, const uint8_t *src, const uint8_t 
 
     const pim_range_t *ranges = pim_axis_ranges(ay);
     const int16_t *weights = pim_axis_weights(ay);
-    const uint32_t ring_rows = ay->taps;
+    /* the window's rows, and one more: two rows are resampled at a time where they can be */
+    const uint32_t ring_rows = ay->taps + 1;
+#define RING_ROW(r) (sc->ring + (size_t)((r) % ring_rows) * sc->pitch)
     uint32_t next = 0; /* next crop row to resample horizontally into the ring */
     for (uint32_t y = 0; y < oh; y++) {
         const uint32_t first = ranges[y].first, count = ranges[y].count;
         if (need_h) {
             if (next < first)
                 next = first; /* rows no window uses are never resampled */
-            for (; next < first + count; next++)
-                HPASS(next, sc->ring + (size_t)(next % ring_rows) * sc->pitch);
+            for (; next < first + count; next++) {
+                if (wide != NULL && next + 1 < s->crop_h &&
+                    (size_t)(image_end - SOURCE_ROW(next + 1)) >= reach) {
+                    pim_hpass2_c3_vbmi(SOURCE_ROW(next), SOURCE_ROW(next + 1), wide,
+                                       RING_ROW(next), RING_ROW(next + 1));
+                    next++;
+                } else {
+                    HPASS(next, RING_ROW(next));
+                }
+            }
             for (uint32_t t = 0; t < count; t++)
-                sc->rows[t] = sc->ring + (size_t)((first + t) % ring_rows) * sc->pitch;
+                sc->rows[t] = RING_ROW(first + t);
         } else {
             for (uint32_t t = 0; t < count; t++)
                 sc->rows[t] = SOURCE_ROW(first + t);
@@ -536,6 +560,7 @@ static void run_sample(const pim_sample_t *s, const uint8_t *src, const uint8_t 
               sc->orow, len);
         FINISH_ROW(y, sc->orow);
     }
+#undef RING_ROW
 #undef FINISH_ROW
 #undef HPASS
 #undef SOURCE_ROW
@@ -754,7 +779,7 @@ int pim_cpu_crop_resize(const pim_sample_t *samples, const pim_extra_t *extras,
         return 1;
     }
     pim_cpu_simd_level(); /* detect the SIMD level on first use */
-    size_t max_row = 0, max_ring_rows = 0, max_src = 0, max_converted = 0;
+    size_t max_row = 0, max_ring_rows = 0, max_src = 0, max_converted = 0, max_plan = 0;
     for (uint32_t i = 0; i < n_samples; i++) {
         const pim_sample_t *s = &samples[i];
         char msg[256];
@@ -774,14 +799,17 @@ int pim_cpu_crop_resize(const pim_sample_t *samples, const pim_extra_t *extras,
             max_converted = converted;
         if (s->crop_w != s->out_w) {
             const pim_axis_t *ax = (const pim_axis_t *)(const void *)(tables + s->xtab_offset);
-            const size_t need = (size_t)C * (s->crop_w + ax->taps) + 32;
+            const size_t need = (size_t)C * (s->crop_w + ax->taps) + READ_SLACK;
             if (need > max_src)
                 max_src = need;
+            const size_t plan = pim_hpass_plan_bytes(s->out_w, ax->taps);
+            if (C == 3 && plan > max_plan)
+                max_plan = plan;
         }
         if (s->crop_h != s->out_h) {
             const pim_axis_t *ay = (const pim_axis_t *)(const void *)(tables + s->ytab_offset);
-            if (ay->taps > max_ring_rows)
-                max_ring_rows = ay->taps;
+            if (ay->taps + 1 > max_ring_rows)
+                max_ring_rows = ay->taps + 1;   /* run_sample's ring */
         }
     }
     scratch_t sc;
@@ -794,8 +822,9 @@ int pim_cpu_crop_resize(const pim_sample_t *samples, const pim_extra_t *extras,
     const size_t rows_total =
         acc_bytes + rows_bytes + (3 + max_ring_rows) * sc.pitch + max_src + max_converted;
     const size_t extra_at = (rows_total + 64 + 63) & ~(size_t)63;
-    const size_t total = extra_at + columns * sizeof(int32_t) + box_bytes + image_bytes +
-                         source_row_bytes + gray_bytes + 64;
+    const size_t plan_at = (extra_at + columns * sizeof(int32_t) + box_bytes + image_bytes +
+                            source_row_bytes + gray_bytes + 64 + 63) & ~(size_t)63;
+    const size_t total = plan_at + max_plan;
     uint8_t *mem = calloc(1, total); /* zeroed: SIMD loops may read (and zero-weight) padding */
     if (mem == NULL) {
         set_err(err, err_len, "out of memory for %zu bytes of scratch rows", total);
@@ -813,6 +842,7 @@ int pim_cpu_crop_resize(const pim_sample_t *samples, const pim_extra_t *extras,
     sc.image = sc.box + box_bytes;
     sc.source_row = sc.image + image_bytes;
     sc.gray = sc.source_row + source_row_bytes;
+    sc.hpass_plan = g_simd >= 3 && max_plan > 0 ? mem + plan_at : NULL;
     pim_emit_tables_t wide;
     sc.wide = wide_tables(samples, extras, lut, &wide);
     for (uint32_t i = 0; i < n_samples; i++) {

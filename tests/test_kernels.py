@@ -319,6 +319,29 @@ def test_simd_levels_agree_bit_for_bit(simd_level, size):
         assert torch.equal(out, base), (level, interpolation)
 
 
+
+@pytest.mark.skipif(BEST_SIMD < 3, reason="the CPU has no AVX-512 VBMI")
+@pytest.mark.parametrize("interpolation", INTERPOLATIONS)
+def test_the_four_output_horizontal_pass_agrees_with_the_portable_one(simd_level, interpolation):
+    """The AVX-512 pass (four outputs a step, two rows at a time, the windows inside one
+    64-byte load) against the portable code, over widths whose step windows fit or do not
+    (downscales of about 4x and more fall back), outputs of every remainder mod 4, crops at
+    the image's right and bottom edges (rows copied for the 64-byte reads) and odd and even
+    row counts (a last row resampled alone)."""
+    rng = np.random.default_rng(5)
+    img = rng.integers(0, 256, (37, 1100, 3), dtype=np.uint8)
+    cases = [(out_w, crop_w) for out_w in (1, 2, 3, 5, 8, 61, 224)
+             for crop_w in {max(1, int(out_w * ratio)) for ratio in (0.4, 1.3, 2.9, 3.6, 4.4, 6)}
+             if crop_w <= 1100]
+    for out_w, crop_w in cases:
+        boxes = [(0, 0, 37, crop_w), (4, 1100 - crop_w, 33, crop_w), (1, 7 % (1101 - crop_w), 6, crop_w)]
+        outputs = []
+        for level in (0, 3):
+            assert simd_level(level) == level
+            outputs.append(run([img] * 3, boxes, (11, out_w), interpolation=interpolation))
+        assert torch.equal(outputs[0], outputs[1]), (out_w, crop_w)
+
+
 # ---- property tests -------------------------------------------------------------------------
 
 @st.composite
