@@ -179,6 +179,8 @@ __attribute__((target("avx2"))) static void hpass_c3_avx2(const uint8_t *src,
     const __m128i pack_rgb = _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
     uint32_t j = 0;
     for (; j + 4 <= axis->n_out; j += 4) {
+        /* as cpu_hpass_vbmi.c's: the decoded rows come from further than L1 */
+        _mm_prefetch((const char *)(src + 3u * ranges[j].first + 384), _MM_HINT_T0);
         const __m256i a01 = _mm256_sra_epi32(hpass_c3_pair(src, ranges, weights, taps, j, init), shift);
         const __m256i a23 = _mm256_sra_epi32(hpass_c3_pair(src, ranges, weights, taps, j + 2, init), shift);
         /* lanes: low j | j+2, high j+1 | j+3, each r g b 0 -> bytes j, j+1, j+2, j+3 */
