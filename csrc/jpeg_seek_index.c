@@ -234,29 +234,6 @@ static void pl_reader_position(const pl_reader *r, uint64_t *bit, uint32_t *offs
     *skip = (uint8_t)((8 - r->bits % 8) % 8);
 }
 
-/* F.2.2.3: a symbol of table t; -1 for a bad code. *code and *length: its bits. */
-static int pl_decode(pl_reader *r, const pl_huff *t, uint32_t *code, int *length)
-{
-    const uint32_t look = t->look[pl_peek(r, LOOK_BITS)];
-    int l;
-    uint32_t c;
-
-    if (look) {
-        *length = look >> 8;
-        *code = pl_get(r, *length);
-        return look & 0xFF;
-    }
-    c = pl_peek(r, 16);
-    for (l = LOOK_BITS + 1; l <= 16; l++)
-        if ((int32_t)(c >> (16 - l)) <= t->maxcode[l])
-            break;
-    if (l > 16)
-        return -1;
-    *length = l;
-    *code = pl_get(r, l);
-    return t->values[(int32_t)*code + t->valoffset[l]];
-}
-
 /* F.2.2.1: the value of a difference of `s` extra bits */
 static int32_t pl_extend(uint32_t v, int s)
 {
@@ -684,58 +661,95 @@ static int pl_category(int32_t v)
     return s;
 }
 
-/* One row's MCUs from point `from` to point `to`: the first MCU with each component's first
- * DC difference re-encoded from `predicted` (what the copy decodes before it), then the
- * rest of the bits as they are. 0 when a code does not decode or a value has no code. */
-static int pl_write_row(pl_writer *w, const uint8_t *data, size_t size, const pl_scan *s,
-                             pl_huff *dc_out, const pl_point *from, const pl_point *to,
-                             const int32_t *predicted)
+/* Bits the reader has taken since it started (the start's skipped bits included). */
+static uint64_t pl_taken(const pl_reader *r)
 {
-    pl_reader r;
+    return r->loaded * 8 - (uint64_t)r->bits;
+}
 
-    pl_reader_start(&r, data, from->offset, size, from->skip);
+static void pl_skip_bits(pl_reader *r, uint64_t n)
+{
+    for (; n >= 32; n -= 32)
+        pl_get(r, 32);
+    pl_get(r, (int)n);
+}
+
+/* Where the first MCU of a row has each component's first DC difference: the code and its
+ * extra bits lie at bits [start, end) of the reader, and the DC value is `value`. */
+typedef struct {
+    uint64_t start[MAX_SCAN_COMPONENTS], end[MAX_SCAN_COMPONENTS];
+    int32_t value[MAX_SCAN_COMPONENTS];
+} pl_first_dcs;
+
+/* Reads the first MCU from point `from` (its DC values from the point's), finding its
+ * components' first DC differences; returns the bits it takes, 0 at a bad code. */
+static uint64_t pl_find_first_dcs(pl_reader *r, const pl_scan *s, const pl_point *from,
+                                  pl_first_dcs *found)
+{
     for (int i = 0; i < s->scan_components; i++) {
         const pl_huff *dc = &s->dc[s->dc_table[i]], *ac = &s->ac[s->ac_table[i]];
         for (int b = 0; b < s->blocks_h[i] * s->blocks_v[i]; b++) {
-            uint32_t code;
-            int length, sym = pl_decode(&r, dc, &code, &length), k;
-            if (sym < 0)
+            int sym;
+            if (b == 0)
+                found->start[i] = pl_taken(r);
+            if ((sym = pl_walk_symbol(r, dc)) < 0)
                 return 0;
-            if (b == 0) {
-                const uint32_t extra = pl_get(&r, sym & 15);
-                const int32_t value = from->dc[i] + pl_extend(extra, sym & 15) - predicted[i];
-                const int category = pl_category(value);
-                pl_huff *out = &dc_out[s->dc_table[i]];
-                if (category > 15 || out->length_of[category] == 0)
-                    return 0;
-                pl_put(w, out->code_of[category], out->length_of[category]);
-                pl_put(w, (uint32_t)(value < 0 ? value - 1 : value), category);
-            } else {
-                pl_put(w, code, length);
-                pl_put(w, pl_get(&r, sym & 15), sym & 15);
-            }
-            for (k = 1; k < 64; k++) {
-                const int rs = pl_decode(&r, ac, &code, &length);
+            sym &= 15;
+            if (b == 0)
+                found->value[i] = from->dc[i] +
+                                  (sym ? pl_extend((uint32_t)(r->buffer >> (64 - sym)), sym) : 0);
+            pl_skip(r, sym);
+            if (b == 0)
+                found->end[i] = pl_taken(r);
+            for (int k = 1; k < 64; k++) { /* F.2.2.2, as libjpeg's decode_mcu counts */
+                const int rs = pl_walk_symbol(r, ac);
                 if (rs < 0)
                     return 0;
-                pl_put(w, code, length);
-                if (rs & 15) {
+                pl_skip(r, rs & 15);
+                if (rs & 15)
                     k += rs >> 4;
-                    pl_put(w, pl_get(&r, rs & 15), rs & 15);
-                } else if ((rs >> 4) == 15) {
+                else if ((rs >> 4) == 15)
                     k += 15;
-                } else {
+                else
                     break;
-                }
             }
         }
     }
-    {   /* the first MCU's bits re-encoded: the rest, up to the next point, as they are */
-        const uint64_t at = (uint64_t)from->bit - from->skip + (r.loaded * 8 - (uint64_t)r.bits);
-        if (at > to->bit)
+    return pl_taken(r);
+}
+
+/* One row's MCUs from point `from` to point `to`: their bits as they are, but for each
+ * component's first DC difference, re-encoded from `predicted` (what the copy decodes
+ * before it). 0 when a code does not decode or a value has no code. */
+static int pl_write_row(pl_writer *w, const uint8_t *data, size_t size, const pl_scan *s,
+                        pl_huff *dc_out, const pl_point *from, const pl_point *to,
+                        const int32_t *predicted)
+{
+    const uint64_t row_bits = (uint64_t)to->bit - from->bit + from->skip; /* reader's bits */
+    pl_first_dcs found;
+    pl_reader r;
+    uint64_t at = from->skip;
+
+    pl_reader_start(&r, data, from->offset, size, from->skip);
+    {
+        const uint64_t mcu_end = pl_find_first_dcs(&r, s, from, &found);
+        if (mcu_end == 0 || mcu_end > row_bits || !pl_reader_in_data(&r))
             return 0;
-        pl_copy_bits(w, &r, to->bit - at);
     }
+    pl_reader_start(&r, data, from->offset, size, from->skip);
+    for (int i = 0; i < s->scan_components; i++) {
+        const int32_t value = found.value[i] - predicted[i];
+        const int category = pl_category(value);
+        const pl_huff *out = &dc_out[s->dc_table[i]];
+        if (category > 15 || out->length_of[category] == 0)
+            return 0;
+        pl_copy_bits(w, &r, found.start[i] - at);
+        pl_put(w, out->code_of[category], out->length_of[category]);
+        pl_put(w, (uint32_t)(value < 0 ? value - 1 : value), category);
+        pl_skip_bits(&r, found.end[i] - found.start[i]);
+        at = found.end[i];
+    }
+    pl_copy_bits(w, &r, row_bits - at);
     return pl_reader_in_data(&r);
 }
 
