@@ -9,8 +9,9 @@
  * context) are cut out of the original data and written, row after row, as one scan of a
  * JPEG of the rectangle's size (pl_decode_indexed in jpeg_decode.c decodes it):
  *
- *   - a row's data begins at any bit: it is copied bit by bit and 0xFF bytes are stuffed
- *     again (B.1.1.5) as they fall in the copy;
+ *   - a row's data begins at any bit: it is copied shifted by that many bits (32 bytes a
+ *     step with AVX2 where no 0xFF is in the way) and 0xFF bytes are stuffed again
+ *     (B.1.1.5) as they fall in the copy;
  *   - the DC coefficient is coded as the difference from the previous block of its
  *     component (F.1.2.1): the first block of each component in a row's first MCU has its
  *     difference re-encoded from what the copy decodes before it (the previous row's last
@@ -302,7 +303,7 @@ static void pl_put56(pl_writer *w, uint64_t v)
     pl_flush_bytes(w);
 }
 
-static void pl_copy_bits(pl_writer *w, pl_reader *r, uint64_t n)
+static void pl_copy_bits_one_by_one(pl_writer *w, pl_reader *r, uint64_t n)
 {
     for (; n >= 56; n -= 56) {
         if (r->bits < 56)
@@ -314,6 +315,104 @@ static void pl_copy_bits(pl_writer *w, pl_reader *r, uint64_t n)
     for (; n >= 32; n -= 32)
         pl_put(w, pl_get(r, 32), 32);
     pl_put(w, pl_get(r, (int)n), (int)n);
+}
+
+/* ---- the bulk of a copy, 32 bytes a step --------------------------------------------
+ * Once the reader stands at a byte of the data, the copy is that byte stream shifted right
+ * by the c bits the writer holds: output byte j = (in[j - 1] << (8 - c) | in[j] >> c) & 0xFF
+ * (in[-1]: the writer's bits). Where 32 input bytes and their 32 output bytes hold no 0xFF
+ * (no stuffed byte to drop, none to add), they are computed together; elsewhere the copy
+ * goes on byte by byte for those 32. */
+
+enum { BULK_BYTES = 32, BULK_MIN_BITS = 1024 };
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define PL_HAVE_BULK 1
+
+/* Copies up to `steps` steps of 32 bytes from in to out shifted by c bits after the byte
+ * `carry`; stops before a step with an 0xFF in or out. Returns the steps copied. */
+__attribute__((target("avx2"))) static size_t pl_shift_bytes_avx2(uint8_t *out,
+                                                                 const uint8_t *in,
+                                                                 size_t steps, int c,
+                                                                 uint8_t carry)
+{
+    const __m256i ff = _mm256_set1_epi8(-1), low = _mm256_set1_epi16(0xFF);
+    const __m128i shift = _mm_cvtsi32_si128(c);
+    size_t done = 0;
+    for (; done < steps; done++, in += BULK_BYTES, out += BULK_BYTES) {
+        const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)in);
+        __m256i before = _mm256_loadu_si256((const __m256i *)(const void *)(in - 1));
+        if (done == 0)
+            before = _mm256_insert_epi8(before, (char)carry, 0);
+        const __m256i lo = _mm256_and_si256(
+            _mm256_srl_epi16(_mm256_unpacklo_epi8(x, before), shift), low);
+        const __m256i hi = _mm256_and_si256(
+            _mm256_srl_epi16(_mm256_unpackhi_epi8(x, before), shift), low);
+        const __m256i y = _mm256_packus_epi16(lo, hi);
+        if (_mm256_movemask_epi8(_mm256_or_si256(_mm256_cmpeq_epi8(x, ff),
+                                                 _mm256_cmpeq_epi8(y, ff))))
+            break;
+        _mm256_storeu_si256((__m256i *)(void *)out, y);
+    }
+    return done;
+}
+
+static int pl_bulk_available(void)
+{
+    static int available = -1;
+    if (available < 0) {
+        __builtin_cpu_init();
+        available = __builtin_cpu_supports("avx2") != 0;
+    }
+    return available;
+}
+#endif
+
+/* The copy's bytes after the reader's buffered bits, in bulk where it can: returns the bits
+ * still to copy, the reader's buffer empty and the writer holding fewer than 8 bits. */
+static uint64_t pl_copy_bulk(pl_writer *w, pl_reader *r, uint64_t n)
+{
+#ifdef PL_HAVE_BULK
+    if (n < BULK_MIN_BITS || r->marker || (uint64_t)r->bits > n || !pl_bulk_available())
+        return n;
+    n -= (uint64_t)r->bits;
+    pl_copy_bits_one_by_one(w, r, (uint64_t)r->bits);   /* now at a byte of the data */
+    while (n >= BULK_MIN_BITS && !r->marker && r->at + BULK_BYTES + 8 <= r->end) {
+        size_t steps = (size_t)((n - 64) / (8 * BULK_BYTES));
+        if (steps > (r->end - r->at - 8) / BULK_BYTES)
+            steps = (r->end - r->at - 8) / BULK_BYTES;
+        const size_t done = pl_shift_bytes_avx2(w->p, r->data + r->at, steps, w->count,
+                                                (uint8_t)w->pending);
+        const size_t bytes = done * BULK_BYTES;
+        if (bytes) {
+            w->p += bytes;
+            w->pending = r->data[r->at + bytes - 1];
+            r->at += bytes;
+            r->loaded += bytes;
+            r->real += bytes;
+            n -= 8 * (uint64_t)bytes;
+        }
+        if (done < steps) {   /* an 0xFF: 32 bytes one by one, then back to a data byte */
+            uint64_t again;
+            pl_copy_bits_one_by_one(w, r, 8 * BULK_BYTES);
+            n -= 8 * BULK_BYTES;
+            again = (uint64_t)r->bits;
+            if (again > n)
+                break;
+            pl_copy_bits_one_by_one(w, r, again);
+            n -= again;
+        }
+        if (done == 0 && steps == 0)
+            break;
+    }
+#endif
+    return n;
+}
+
+static void pl_copy_bits(pl_writer *w, pl_reader *r, uint64_t n)
+{
+    pl_copy_bits_one_by_one(w, r, pl_copy_bulk(w, r, n));
 }
 
 /* --------------------------------------------------------------- headers ---------- */
