@@ -42,11 +42,11 @@ def full(data: bytes) -> np.ndarray:
     return decode.decode_jpeg(data, roi=False)
 
 
-def decoded_with(data: bytes, box, index):
-    """(pixels, whether the index was used)."""
+def decoded_with(data: bytes, box, index, scale: int = 8):
+    """(pixels, whether the index was used); `box` in the image scaled to scale/8."""
     data, buf, size = jpeg_module._buffer(data, None)
-    pixels, result = jpeg_module._jpeg_call(data, buf, size, tuple(box), 8, 3, None, True, True,
-                                            None, index)
+    pixels, result = jpeg_module._jpeg_call(data, buf, size, tuple(box), scale, 3, None, True,
+                                            True, None, index)
     return pixels, bool(result.seek_used)
 
 
@@ -115,6 +115,30 @@ def test_pillow_photos_standard_and_optimised():
         Image.fromarray(photo_like(300, 400, seed=9)).save(buffer, "JPEG", quality=75,
                                                             optimize=optimize)
         assert assert_crops_match(buffer.getvalue(), seed=int(optimize)) > 10
+
+
+@pytest.mark.parametrize("scale", [1, 2, 4, 5, 7])
+@pytest.mark.parametrize("sampling", ["4:2:0", "4:2:2", "4:4:4"])
+def test_reduced_dct_decodes_take_the_index(sampling, scale):
+    """At a DCT scale M/8 (reduced_dct's decodes of large crops) a region decoded with the
+    index is the region of libjpeg's whole decode at that scale; decode_jpeg_scaled passes
+    the index on."""
+    height, width = 237, 341
+    data = decode.encode_jpeg(photo_like(height, width, seed=scale), quality=85,
+                              sampling=SAMPLINGS[sampling])
+    index = decode.seek_index(data)
+    buffered, buf, size = jpeg_module._buffer(data, None)
+    whole = jpeg_module._jpeg_call(buffered, buf, size, None, scale, 3, None, True, False,
+                                   None)[0]
+    used = 0
+    for box in random_boxes(height, width, 30, seed=scale):
+        (top, left, h, w), _ = jpeg_module.scaled_region(box, scale, height, width)
+        pixels, seek_used = decoded_with(data, (top, left, h, w), index, scale)
+        np.testing.assert_array_equal(pixels, whole[top:top + h, left:left + w], err_msg=str(box))
+        used += seek_used
+        np.testing.assert_array_equal(
+            decode.decode_jpeg_scaled(data, box, scale=scale, seek_index=index).image, pixels)
+    assert used > 5
 
 
 def test_decode_jpeg_into_takes_the_index():

@@ -391,7 +391,8 @@ def decode_jpeg_into(data, box: Sequence[int], buffer: np.ndarray, *, channels: 
 def decode_jpeg_scaled(data, box: Optional[Sequence[int]] = None, *,
                        scale: Optional[int] = None, size: Optional[Sequence[int]] = None,
                        min_ratio: float = 2.0, channels: Optional[int] = 3, out=None,
-                       strict: bool = True, roi: bool = True, name=None) -> ScaledImage:
+                       strict: bool = True, roi: bool = True, name=None,
+                       seek_index=None) -> ScaledImage:
     """Decode a JPEG at a reduced DCT scale, over the pixels a full-resolution `box` needs.
 
     Give `scale` (M, decode at M/8) or `size` = (out_height, out_width), the size the crop
@@ -399,6 +400,8 @@ def decode_jpeg_scaled(data, box: Optional[Sequence[int]] = None, *,
     exact decode, when the crop is under `min_ratio` times the output size).
     Returns ScaledImage(image, scale, box): `image` covers `scaled_region(...)[0]` and the
     requested box lies at `box` (fractional) inside it.  `out` must have the region's shape.
+    `seek_index`: as decode_jpeg's (the same pixels, from the data of the rows around the
+    region only).
     """
     data, buf, nbytes = _buffer(data, name)
     header = read_header(data, name)
@@ -411,7 +414,7 @@ def decode_jpeg_scaled(data, box: Optional[Sequence[int]] = None, *,
     _check_scale(scale)
     region, frac = scaled_region(full, scale, header.height, header.width)
     image = _jpeg_call(data, buf, nbytes, region, int(scale), channels, out, strict, roi,
-                       name)[0]
+                       name, seek_index)[0]
     return ScaledImage(image, int(scale), frac)
 
 

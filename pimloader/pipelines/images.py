@@ -156,7 +156,8 @@ class ImagePipeline:
             return pixels, geometry.box
         scale = self._draft_scale(sample, geometry)
         if scale < 8:
-            scaled = decode.decode_jpeg_scaled(sample.data, geometry.box, scale=scale, name=sample.name)
+            scaled = decode.decode_jpeg_scaled(sample.data, geometry.box, scale=scale,
+                                               name=sample.name, seek_index=self._seek_index(sample))
             return scaled.image, scaled.int_box()
         if buffers is not None and decode.is_jpeg(sample.data):
             pixels, buffer = decode.decode_jpeg_into(sample.data, geometry.box, buffers.take(),
