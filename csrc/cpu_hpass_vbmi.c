@@ -102,30 +102,11 @@ VBMI_INLINE void store_step(__m512i acc, __m128i shift, uint8_t *dst)
                      _mm_shuffle_epi8(_mm512_cvtusepi32_epi8(acc), pack_rgb));
 }
 
-VBMI void pim_hpass_c3_vbmi(const uint8_t *src, const pim_hpass_plan_t *plan, uint8_t *dst)
-{
-    const __m512i init = _mm512_set1_epi32(pim_acc_init(plan->precision));
-    const __m128i shift = _mm_cvtsi32_si128((int)plan->precision);
-    const uint8_t *index = plan->index;
-    const int16_t *weights = plan->weights;
-    const uint32_t *first = plan->first;
-    const uint32_t steps = plan->steps, pairs = plan->pairs;   /* (no reload after a store) */
-    for (uint32_t s = 0; s < steps; s++) {
-        prefetch_ahead(src + 3u * first[s]);
-        const __m512i window = _mm512_loadu_si512(src + 3u * first[s]);
-        __m512i acc = init;
-        for (uint32_t p = 0; p < pairs; p++) {
-            acc = _mm512_add_epi32(acc, pair_sums(window, _mm512_loadu_si512(index),
-                                                  _mm512_loadu_si512(weights)));
-            index += BYTES_PER_PAIR;
-            weights += BYTES_PER_PAIR / 2;
-        }
-        store_step(acc, shift, dst + 3u * PIM_HPASS_STEP * s);
-    }
-}
-
-VBMI void pim_hpass2_c3_vbmi(const uint8_t *src0, const uint8_t *src1,
-                             const pim_hpass_plan_t *plan, uint8_t *dst0, uint8_t *dst1)
+/* One row, or two (`two`, a constant where it is inlined) with each load of the plan
+ * shared. */
+VBMI_INLINE void hpass_rows(const uint8_t *src0, const uint8_t *src1,
+                            const pim_hpass_plan_t *plan, uint8_t *dst0, uint8_t *dst1,
+                            int two)
 {
     const __m512i init = _mm512_set1_epi32(pim_acc_init(plan->precision));
     const __m128i shift = _mm_cvtsi32_si128((int)plan->precision);
@@ -135,20 +116,34 @@ VBMI void pim_hpass2_c3_vbmi(const uint8_t *src0, const uint8_t *src1,
     const uint32_t steps = plan->steps, pairs = plan->pairs;   /* (no reload after a store) */
     for (uint32_t s = 0; s < steps; s++) {
         prefetch_ahead(src0 + 3u * first[s]);
-        prefetch_ahead(src1 + 3u * first[s]);
+        if (two)
+            prefetch_ahead(src1 + 3u * first[s]);
         const __m512i window0 = _mm512_loadu_si512(src0 + 3u * first[s]);
-        const __m512i window1 = _mm512_loadu_si512(src1 + 3u * first[s]);
+        const __m512i window1 = two ? _mm512_loadu_si512(src1 + 3u * first[s]) : window0;
         __m512i acc0 = init, acc1 = init;
         for (uint32_t p = 0; p < pairs; p++) {
             const __m512i i = _mm512_loadu_si512(index), w = _mm512_loadu_si512(weights);
             acc0 = _mm512_add_epi32(acc0, pair_sums(window0, i, w));
-            acc1 = _mm512_add_epi32(acc1, pair_sums(window1, i, w));
+            if (two)
+                acc1 = _mm512_add_epi32(acc1, pair_sums(window1, i, w));
             index += BYTES_PER_PAIR;
             weights += BYTES_PER_PAIR / 2;
         }
         store_step(acc0, shift, dst0 + 3u * PIM_HPASS_STEP * s);
-        store_step(acc1, shift, dst1 + 3u * PIM_HPASS_STEP * s);
+        if (two)
+            store_step(acc1, shift, dst1 + 3u * PIM_HPASS_STEP * s);
     }
+}
+
+VBMI void pim_hpass_c3_vbmi(const uint8_t *src, const pim_hpass_plan_t *plan, uint8_t *dst)
+{
+    hpass_rows(src, src, plan, dst, dst, 0);
+}
+
+VBMI void pim_hpass2_c3_vbmi(const uint8_t *src0, const uint8_t *src1,
+                             const pim_hpass_plan_t *plan, uint8_t *dst0, uint8_t *dst1)
+{
+    hpass_rows(src0, src1, plan, dst0, dst1, 1);
 }
 
 #else /* no x86-64 SIMD: never called (pim_cpu_simd never reaches level 3) */
