@@ -804,7 +804,7 @@ int pim_cpu_crop_resize(const pim_sample_t *samples, const pim_extra_t *extras,
             const size_t need = (size_t)C * (s->crop_w + ax->taps) + READ_SLACK;
             if (need > max_src)
                 max_src = need;
-            const size_t plan = pim_hpass_plan_bytes(s->out_w, ax->taps);
+            const size_t plan = pim_hpass_plan_bytes(ax->n_out, ax->taps);
             if (C == 3 && plan > max_plan)
                 max_plan = plan;
         }
