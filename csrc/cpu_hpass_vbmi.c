@@ -32,15 +32,29 @@ static void plan_output(const pim_axis_t *axis, uint32_t j, uint32_t step_first,
     }
 }
 
+/* The most taps any output uses (taps are rounded up, their weights 0), or 0 when some
+ * output's window does not lie within its step's 64 bytes. */
+static uint32_t widest_fitting(const pim_axis_t *axis)
+{
+    const pim_range_t *ranges = pim_axis_ranges(axis);
+    uint32_t widest = 0;
+    for (uint32_t j = 0; j < axis->n_out; j++) {
+        const uint32_t step_first = ranges[j - j % PIM_HPASS_STEP].first;
+        if (ranges[j].first < step_first ||
+            3 * ((size_t)ranges[j].first - step_first + ranges[j].count) > PIM_HPASS_WINDOW)
+            return 0;
+        if (ranges[j].count > widest)
+            widest = ranges[j].count;
+    }
+    return widest;
+}
+
 int pim_hpass_plan(const pim_axis_t *axis, void *memory, pim_hpass_plan_t *plan)
 {
     const pim_range_t *ranges = pim_axis_ranges(axis);
-    const uint32_t n = axis->n_out;
-    uint32_t widest = 0;   /* taps are rounded up (their weights 0): only what is used */
-    for (uint32_t j = 0; j < n; j++)
-        if (ranges[j].count > widest)
-            widest = ranges[j].count;
-    const size_t bytes = pim_hpass_plan_bytes(n, widest);
+    const uint32_t n = axis->n_out, widest = widest_fitting(axis);
+    if (widest == 0)
+        return 0;
     plan->steps = (n + PIM_HPASS_STEP - 1) / PIM_HPASS_STEP;
     plan->pairs = (widest + 1) / 2;
     plan->precision = axis->precision;
@@ -48,19 +62,13 @@ int pim_hpass_plan(const pim_axis_t *axis, void *memory, pim_hpass_plan_t *plan)
     uint8_t *index = memory;
     int16_t *weights = (int16_t *)(void *)(index + table);
     uint32_t *first = (uint32_t *)(void *)(index + 2 * table);
-    memset(memory, 0, bytes);   /* taps past a window's count: weight 0, byte 0 */
+    memset(memory, 0, pim_hpass_plan_bytes(n, widest));   /* taps past a count: weight 0 */
     for (uint32_t s = 0; s < plan->steps; s++) {
-        const uint32_t step_first = ranges[s * PIM_HPASS_STEP].first;
-        first[s] = step_first;
-        for (uint32_t o = 0; o < PIM_HPASS_STEP && s * PIM_HPASS_STEP + o < n; o++) {
-            const pim_range_t range = ranges[s * PIM_HPASS_STEP + o];
-            if (range.first < step_first ||
-                3 * ((size_t)range.first - step_first + range.count) > PIM_HPASS_WINDOW)
-                return 0;
-            plan_output(axis, s * PIM_HPASS_STEP + o, step_first,
+        first[s] = ranges[s * PIM_HPASS_STEP].first;
+        for (uint32_t o = 0; o < PIM_HPASS_STEP && s * PIM_HPASS_STEP + o < n; o++)
+            plan_output(axis, s * PIM_HPASS_STEP + o, first[s],
                         index + (size_t)s * plan->pairs * BYTES_PER_PAIR,
                         weights + (size_t)s * plan->pairs * (BYTES_PER_PAIR / 2), o);
-        }
     }
     plan->index = index;
     plan->weights = weights;

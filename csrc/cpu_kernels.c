@@ -235,14 +235,14 @@ __attribute__((target("ssse3"))) static void hpass_c1_ssse3(const uint8_t *src,
 }
 #endif /* PIM_HAVE_X86 */
 
-/* src: crop's left edge in this row, readable as the SIMD loops need (see above); `wide`:
+/* src: crop's left edge in this row, readable as the SIMD loops need (see above); `hplan`:
  * the axis's plan for the AVX-512 pass, or NULL */
 static void hpass(const uint8_t *src, uint32_t channels, const pim_axis_t *axis,
-                  const pim_hpass_plan_t *wide, uint8_t *dst)
+                  const pim_hpass_plan_t *hplan, uint8_t *dst)
 {
 #ifdef PIM_HAVE_X86
-    if (wide != NULL) {
-        pim_hpass_c3_vbmi(src, wide, dst);
+    if (hplan != NULL) {
+        pim_hpass_c3_vbmi(src, hplan, dst);
         return;
     }
     if (g_simd >= 2 && channels == 3) {
@@ -494,8 +494,8 @@ static void run_sample(const pim_sample_t *s, const uint8_t *src, const uint8_t 
     /* what the SIMD horizontal pass may read from a row's crop start */
     const size_t reach = need_h ? (size_t)C * (s->crop_w + ax->taps) + READ_SLACK : 0;
     pim_hpass_plan_t plan;
-    const pim_hpass_plan_t *wide = need_h && C == 3 && sc->hpass_plan != NULL &&
-                                   pim_hpass_plan(ax, sc->hpass_plan, &plan) ? &plan : NULL;
+    const pim_hpass_plan_t *hplan = need_h && C == 3 && sc->hpass_plan != NULL &&
+                                    pim_hpass_plan(ax, sc->hpass_plan, &plan) ? &plan : NULL;
 
 #define SOURCE_ROW(r) (crop + (size_t)(r) * stride)
 #define HPASS(r, out)                                                                \
@@ -505,7 +505,7 @@ static void run_sample(const pim_sample_t *s, const uint8_t *src, const uint8_t 
             memcpy(sc->srow, row_, (size_t)s->crop_w * C);                           \
             row_ = sc->srow;                                                         \
         }                                                                            \
-        hpass(row_, C, ax, wide, (out));                                             \
+        hpass(row_, C, ax, hplan, (out));                                            \
     } while (0)
 
 #define FINISH_ROW(y, resampled)                                                     \
@@ -543,9 +543,9 @@ static void run_sample(const pim_sample_t *s, const uint8_t *src, const uint8_t 
             if (next < first)
                 next = first; /* rows no window uses are never resampled */
             for (; next < first + count; next++) {
-                if (wide != NULL && next + 1 < s->crop_h &&
+                if (hplan != NULL && next + 1 < s->crop_h &&
                     (size_t)(image_end - SOURCE_ROW(next + 1)) >= reach) {
-                    pim_hpass2_c3_vbmi(SOURCE_ROW(next), SOURCE_ROW(next + 1), wide,
+                    pim_hpass2_c3_vbmi(SOURCE_ROW(next), SOURCE_ROW(next + 1), hplan,
                                        RING_ROW(next), RING_ROW(next + 1));
                     next++;
                 } else {

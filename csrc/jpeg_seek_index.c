@@ -360,12 +360,8 @@ __attribute__((target("avx2"))) static size_t pl_shift_bytes_avx2(uint8_t *out,
 
 static int pl_bulk_available(void)
 {
-    static int available = -1;
-    if (available < 0) {
-        __builtin_cpu_init();
-        available = __builtin_cpu_supports("avx2") != 0;
-    }
-    return available;
+    __builtin_cpu_init();   /* (idempotent; no state of ours shared by decoding threads) */
+    return __builtin_cpu_supports("avx2") != 0;
 }
 #endif
 
