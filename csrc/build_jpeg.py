@@ -14,7 +14,7 @@ from cffi_build import INCLUDE, compile_args, extension, sources  # noqa: E402
 
 ffibuilder = extension(
     "pimloader._jpeg", [os.path.join(INCLUDE, "pim_jpeg.h")],
-    sources=sources("jpeg_decode.c", "jpeg_restart.c", "jpeg_seek_index.c"),
+    sources=sources("jpeg_decode.c", "jpeg_huffman.c", "jpeg_restart.c", "jpeg_seek_index.c"),
     include_dirs=[INCLUDE],
     libraries=["jpeg"],
     extra_compile_args=compile_args("-O2", std=None),

@@ -35,6 +35,7 @@
 #include <jerror.h>
 
 #include "pim_jpeg.h"
+#include "pim_jpeg_huffman.h"
 #include "pim_jpeg_restart.h"
 #include "pim_jpeg_seek_index.h"
 
@@ -337,7 +338,7 @@ static int pl_arg_error(pl_jpeg_result *res, const char *text)
 static int pl_decode_body(j_decompress_ptr cinfo, pl_error_mgr *err, pl_source_mgr *src,
                           const uint8_t *data, size_t size, const pl_jpeg_request *req,
                           uint8_t *out, int64_t out_row_stride, size_t out_size,
-                          pl_jpeg_result *res)
+                          pl_jpeg_result *res, const pl_indexed_rows *rows)
 {
     int cmyk = 0, roi, direct, out_ch, dec_ch;
     JDIMENSION W, H, x0, y0, w, h, dec_x, dec_w, stop, colofs;
@@ -432,6 +433,10 @@ static int pl_decode_body(j_decompress_ptr cinfo, pl_error_mgr *err, pl_source_m
         if (req->strict)
             longjmp(err->env, 1);
     }
+    if (rows != NULL && !pl_huffman_install(cinfo, rows)) {
+        pl_set_message(err->message, "the seek index's rows do not fit the JPEG's scan");
+        longjmp(err->env, 1);
+    }
 
     dec_x = 0;
     dec_w = W;
@@ -495,11 +500,17 @@ static int pl_decode_body(j_decompress_ptr cinfo, pl_error_mgr *err, pl_source_m
     return PL_JPEG_OK;
 }
 
-/* The decode of a sub-image of the intervals of `rect` (a JPEG of its own, `image`), with
- * the box moved into it; the results in the whole image's terms. */
+static int pl_decode(const uint8_t *data, size_t size, const pl_jpeg_request *req, uint8_t *out,
+                     int64_t out_row_stride, size_t out_size, pl_jpeg_result *res,
+                     const pl_indexed_rows *rows);
+
+/* The decode of a sub-image of `rect` (a JPEG of its own, `image`; its scan read in place
+ * from `rows` when not NULL), with the box moved into it; the results in the whole image's
+ * terms. */
 static int pl_decode_subimage(const uint8_t *image, size_t bytes, const pl_restart_layout *layout,
                               const pl_mcu_rect *rect, const pl_jpeg_request *req, uint8_t *out,
-                              int64_t out_row_stride, size_t out_size, pl_jpeg_result *res)
+                              int64_t out_row_stride, size_t out_size, pl_jpeg_result *res,
+                              const pl_indexed_rows *rows)
 {
     pl_jpeg_request sub = *req;
     const int32_t scale = req->scale_num;
@@ -510,7 +521,7 @@ static int pl_decode_subimage(const uint8_t *image, size_t bytes, const pl_resta
     sub.seek_index_size = 0;
     sub.top -= rect->row0 * layout->mcu_height * scale / 8;
     sub.left -= rect->col0 * layout->mcu_width * scale / 8;
-    status = pl_jpeg_decode(image, bytes, &sub, out, out_row_stride, out_size, res);
+    status = pl_decode(image, bytes, &sub, out, out_row_stride, out_size, res, rows);
     res->seek_used = 1;
     res->decoded_left += rect->col0 * layout->mcu_width * scale / 8;
     res->scaled_height = pl_scaled(layout->height, scale);
@@ -551,38 +562,47 @@ static int pl_decode_seeking(const uint8_t *data, size_t size, const pl_jpeg_req
     }
     pl_subimage_write(data, &layout, &rect, image);
     status = pl_decode_subimage(image, bytes, &layout, &rect, req, out, out_row_stride,
-                                out_size, res);
+                                out_size, res, NULL);
     free(image);
     pl_restart_layout_free(&layout);
     return status;
 }
 
 /* A box of a JPEG without restart markers, with its seek index (jpeg_seek_index.c): the
- * intervals around the box, cut out of the data as a JPEG with restart markers of its
- * own. -1, as pl_decode_seeking, when the index is not this file's, the box does not
- * allow it or it would not pay, or the cut fails (a code that does not decode). */
+ * rows of MCUs around the box, read in place (jpeg_huffman.c). -1, as pl_decode_seeking,
+ * when the index is not this file's, or the box does not allow it or it would not pay. */
 static int pl_decode_indexed(const uint8_t *data, size_t size, const pl_jpeg_request *req,
                              uint8_t *out, int64_t out_row_stride, size_t out_size,
                              pl_jpeg_result *res)
 {
     pl_restart_layout layout;
     pl_mcu_rect rect;
+    pl_indexed_rows rows;
     size_t bytes;
     int status;
-    uint8_t *image = pl_seek_index_cut(data, size, req->seek_index, req->seek_index_size,
-                                       req->scale_num, req->top, req->left, req->height,
-                                       req->width, req->max_pixels, &layout, &rect, &bytes);
+    uint8_t *image = pl_seek_index_rows(data, size, req->seek_index, req->seek_index_size,
+                                        req->scale_num, req->top, req->left, req->height,
+                                        req->width, req->max_pixels, &layout, &rect, &bytes,
+                                        &rows);
 
     if (image == NULL)
         return -1;
     status = pl_decode_subimage(image, bytes, &layout, &rect, req, out, out_row_stride,
-                                out_size, res);
+                                out_size, res, &rows);
     free(image);
     return status;
 }
 
 int pl_jpeg_decode(const uint8_t *data, size_t size, const pl_jpeg_request *req,
                    uint8_t *out, int64_t out_row_stride, size_t out_size, pl_jpeg_result *res)
+{
+    return pl_decode(data, size, req, out, out_row_stride, out_size, res, NULL);
+}
+
+/* pl_jpeg_decode; with `rows`, the scan is the rows' (pl_decode_indexed). */
+static int pl_decode(const uint8_t *data, size_t size, const pl_jpeg_request *req, uint8_t *out,
+                     int64_t out_row_stride, size_t out_size, pl_jpeg_result *res,
+                     const pl_indexed_rows *rows)
 {
     struct jpeg_decompress_struct cinfo;
     pl_error_mgr err;
@@ -628,7 +648,7 @@ int pl_jpeg_decode(const uint8_t *data, size_t size, const pl_jpeg_request *req,
     created = 1;
     {
         int status = pl_decode_body(&cinfo, &err, &src, data, size, req, out, out_row_stride,
-                                    out_size, res);
+                                    out_size, res, rows);
         jpeg_destroy_decompress(&cinfo);
         return status;
     }

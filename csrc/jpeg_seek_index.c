@@ -6,29 +6,15 @@
  * of each row (k: 64 pixels' worth, 4 MCUs of 16 pixels or 8 of 8), and past the last:
  * the bit position and each component's DC prediction there. With it, the MCUs of each
  * row around a box (jpeg_restart.c's pl_seek_box: whole k-MCU steps, a margin of upsampling
- * context) are cut out of the original data and written, row after row, as one scan of a
- * JPEG of the rectangle's size (pl_decode_indexed in jpeg_decode.c decodes it):
- *
- *   - a row's data begins at any bit: it is copied shifted by that many bits (32 bytes a
- *     step with AVX2 where no 0xFF is in the way) and 0xFF bytes are stuffed again
- *     (B.1.1.5) as they fall in the copy;
- *   - the DC coefficient is coded as the difference from the previous block of its
- *     component (F.1.2.1): the first block of each component in a row's first MCU has its
- *     difference re-encoded from what the copy decodes before it (the previous row's last
- *     values; 0 at the top). Every other code is copied as it is, so the coefficients,
- *     hence the pixels, are the original's;
- *   - a DC table fitted to the file (optimised Huffman tables) may lack the magnitude
- *     category of such a difference: the missing categories are added to the copy's table
- *     as codes of 16 bits after every existing code, which leaves the existing codes as
- *     they are (C.2: codes are assigned in order of length, then of HUFFVAL).
- *
- * The copy has no restart markers on purpose: libjpeg-turbo decodes a scan with a restart
- * interval with its slow Huffman decoder only (jdhuff.c, decode_mcu).
+ * context) are decoded in place: libjpeg is given the file's headers with the rectangle's
+ * size and an empty scan (pl_seek_index_rows), and jpeg_huffman.c's decoder reads each
+ * row of the rectangle from its index point in the original data.
  *
  * Section numbers are those of ITU-T T.81. No index is made for what this does not
  * cover: progressive, arithmetic or 12-bit files, restart markers (those seek already),
  * several scans, 2 or 4 components, a bad Huffman code, data that ends before the last
- * MCU. An index carries a fingerprint of the file's bytes and is used on those only.
+ * MCU, DC predictions beyond 16 bits. An index carries a fingerprint of the file's bytes
+ * and is used on those only.
  */
 #include <stddef.h>
 #include <stdlib.h>
@@ -48,13 +34,10 @@ typedef struct {
     int32_t maxcode[18];     /* largest code of each length, -1 if none (F.2.2.3) */
     int32_t valoffset[18];   /* values[code + valoffset[length]] */
     uint16_t look[1 << LOOK_BITS]; /* length << 8 | value for codes of <= LOOK_BITS bits */
-    uint16_t code_of[256];   /* encoding: each symbol's code and length (0: no code) */
-    uint8_t length_of[256];
 } pl_huff;
 
 typedef struct {
     pl_restart_layout layout;           /* geometry, as jpeg_restart.c's (interval = k) */
-    size_t sos_at;                      /* the SOS marker's 0xFF */
     int scan_components;
     int blocks_h[MAX_SCAN_COMPONENTS], blocks_v[MAX_SCAN_COMPONENTS];
     int dc_table[MAX_SCAN_COMPONENTS], ac_table[MAX_SCAN_COMPONENTS];
@@ -70,15 +53,12 @@ static int pl_huff_build(pl_huff *t)
     int32_t code = 0, k = 0;
 
     memset(t->look, 0, sizeof(t->look));
-    memset(t->length_of, 0, sizeof(t->length_of));
     for (int length = 1; length <= 16; length++) {
         t->maxcode[length] = -1;
         t->valoffset[length] = k - code;
         for (int c = 0; c < t->bits[length]; c++, code++, k++) {
             if (k >= t->count || code >= (1 << length))
                 return 0;
-            t->code_of[t->values[k]] = (uint16_t)code;
-            t->length_of[t->values[k]] = (uint8_t)length;
             if (length <= LOOK_BITS) {
                 const int shift = LOOK_BITS - length;
                 for (int32_t next = code << shift; next < (code + 1) << shift; next++)
@@ -90,30 +70,6 @@ static int pl_huff_build(pl_huff *t)
         code <<= 1;
     }
     t->maxcode[17] = 0x7FFFFFFF;
-    return 1;
-}
-
-/* Gives the DC difference categories 0..11 that a table lacks codes: appended as the last
- * codes of 16 bits. 1 when it changed; 0 when it lacked none or has no room left. (A
- * difference of category 12 or more, +-2048 and beyond, cannot occur between 8-bit
- * samples' DC values: the copy is then not made.) */
-static int pl_huff_complete_dc(pl_huff *t)
-{
-    pl_huff grown;
-    int missing = 0;
-
-    for (int category = 0; category <= 11; category++)
-        missing += t->length_of[category] == 0;
-    if (missing == 0 || t->count + missing > 256)
-        return 0;
-    grown = *t;
-    for (int category = 0; category <= 11; category++)
-        if (t->length_of[category] == 0)
-            grown.values[grown.count++] = (uint8_t)category;
-    grown.bits[16] += (uint8_t)missing;
-    if (!pl_huff_build(&grown))
-        return 0;
-    *t = grown;
     return 1;
 }
 
@@ -191,27 +147,10 @@ static void pl_reader_start(pl_reader *r, const uint8_t *data, size_t at, size_t
     r->bits -= skip;
 }
 
-static uint32_t pl_peek(pl_reader *r, int n)
-{
-    if (r->bits < n)
-        pl_reader_fill(r);
-    return (uint32_t)(r->buffer >> (64 - n));
-}
-
 static void pl_skip(pl_reader *r, int n)
 {
     r->buffer <<= n;
     r->bits -= n;
-}
-
-static uint32_t pl_get(pl_reader *r, int n)
-{
-    uint32_t v;
-    if (n == 0)
-        return 0;
-    v = pl_peek(r, n);
-    pl_skip(r, n);
-    return v;
 }
 
 /* Bits read so far: whether they all came from the data, and where the next one is. */
@@ -239,176 +178,6 @@ static void pl_reader_position(const pl_reader *r, uint64_t *bit, uint32_t *offs
 static int32_t pl_extend(uint32_t v, int s)
 {
     return s == 0 ? 0 : (v < (1u << (s - 1)) ? (int32_t)v - (1 << s) + 1 : (int32_t)v);
-}
-
-/* --------------------------------------------------------------- bit writing ------ */
-
-typedef struct {
-    uint8_t *p;
-    uint64_t pending;        /* `count` bits not yet written, right-aligned */
-    int count;
-} pl_writer;
-
-/* The whole bytes of the pending bits, a 0xFF followed by a stuffed 0x00 (B.1.1.5) */
-static void pl_flush_bytes(pl_writer *w)
-{
-    while (w->count >= 8) {
-        const uint8_t byte = (uint8_t)(w->pending >> (w->count - 8));
-        *w->p++ = byte;
-        if (byte == 0xFF)
-            *w->p++ = 0x00;
-        w->count -= 8;
-    }
-}
-
-static void pl_put(pl_writer *w, uint32_t bits, int n)
-{
-    if (n == 0)
-        return;
-    w->pending = (w->pending << n) | (bits & (uint32_t)((1ull << n) - 1));
-    w->count += n;
-    if (w->count >= 32) { /* four bytes at once when none of them is 0xFF */
-        const uint32_t word = (uint32_t)(w->pending >> (w->count - 32));
-        if (!pl_has_ff(0x0101010100000000ull | word)) {
-            const uint32_t big = __builtin_bswap32(word);
-            memcpy(w->p, &big, 4);
-            w->p += 4;
-            w->count -= 32;
-        }
-    }
-    pl_flush_bytes(w);
-}
-
-/* F.1.2.3: the scan ends byte-aligned, padded with 1 bits */
-static void pl_pad(pl_writer *w)
-{
-    if (w->count)
-        pl_put(w, 0xFF, 8 - w->count);
-}
-
-/* 56 bits (right-aligned in v) at once: seven bytes stored together when none is 0xFF */
-static void pl_put56(pl_writer *w, uint64_t v)
-{
-    uint64_t first;
-
-    w->pending = (w->pending << 56) | v;
-    w->count += 56;
-    first = (w->pending >> (w->count - 56)) & ((1ull << 56) - 1); /* the next 7 bytes */
-    if (!pl_has_ff(first | 1ull << 56)) {
-        const uint64_t big = __builtin_bswap64(first << 8);
-        memcpy(w->p, &big, 8); /* its 8th byte is written over by what follows */
-        w->p += 7;
-        w->count -= 56;
-    }
-    pl_flush_bytes(w);
-}
-
-static void pl_copy_bits_one_by_one(pl_writer *w, pl_reader *r, uint64_t n)
-{
-    for (; n >= 56; n -= 56) {
-        if (r->bits < 56)
-            pl_reader_fill(r);
-        pl_put56(w, r->buffer >> 8);
-        r->buffer <<= 56;
-        r->bits -= 56;
-    }
-    for (; n >= 32; n -= 32)
-        pl_put(w, pl_get(r, 32), 32);
-    pl_put(w, pl_get(r, (int)n), (int)n);
-}
-
-/* ---- the bulk of a copy, 32 bytes a step --------------------------------------------
- * Once the reader stands at a byte of the data, the copy is that byte stream shifted right
- * by the c bits the writer holds: output byte j = (in[j - 1] << (8 - c) | in[j] >> c) & 0xFF
- * (in[-1]: the writer's bits). Where 32 input bytes and their 32 output bytes hold no 0xFF
- * (no stuffed byte to drop, none to add), they are computed together; elsewhere the copy
- * goes on byte by byte for those 32. */
-
-enum { BULK_BYTES = 32, BULK_MIN_BITS = 1024 };
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define PL_HAVE_BULK 1
-
-/* Copies up to `steps` steps of 32 bytes from in to out shifted by c bits after the byte
- * `carry`; stops before a step with an 0xFF in or out. Returns the steps copied. */
-__attribute__((target("avx2"))) static size_t pl_shift_bytes_avx2(uint8_t *out,
-                                                                 const uint8_t *in,
-                                                                 size_t steps, int c,
-                                                                 uint8_t carry)
-{
-    const __m256i ff = _mm256_set1_epi8(-1), low = _mm256_set1_epi16(0xFF);
-    const __m128i shift = _mm_cvtsi32_si128(c);
-    size_t done = 0;
-    for (; done < steps; done++, in += BULK_BYTES, out += BULK_BYTES) {
-        const __m256i x = _mm256_loadu_si256((const __m256i *)(const void *)in);
-        __m256i before = _mm256_loadu_si256((const __m256i *)(const void *)(in - 1));
-        if (done == 0)
-            before = _mm256_insert_epi8(before, (char)carry, 0);
-        const __m256i lo = _mm256_and_si256(
-            _mm256_srl_epi16(_mm256_unpacklo_epi8(x, before), shift), low);
-        const __m256i hi = _mm256_and_si256(
-            _mm256_srl_epi16(_mm256_unpackhi_epi8(x, before), shift), low);
-        const __m256i y = _mm256_packus_epi16(lo, hi);
-        if (_mm256_movemask_epi8(_mm256_or_si256(_mm256_cmpeq_epi8(x, ff),
-                                                 _mm256_cmpeq_epi8(y, ff))))
-            break;
-        _mm256_storeu_si256((__m256i *)(void *)out, y);
-    }
-    return done;
-}
-
-static int pl_bulk_available(void)
-{
-    __builtin_cpu_init();   /* (idempotent; no state of ours shared by decoding threads) */
-    return __builtin_cpu_supports("avx2") != 0;
-}
-#endif
-
-/* The copy's bytes after the reader's buffered bits, in bulk where it can: returns the bits
- * still to copy, the reader's buffer empty and the writer holding fewer than 8 bits. */
-static uint64_t pl_copy_bulk(pl_writer *w, pl_reader *r, uint64_t n)
-{
-#ifdef PL_HAVE_BULK
-    if (n < BULK_MIN_BITS || r->marker || (uint64_t)r->bits > n || !pl_bulk_available())
-        return n;
-    n -= (uint64_t)r->bits;
-    pl_copy_bits_one_by_one(w, r, (uint64_t)r->bits);   /* now at a byte of the data */
-    while (n >= BULK_MIN_BITS && !r->marker && r->at + BULK_BYTES + 8 <= r->end) {
-        size_t steps = (size_t)((n - 64) / (8 * BULK_BYTES));
-        if (steps > (r->end - r->at - 8) / BULK_BYTES)
-            steps = (r->end - r->at - 8) / BULK_BYTES;
-        const size_t done = pl_shift_bytes_avx2(w->p, r->data + r->at, steps, w->count,
-                                                (uint8_t)w->pending);
-        const size_t bytes = done * BULK_BYTES;
-        if (bytes) {
-            w->p += bytes;
-            w->pending = r->data[r->at + bytes - 1];
-            r->at += bytes;
-            r->loaded += bytes;
-            r->real += bytes;
-            n -= 8 * (uint64_t)bytes;
-        }
-        if (done < steps) {   /* an 0xFF: 32 bytes one by one, then back to a data byte */
-            uint64_t again;
-            pl_copy_bits_one_by_one(w, r, 8 * BULK_BYTES);
-            n -= 8 * BULK_BYTES;
-            again = (uint64_t)r->bits;
-            if (again > n)
-                break;
-            pl_copy_bits_one_by_one(w, r, again);
-            n -= again;
-        }
-        if (done == 0 && steps == 0)
-            break;
-    }
-#endif
-    return n;
-}
-
-static void pl_copy_bits(pl_writer *w, pl_reader *r, uint64_t n)
-{
-    pl_copy_bits_one_by_one(w, r, pl_copy_bulk(w, r, n));
 }
 
 /* --------------------------------------------------------------- headers ---------- */
@@ -535,7 +304,6 @@ static int pl_scan_read(const uint8_t *data, size_t size, pl_scan *s)
             if (frame == NULL || (frame[5] != 1 && frame[5] != 3) ||
                 !pl_read_sos(s, frame, seg.payload, seg.length))
                 return 0;
-            s->sos_at = seg.at;
             s->layout.scan_at = next;
             s->layout.interval = pl_pick_k(s->layout.mcu_width);
             return 1;
@@ -729,160 +497,24 @@ size_t pl_jpeg_seek_index(const uint8_t *data, size_t size, uint8_t *out, size_t
 
 /* --------------------------------------------------------------- the sub-image ---- */
 
-typedef struct {
-    uint32_t offset, bit;
-    uint8_t skip;
-    int32_t dc[MAX_SCAN_COMPONENTS];
-} pl_point;
-
-static void pl_point_at(const uint8_t *index, int64_t i, pl_point *p)
+void pl_seek_index_point(const uint8_t *index, int64_t number, pl_index_point *point)
 {
-    const uint8_t *q = index + PL_SEEK_INDEX_HEADER + (size_t)i * PL_SEEK_POINT_BYTES;
-    memcpy(&p->offset, q, 4);
-    memcpy(&p->bit, q + 4, 4);
-    p->skip = q[8];
+    const uint8_t *q = index + PL_SEEK_INDEX_HEADER + (size_t)number * PL_SEEK_POINT_BYTES;
+    memcpy(&point->offset, q, 4);
+    memcpy(&point->bit, q + 4, 4);
+    point->skip = q[8];
     for (int c = 0; c < MAX_SCAN_COMPONENTS; c++) {
         int16_t v;
         memcpy(&v, q + 10 + 2 * c, 2);
-        p->dc[c] = v;
+        point->dc[c] = v;
     }
 }
 
-static int pl_category(int32_t v)
-{
-    int s = 0;
-    for (uint32_t a = (uint32_t)(v < 0 ? -v : v); a; a >>= 1)
-        s++;
-    return s;
-}
-
-/* Bits the reader has taken since it started (the start's skipped bits included). */
-static uint64_t pl_taken(const pl_reader *r)
-{
-    return r->loaded * 8 - (uint64_t)r->bits;
-}
-
-static void pl_skip_bits(pl_reader *r, uint64_t n)
-{
-    for (; n >= 32; n -= 32)
-        pl_get(r, 32);
-    pl_get(r, (int)n);
-}
-
-/* Where the first MCU of a row has each component's first DC difference: the code and its
- * extra bits lie at bits [start, end) of the reader, and the DC value is `value`. */
-typedef struct {
-    uint64_t start[MAX_SCAN_COMPONENTS], end[MAX_SCAN_COMPONENTS];
-    int32_t value[MAX_SCAN_COMPONENTS];
-} pl_first_dcs;
-
-/* Reads the first MCU from point `from` (its DC values from the point's), finding its
- * components' first DC differences; returns the bits it takes, 0 at a bad code. */
-static uint64_t pl_find_first_dcs(pl_reader *r, const pl_scan *s, const pl_point *from,
-                                  pl_first_dcs *found)
-{
-    for (int i = 0; i < s->scan_components; i++) {
-        const pl_huff *dc = &s->dc[s->dc_table[i]], *ac = &s->ac[s->ac_table[i]];
-        for (int b = 0; b < s->blocks_h[i] * s->blocks_v[i]; b++) {
-            int sym;
-            if (b == 0)
-                found->start[i] = pl_taken(r);
-            if ((sym = pl_walk_symbol(r, dc)) < 0)
-                return 0;
-            sym &= 15;
-            if (b == 0)
-                found->value[i] = from->dc[i] +
-                                  (sym ? pl_extend((uint32_t)(r->buffer >> (64 - sym)), sym) : 0);
-            pl_skip(r, sym);
-            if (b == 0)
-                found->end[i] = pl_taken(r);
-            for (int k = 1; k < 64; k++) { /* F.2.2.2, as libjpeg's decode_mcu counts */
-                const int rs = pl_walk_symbol(r, ac);
-                if (rs < 0)
-                    return 0;
-                pl_skip(r, rs & 15);
-                if (rs & 15)
-                    k += rs >> 4;
-                else if ((rs >> 4) == 15)
-                    k += 15;
-                else
-                    break;
-            }
-        }
-    }
-    return pl_taken(r);
-}
-
-/* One row's MCUs from point `from` to point `to`: their bits as they are, but for each
- * component's first DC difference, re-encoded from `predicted` (what the copy decodes
- * before it). 0 when a code does not decode or a value has no code. */
-static int pl_write_row(pl_writer *w, const uint8_t *data, size_t size, const pl_scan *s,
-                        pl_huff *dc_out, const pl_point *from, const pl_point *to,
-                        const int32_t *predicted)
-{
-    const uint64_t row_bits = (uint64_t)to->bit - from->bit + from->skip; /* reader's bits */
-    pl_first_dcs found;
-    pl_reader r;
-    uint64_t at = from->skip;
-
-    pl_reader_start(&r, data, from->offset, size, from->skip);
-    {
-        const uint64_t mcu_end = pl_find_first_dcs(&r, s, from, &found);
-        if (mcu_end == 0 || mcu_end > row_bits || !pl_reader_in_data(&r))
-            return 0;
-    }
-    pl_reader_start(&r, data, from->offset, size, from->skip);
-    for (int i = 0; i < s->scan_components; i++) {
-        const int32_t value = found.value[i] - predicted[i];
-        const int category = pl_category(value);
-        const pl_huff *out = &dc_out[s->dc_table[i]];
-        if (category > 15 || out->length_of[category] == 0)
-            return 0;
-        pl_copy_bits(w, &r, found.start[i] - at);
-        pl_put(w, out->code_of[category], out->length_of[category]);
-        pl_put(w, (uint32_t)(value < 0 ? value - 1 : value), category);
-        pl_skip_bits(&r, found.end[i] - found.start[i]);
-        at = found.end[i];
-    }
-    pl_copy_bits(w, &r, row_bits - at);
-    return pl_reader_in_data(&r);
-}
-
-/* DC tables for the copy: each one the scan uses, with the categories 0..11 it lacks added
- * (pl_huff_complete_dc). *changed: bit t for a table that gained any. */
-static void pl_copy_dc_tables(const pl_scan *s, pl_huff *out, int *changed)
-{
-    int copied = 0;
-
-    *changed = 0;
-    for (int i = 0; i < s->scan_components; i++) {
-        const int id = s->dc_table[i];
-        if (copied >> id & 1)
-            continue;
-        copied |= 1 << id;
-        out[id] = s->dc[id];
-        if (pl_huff_complete_dc(&out[id]))
-            *changed |= 1 << id;
-    }
-}
-
-static uint8_t *pl_put_dht(uint8_t *p, const pl_huff *t, int id)
-{
-    const size_t length = 2 + 1 + 16 + (size_t)t->count;
-    *p++ = 0xFF;
-    *p++ = 0xC4;
-    *p++ = (uint8_t)(length >> 8);
-    *p++ = (uint8_t)length;
-    *p++ = (uint8_t)id; /* class 0 (DC), table id */
-    memcpy(p, t->bits + 1, 16);
-    memcpy(p + 16, t->values, (size_t)t->count);
-    return p + 16 + t->count;
-}
-
-/* The headers of the copy: the original's up to SOS with the rectangle's size in the
- * frame, the grown DC tables, then the original SOS. */
-static uint8_t *pl_put_headers(uint8_t *p, const uint8_t *data, const pl_scan *s,
-                               const pl_huff *dc_out, int changed, const pl_mcu_rect *rect)
+/* The headers of the rectangle's JPEG: the original's up to its scan's data, with the
+ * rectangle's size in the frame, then EOI: an empty scan, read from the original by
+ * pl_huffman_install's decoder. */
+static uint8_t *pl_rectangle_headers(const uint8_t *data, const pl_scan *s,
+                                     const pl_mcu_rect *rect, size_t *image_size)
 {
     const pl_restart_layout *layout = &s->layout;
     const int32_t height = (rect->row1 * layout->mcu_height < layout->height
@@ -891,18 +523,19 @@ static uint8_t *pl_put_headers(uint8_t *p, const uint8_t *data, const pl_scan *s
     const int32_t width = (rect->col1 * layout->mcu_width < layout->width
                                ? rect->col1 * layout->mcu_width : layout->width) -
                           rect->col0 * layout->mcu_width;
+    uint8_t *image = malloc(layout->scan_at + 2);
 
-    memcpy(p, data, s->sos_at);
-    p[layout->frame_size_at] = (uint8_t)(height >> 8);
-    p[layout->frame_size_at + 1] = (uint8_t)height;
-    p[layout->frame_size_at + 2] = (uint8_t)(width >> 8);
-    p[layout->frame_size_at + 3] = (uint8_t)width;
-    p += s->sos_at;
-    for (int t = 0; t < 4; t++)
-        if (changed >> t & 1)
-            p = pl_put_dht(p, &dc_out[t], t);
-    memcpy(p, data + s->sos_at, layout->scan_at - s->sos_at);
-    return p + (layout->scan_at - s->sos_at);
+    if (image == NULL)
+        return NULL;
+    memcpy(image, data, layout->scan_at);
+    image[layout->frame_size_at] = (uint8_t)(height >> 8);
+    image[layout->frame_size_at + 1] = (uint8_t)height;
+    image[layout->frame_size_at + 2] = (uint8_t)(width >> 8);
+    image[layout->frame_size_at + 3] = (uint8_t)width;
+    image[layout->scan_at] = 0xFF;
+    image[layout->scan_at + 1] = 0xD9;
+    *image_size = layout->scan_at + 2;
+    return image;
 }
 
 /* Whether `index` is this file's index (pl_scan_read done) */
@@ -922,51 +555,11 @@ static int pl_index_matches(const uint8_t *data, size_t size, const pl_scan *s,
            interval == (uint32_t)s->layout.interval && fingerprint == pl_fingerprint(data, size);
 }
 
-static uint8_t *pl_subimage(const uint8_t *data, size_t size, const pl_scan *s,
-                            const uint8_t *index, const pl_mcu_rect *rect, size_t *image_size)
-{
-    pl_huff dc_out[4];
-    pl_writer w;
-    uint8_t *image;
-    int changed;
-    int32_t predicted[MAX_SCAN_COMPONENTS] = {0, 0, 0};
-    size_t bound = s->layout.scan_at + 4 * (2 + 1 + 16 + 256) + 2;
-
-    pl_copy_dc_tables(s, dc_out, &changed);
-    for (int32_t row = rect->row0; row < rect->row1; row++) {
-        pl_point from, to;
-        pl_point_at(index, pl_point_number(&s->layout, row, rect->col0), &from);
-        pl_point_at(index, pl_point_number(&s->layout, row, rect->col1), &to);
-        if (to.bit < from.bit)
-            return NULL;
-        bound += 2 * ((size_t)(to.bit - from.bit) / 8 + 64);
-    }
-    if ((image = malloc(bound)) == NULL)
-        return NULL;
-    w.p = pl_put_headers(image, data, s, dc_out, changed, rect);
-    w.pending = 0;
-    w.count = 0;
-    for (int32_t row = rect->row0; row < rect->row1; row++) {
-        pl_point from, to;
-        pl_point_at(index, pl_point_number(&s->layout, row, rect->col0), &from);
-        pl_point_at(index, pl_point_number(&s->layout, row, rect->col1), &to);
-        if (!pl_write_row(&w, data, size, s, dc_out, &from, &to, predicted)) {
-            free(image);
-            return NULL;
-        }
-        memcpy(predicted, to.dc, sizeof(predicted)); /* the DC values the row ends with */
-    }
-    pl_pad(&w);
-    *w.p++ = 0xFF;
-    *w.p++ = 0xD9;
-    *image_size = (size_t)(w.p - image);
-    return image;
-}
-
-uint8_t *pl_seek_index_cut(const uint8_t *data, size_t size, const uint8_t *index,
-                           size_t index_size, int32_t scale_num, int32_t top, int32_t left,
-                           int32_t height, int32_t width, int64_t max_pixels,
-                           pl_restart_layout *layout, pl_mcu_rect *rect, size_t *image_size)
+uint8_t *pl_seek_index_rows(const uint8_t *data, size_t size, const uint8_t *index,
+                            size_t index_size, int32_t scale_num, int32_t top, int32_t left,
+                            int32_t height, int32_t width, int64_t max_pixels,
+                            pl_restart_layout *layout, pl_mcu_rect *rect, size_t *image_size,
+                            pl_indexed_rows *rows)
 {
     pl_scan s;
 
@@ -982,5 +575,12 @@ uint8_t *pl_seek_index_cut(const uint8_t *data, size_t size, const uint8_t *inde
     if (!pl_seek_pays(&s.layout, rect))
         return NULL;
     *layout = s.layout;
-    return pl_subimage(data, size, &s, index, rect, image_size);
+    rows->data = data;
+    rows->size = size;
+    rows->index = index;
+    rows->first_point = pl_point_number(&s.layout, rect->row0, rect->col0);
+    rows->points_per_row = pl_points_per_row(&s.layout);
+    rows->rows = rect->row1 - rect->row0;
+    rows->mcus_per_row = rect->col1 - rect->col0;
+    return pl_rectangle_headers(data, &s, rect, image_size);
 }

@@ -9,6 +9,7 @@ region), cropped with numpy. Whether the index was used is read from the decoder
 from __future__ import annotations
 
 import io
+import sys
 
 import numpy as np
 import pytest
@@ -99,7 +100,8 @@ def test_greyscale(quality):
 @pytest.mark.parametrize("subsampling", [0, 1, 2])
 def test_optimised_tables_that_lack_dc_categories(subsampling):
     """Pillow's optimize=True fits the Huffman tables to the file: a flat image leaves DC
-    categories out of them, which the cut-out copy must add for its first blocks."""
+    categories out of them (a row read from its index point starts from the DC predictions
+    recorded there, with the file's own codes)."""
     image = np.full((160, 224, 3), 118, np.uint8)
     image[40:120, 50:180] = (128, 140, 90)
     image[::7, ::5] = 250
@@ -107,6 +109,83 @@ def test_optimised_tables_that_lack_dc_categories(subsampling):
     Image.fromarray(image).save(buffer, "JPEG", quality=90, optimize=True,
                                 subsampling=subsampling)
     assert assert_crops_match(buffer.getvalue(), seed=subsampling) > 10
+
+
+def test_long_codes_and_large_coefficients_are_read_as_libjpeg_reads_them():
+    """Noise at quality 100: AC magnitudes of 8-10 bits, whose codes in the standard tables
+    are 16 bits long (past the decoder's 10-bit lookup), most codes with their magnitude
+    bits longer than the lookup, and flat columns of blocks that end right after their DC;
+    then the same with tables fitted to the file (optimize=True)."""
+    rng = np.random.default_rng(5)
+    image = rng.integers(0, 256, (96, 448, 3), dtype=np.uint8)
+    image[:, 200:264] = 128
+    image[40:56] = photo_like(16, 448, seed=1)
+    for optimize in (False, True):
+        buffer = io.BytesIO()
+        Image.fromarray(image).save(buffer, "JPEG", quality=100, optimize=optimize)
+        assert assert_crops_match(buffer.getvalue(), count=30, seed=7) > 10
+
+
+def with_point_offsets(index: bytes, offset_of) -> bytes:
+    """`index` with the byte offset of every point replaced by offset_of(point number): an
+    index that still matches its file (header and fingerprint kept) but points elsewhere."""
+    header, point_bytes = 24, 16
+    forged = bytearray(index)
+    for number, at in enumerate(range(header, len(forged), point_bytes)):
+        forged[at:at + 4] = int(offset_of(number)).to_bytes(4, sys.byteorder)
+    return bytes(forged)
+
+
+def test_an_index_that_points_past_the_data_is_an_error():
+    """Rows read from past the data's end read zeros, as libjpeg does past a marker: in
+    strict mode libjpeg's own error for data that ends too soon, with strict=False a
+    DecodeWarning; never a read past the bytes given."""
+    data = decode.encode_jpeg(photo_like(240, 320, seed=8), quality=85)
+    index = with_point_offsets(decode.seek_index(data), lambda number: len(data) + 4096)
+    box = (100, 120, 60, 80)
+    with pytest.raises(decode.DecodeError, match="premature end of data segment"):
+        decode.decode_jpeg(data, box, seek_index=index)
+    with pytest.warns(decode.DecodeWarning, match="premature end of data segment"):
+        pixels = decode.decode_jpeg(data, box, seek_index=index, strict=False)
+    assert pixels.shape == (60, 80, 3)
+
+
+def test_an_index_that_points_at_no_code_is_libjpegs_bad_code_error():
+    """Rows read from a comment of 0xFF 0x00 pairs (stuffed 0xFF bytes: bits that are all
+    ones, which no Huffman code is): libjpeg's bad-code error in strict mode, a
+    DecodeWarning with strict=False."""
+    image = decode.encode_jpeg(photo_like(160, 200, seed=10), quality=85)
+    comment = b"\xff\x00" * 64
+    data = image[:2] + b"\xff\xfe" + (len(comment) + 2).to_bytes(2, "big") + comment + image[2:]
+    index = with_point_offsets(decode.seek_index(data), lambda number: 6)
+    box = (60, 70, 50, 60)
+    with pytest.raises(decode.DecodeError, match="bad Huffman code"):
+        decode.decode_jpeg(data, box, seek_index=index)
+    with pytest.warns(decode.DecodeWarning, match="bad Huffman code"):
+        decode.decode_jpeg(data, box, seek_index=index, strict=False)
+
+
+def test_an_index_that_points_anywhere_in_the_data_decodes_or_raises():
+    """Points moved to random bytes of the file: whatever the bits there decode to (other
+    pixels, or a DecodeError for a bit string that is no code or a run past the data),
+    never a crash or a read outside the data; the file decodes as before without it."""
+    data = decode.encode_jpeg(photo_like(240, 320, seed=9), quality=90)
+    index = decode.seek_index(data)
+    rng = np.random.default_rng(9)
+    errors = 0
+    for trial in range(12):
+        offsets = rng.integers(0, len(data), 1 << 12)
+        forged = with_point_offsets(index, lambda number: offsets[number % len(offsets)])
+        for box in random_boxes(240, 320, 4, seed=trial):
+            try:
+                pixels = decode.decode_jpeg(data, box, seek_index=forged)
+            except decode.DecodeError:
+                errors += 1
+            else:
+                assert pixels.shape == (box[2], box[3], 3)
+    assert errors > 0   # some bit strings are no code: the check runs
+    np.testing.assert_array_equal(decode.decode_jpeg(data, (10, 20, 30, 40)),
+                                  full(data)[10:40, 20:60])
 
 
 def test_pillow_photos_standard_and_optimised():

@@ -1,8 +1,8 @@
 """Seek indexes of a loader's JPEGs, kept in shared memory (pimloader.decode.seek_index).
 
 A JPEG without restart markers can only be cropped by Huffman-decoding it from its start;
-with its seek index the decoder cuts the MCUs of the rows around the crop out of the file
-and decodes those alone (docs/transforms.md, "Seek indexes"). Making an index costs about
+with its seek index the decoder reads the MCUs of the rows around the crop in place and
+decodes those alone (docs/transforms.md, "Seek indexes"). Making an index costs about
 as much as decoding a crop, so a JPEG gets one the second time a crop of it is decoded
 (the first time only marks it seen): a single pass over a dataset costs nothing more, and
 from the third epoch on every crop is decoded from the index.

@@ -46,8 +46,8 @@ def seek_index(data) -> Optional[bytes]:
     500x375 photo). Given to `decode_jpeg(..., seek_index=)` (or decode_jpeg_into), a crop
     of the file is then decoded from the data of the rows around it only, as from a copy
     with restart markers (add_restart_markers), but with the file left as it is: those
-    rows' MCUs are cut out of it and written as one scan of a JPEG of their own
-    (csrc/jpeg_seek_index.c).
+    rows' MCUs are read in place, each row from its index point (csrc/jpeg_seek_index.c,
+    csrc/jpeg_huffman.c).
     Making one Huffman-decodes the whole file once (no IDCT), about the entropy-decoding
     part of one full decode.
 
