@@ -29,6 +29,8 @@ only when a wrapper is made, so `import pimloader` does not import it.
 """
 from __future__ import annotations
 
+import bisect
+import itertools
 import os
 from typing import Any
 
@@ -263,16 +265,17 @@ def _label_values(chunk):
     return chunk
 
 
-def _starts(chunks) -> np.ndarray:
-    return np.cumsum([0] + [len(chunk) for chunk in chunks], dtype=np.int64)
+def _starts(chunks) -> list:
+    """The chunks' first rows, and the row past the last (Python ints: bisected per row)."""
+    return list(itertools.accumulate((len(chunk) for chunk in chunks), initial=0))
 
 
-def _chunk_of(starts: np.ndarray, row: int) -> tuple:
+def _chunk_of(starts: list, row: int) -> tuple:
     """(chunk, row within it) of a table row, given the chunks' first rows."""
     if len(starts) == 2:   # one chunk
         return 0, row
-    chunk = int(np.searchsorted(starts, row, side="right")) - 1
-    return chunk, row - int(starts[chunk])
+    chunk = bisect.bisect_right(starts, row) - 1
+    return chunk, row - starts[chunk]
 
 
 def _row_order(dataset) -> np.ndarray | None:

@@ -147,10 +147,16 @@ def _buffer(data, name=None):
     return data, ffi.from_buffer("uint8_t[]", data), size
 
 
+_SOI_THEN_MARKER = b"\xff\xd8\xff"
+
+
 def is_jpeg(data) -> bool:
     """True when the data starts with a JPEG SOI marker followed by another marker."""
-    head = bytes(memoryview(_as_bytes_like(data)).cast("B")[:3])
-    return len(head) == 3 and head[0] == 0xFF and head[1] == 0xD8 and head[2] == 0xFF
+    if type(data) is bytes:   # (the loader asks several times a sample: bytes and
+        return data[:3] == _SOI_THEN_MARKER   # byte memoryviews without a cast)
+    if type(data) is memoryview and data.itemsize == 1 and data.ndim == 1:
+        return data[:3].tobytes() == _SOI_THEN_MARKER
+    return bytes(memoryview(_as_bytes_like(data)).cast("B")[:3]) == _SOI_THEN_MARKER
 
 
 def _check_box(box, height: int, width: int) -> Box:
@@ -217,9 +223,12 @@ def image_size(data, name=None, *, warn: bool = True) -> Tuple[int, int]:
     As Pillow's Image.open, refuses an image over twice MAX_IMAGE_PIXELS, and warns above
     it (for a JPEG, unless `warn=False`: the loader's decode of the same image warns)."""
     if is_jpeg(data):
-        header = read_header(data, name)
-        _check_pixels(name, header.height, header.width, _pixel_limit(), warn=warn)
-        return header.height, header.width
+        data, buf, size = _buffer(data, name)
+        hdr = ffi.new("pl_jpeg_header *")
+        if lib.pl_jpeg_read_header(buf, size, hdr) != lib.PL_JPEG_OK:
+            raise _fail(name, ffi.string(hdr.message).decode(errors="replace"))
+        _check_pixels(name, hdr.height, hdr.width, _pixel_limit(), warn=warn)
+        return hdr.height, hdr.width
     from PIL import Image
     try:
         with Image.open(io.BytesIO(bytes(memoryview(_as_bytes_like(data)).cast("B")))) as im:
