@@ -33,6 +33,7 @@
 #include <jpeglib.h>
 #include <jerror.h>
 
+#include "pim_jpeg_bytes.h"
 #include "pim_jpeg_huffman.h"
 
 /* libjpeg's entropy decoder interface (jpegint.h; the same since libjpeg 6b). */
@@ -177,12 +178,9 @@ static __attribute__((noinline)) pl_bits pl_fill_slowly(pl_source *in, pl_bits b
 static inline __attribute__((always_inline)) void pl_fill(pl_source *in, pl_bits *b)
 {
     if (in->end - in->p >= 8) {
-        uint64_t word, inverted;
-        memcpy(&word, in->p, 8);
-        inverted = ~word;
-        if (((inverted - 0x0101010101010101ull) & ~inverted & 0x8080808080808080ull) == 0) {
-            /* no 0xFF in the next 8 bytes: as many whole bytes as fit */
-            b->acc |= __builtin_bswap64(word) >> b->bits;
+        const uint64_t word = pl_load_be64(in->p);
+        if (!pl_has_ff(word)) { /* no 0xFF in the next 8 bytes: as many whole bytes as fit */
+            b->acc |= word >> b->bits;
             in->p += (63 - b->bits) >> 3;
             b->bits |= 56;
             b->acc &= ~(~0ull >> b->bits);

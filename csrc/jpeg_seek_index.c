@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "pim_jpeg.h"
+#include "pim_jpeg_bytes.h"
 #include "pim_jpeg_restart.h"
 #include "pim_jpeg_seek_index.h"
 
@@ -84,20 +85,6 @@ typedef struct {
     uint64_t loaded;         /* data bytes loaded into buffer */
     uint64_t real;           /* of them, read from the data (not zeros past a marker) */
 } pl_reader;
-
-static uint64_t pl_load_be64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return __builtin_bswap64(v);
-}
-
-/* whether any byte of v is 0xFF */
-static int pl_has_ff(uint64_t v)
-{
-    const uint64_t t = ~v;
-    return ((t - 0x0101010101010101ull) & ~t & 0x8080808080808080ull) != 0;
-}
 
 static void pl_reader_fill(pl_reader *r)
 {

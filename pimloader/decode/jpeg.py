@@ -207,13 +207,20 @@ def _pointer(array: np.ndarray):
 # --------------------------------------------------------------------------------------
 # Header, sizes, scale choice
 # --------------------------------------------------------------------------------------
-def read_header(data, name=None) -> JpegHeader:
-    """(height, width, components, colorspace, progressive) of a JPEG, from its markers
-    only (no decoding).  Raises DecodeError for data that is not a readable JPEG."""
+def _header_struct(data, name=None):
+    """libjpeg's reading of the JPEG's markers (a pl_jpeg_header); DecodeError when they
+    cannot be read."""
     data, buf, size = _buffer(data, name)
     hdr = ffi.new("pl_jpeg_header *")
     if lib.pl_jpeg_read_header(buf, size, hdr) != lib.PL_JPEG_OK:
         raise _fail(name, ffi.string(hdr.message).decode(errors="replace"))
+    return hdr
+
+
+def read_header(data, name=None) -> JpegHeader:
+    """(height, width, components, colorspace, progressive) of a JPEG, from its markers
+    only (no decoding).  Raises DecodeError for data that is not a readable JPEG."""
+    hdr = _header_struct(data, name)
     return JpegHeader(hdr.height, hdr.width, hdr.components,
                       _JCS.get(hdr.colorspace, "UNKNOWN"), bool(hdr.progressive))
 
@@ -223,10 +230,7 @@ def image_size(data, name=None, *, warn: bool = True) -> Tuple[int, int]:
     As Pillow's Image.open, refuses an image over twice MAX_IMAGE_PIXELS, and warns above
     it (for a JPEG, unless `warn=False`: the loader's decode of the same image warns)."""
     if is_jpeg(data):
-        data, buf, size = _buffer(data, name)
-        hdr = ffi.new("pl_jpeg_header *")
-        if lib.pl_jpeg_read_header(buf, size, hdr) != lib.PL_JPEG_OK:
-            raise _fail(name, ffi.string(hdr.message).decode(errors="replace"))
+        hdr = _header_struct(data, name)   # (no JpegHeader: asked once a sample)
         _check_pixels(name, hdr.height, hdr.width, _pixel_limit(), warn=warn)
         return hdr.height, hdr.width
     from PIL import Image
